@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer target for the GGUF reader with clang and runs it for N seconds (default 60),
+# seeded with the checked-in corpus of valid and broken files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-60}"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DMOX_FUZZ=ON -DMOX_TESTS=OFF >/dev/null
+cmake --build build-fuzz --target gguf_fuzz -j "$(nproc)"
+work=$(mktemp -d)
+cp tests/data/gguf/*.gguf "$work/" 2>/dev/null || true
+build-fuzz/fuzz/gguf_fuzz -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
+    -print_final_stats=1 "$work" 2>&1 | tail -n 15
+rm -rf "$work"

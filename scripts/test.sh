@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: dependencies, an ASan+UBSan build with all tests (unit,
+# Python interop against the `gguf` package, layering), the GGUF fuzzer for a bounded time, and a
+# CUDA compile check when nvcc is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+jobs=$(nproc)
+
+echo "== build (ASan+UBSan)"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOX_SANITIZE=ON >/dev/null
+cmake --build build-asan -j "$jobs"
+
+echo "== tests"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+echo "== fuzz (GGUF reader, ${MOX_FUZZ_SECONDS:-60}s)"
+scripts/fuzz.sh "${MOX_FUZZ_SECONDS:-60}"
+
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    echo "== CUDA compile check (sm_90)"
+    export PATH="$PATH:/usr/local/cuda/bin"
+    cmake -S . -B build-cuda -G Ninja -DMOX_CUDA=ON -DMOX_CUDA_ARCHS=90 -DMOX_TESTS=OFF >/dev/null
+    cmake --build build-cuda -j "$jobs"
+fi
+echo "== all tests passed"

@@ -1,0 +1,13 @@
+// Each subcommand registers itself on the CLI11 app; main() only dispatches.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace mox::cli {
+
+void register_inspect(CLI::App& app);
+void register_synth(CLI::App& app);
+
+}  // namespace mox::cli
