@@ -1,0 +1,77 @@
+// Hyper-parameters and tensor layout of llama.cpp's `qwen35moe` architecture (Qwen3.5/3.6-MoE:
+// Gated DeltaNet + gated full attention, routed + shared experts). Facts: shared/spec/qwen35moe.md
+// §1 (values), §2.1 (GGUF keys), §2.2-2.5 (tensors and their ne).
+#pragma once
+
+#include "gguf/reader.h"
+#include "gguf/writer.h"
+#include "quant/types.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mox::models {
+
+struct Qwen35MoeHparams {
+    int64_t n_layer = 40;          // block_count: trunk layers + MTP layers
+    int64_t n_nextn = 0;           // nextn_predict_layers (MTP blocks at the end, skipped by the trunk)
+    int64_t n_ctx_train = 262144;  // context_length
+    int64_t n_embd = 2048;
+    int64_t n_vocab = 248320;
+    int64_t n_head = 16;           // full attention query heads
+    int64_t n_head_kv = 2;
+    int64_t head_dim_k = 256;      // attention.key_length
+    int64_t head_dim_v = 256;      // attention.value_length
+    int64_t n_rot = 64;            // rope.dimension_count (partial rotary)
+    double rope_theta = 1e7;
+    std::vector<int32_t> rope_sections{11, 11, 10, 0};
+    double rms_eps = 1e-6;
+    int64_t n_expert = 256;
+    int64_t n_expert_used = 8;
+    int64_t n_ff_exp = 512;        // expert_feed_forward_length
+    int64_t n_ff_shexp = 512;      // expert_shared_feed_forward_length
+    int64_t ssm_conv_kernel = 4;
+    int64_t ssm_inner = 4096;      // value width = n_v_heads * head_dim
+    int64_t ssm_state = 128;       // head dim of k and v
+    int64_t ssm_v_heads = 32;      // ssm.time_step_rank
+    int64_t ssm_k_heads = 16;      // ssm.group_count
+    int64_t full_attn_interval = 4;
+
+    int64_t n_trunk() const { return n_layer - n_nextn; }
+    // Layer i is Gated DeltaNet unless (i+1) is a multiple of the interval; MTP blocks are attention.
+    bool is_recurrent(int64_t layer) const {
+        return layer < n_trunk() && (layer + 1) % full_attn_interval != 0;
+    }
+    int64_t n_attention_layers() const;  // full-attention layers of the trunk
+    int64_t n_recurrent_layers() const;
+    int64_t conv_channels() const { return 2 * ssm_k_heads * ssm_state + ssm_inner; }
+
+    // KV cache of one sequence per token of context: only full-attention layers cache K and V
+    // (spec §5); MTP layers are not counted (not run).
+    double kv_cache_bytes_per_token(quant::TypeId kv_type) const;
+    // Fixed per-sequence state of the DeltaNet layers, fp32: the conv state (kernel-1 past inputs of
+    // every conv channel) and one state x state matrix per value head.
+    uint64_t recurrent_state_bytes() const;
+
+    // Validates relations between the values (divisibility, ranges); throws mox::Error naming the key.
+    void validate() const;
+};
+
+// Reads `qwen35moe.*` keys (and the vocab size from tokenizer.ggml.tokens or token_embd) from a file.
+Qwen35MoeHparams read_qwen35moe_hparams(const gguf::File& file);
+// Writes general.architecture and every `qwen35moe.*` key the llama.cpp loader reads.
+void write_qwen35moe_hparams(gguf::Writer& writer, const Qwen35MoeHparams& hp);
+
+// One weight tensor of the architecture, as llama.cpp names and shapes it.
+struct TensorSpec {
+    std::string name;
+    std::vector<int64_t> ne;  // ggml order
+    int64_t layer = -1;       // -1 for global tensors
+    bool is_2d_weight() const { return ne.size() >= 2; }
+};
+
+// Every tensor of the architecture in llama.cpp's file order (globals first, then layers ascending).
+std::vector<TensorSpec> qwen35moe_tensors(const Qwen35MoeHparams& hp);
+
+}  // namespace mox::models
