@@ -49,13 +49,13 @@ constexpr TypeTraits kTypes[] = {
     {T::i64,     "I64",       1,   8, false, nullptr, nullptr, T::i64},
 
     // grid-based i-quants
-    {T::iq2_xxs, "IQ2_XXS", 256,  66, true,  nullptr, nullptr, T::q8_k},
-    {T::iq2_xs,  "IQ2_XS",  256,  74, true,  nullptr, nullptr, T::q8_k},
-    {T::iq2_s,   "IQ2_S",   256,  82, true,  nullptr, nullptr, T::q8_k},
-    {T::iq3_xxs, "IQ3_XXS", 256,  98, true,  nullptr, nullptr, T::q8_k},
-    {T::iq3_s,   "IQ3_S",   256, 110, true,  nullptr, nullptr, T::q8_k},
-    {T::iq1_s,   "IQ1_S",   256,  50, true,  nullptr, nullptr, T::q8_k},
-    {T::iq1_m,   "IQ1_M",   256,  56, true,  nullptr, nullptr, T::q8_k},
+    {T::iq2_xxs, "IQ2_XXS", 256,  66, true,  ref::dequantize_iq2_xxs,  nullptr, T::q8_k},
+    {T::iq2_xs,  "IQ2_XS",  256,  74, true,  ref::dequantize_iq2_xs,   nullptr, T::q8_k},
+    {T::iq2_s,   "IQ2_S",   256,  82, true,  ref::dequantize_iq2_s,    nullptr, T::q8_k},
+    {T::iq3_xxs, "IQ3_XXS", 256,  98, true,  ref::dequantize_iq3_xxs,  nullptr, T::q8_k},
+    {T::iq3_s,   "IQ3_S",   256, 110, true,  ref::dequantize_iq3_s,    nullptr, T::q8_k},
+    {T::iq1_s,   "IQ1_S",   256,  50, true,  ref::dequantize_iq1_s,    nullptr, T::q8_k},
+    {T::iq1_m,   "IQ1_M",   256,  56, true,  ref::dequantize_iq1_m,    nullptr, T::q8_k},
 };
 
 constexpr uint32_t kMaxId = 64;
