@@ -1,0 +1,355 @@
+#include "models/qwen35moe.h"
+
+#include "core/error.h"
+#include "ops/attention.h"
+#include "ops/basic.h"
+#include "ops/delta_net.h"
+#include "ops/linear.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace mox::models {
+
+namespace {
+
+std::string shape_text(const int64_t* ne, size_t n) {
+    std::string s = "{";
+    for (size_t i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", ne[i]);
+    return s + "}";
+}
+
+const gguf::TensorInfo& find_checked(const gguf::File& file, const std::string& name, const std::vector<int64_t>& ne) {
+    const gguf::TensorInfo* t = file.find_tensor(name);
+    if (!t) fail("{}: missing tensor '{}'", file.path(), name);
+    bool ok = true;
+    for (size_t d = 0; d < 4; ++d) {
+        const int64_t want = d < ne.size() ? ne[d] : 1;
+        ok &= t->ne[d] == want;
+    }
+    if (!ok)
+        fail("{}: tensor '{}' has shape {}, expected {}", file.path(), name, shape_text(t->ne.data(), static_cast<size_t>(t->n_dims)),
+             shape_text(ne.data(), ne.size()));
+    const quant::TypeTraits& tr = quant::traits(t->type);
+    if (!tr.dequantize) fail("{}: tensor '{}' has type {}, which mox cannot compute with", file.path(), name, tr.name);
+    return *t;
+}
+
+ops::Weight bind(const gguf::File& file, const std::string& name, const std::vector<int64_t>& ne) {
+    const gguf::TensorInfo& t = find_checked(file, name, ne);
+    ops::Weight w;
+    w.data = t.data;
+    w.type = t.type;
+    w.n_in = t.ne[0];
+    w.n_out = t.ne[1];
+    w.n_expert = t.ne[2];
+    w.row_bytes = quant::row_bytes(t.type, t.ne[0]);
+    return w;
+}
+
+// Small tensors (norms, gates, conv) are kept as fp32 copies whatever their stored type.
+std::vector<float> load_vector(const gguf::File& file, const std::string& name, const std::vector<int64_t>& ne) {
+    const gguf::TensorInfo& t = find_checked(file, name, ne);
+    std::vector<float> v(static_cast<size_t>(t.n_elements()));
+    quant::traits(t.type).dequantize(t.data, v.data(), t.n_elements());
+    return v;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// State
+
+uint64_t Qwen35MoeState::bytes() const {
+    uint64_t n = 0;
+    for (const auto& b : k_) n += b.size();
+    for (const auto& b : v_) n += b.size();
+    for (const auto& b : conv_) n += b.size() * sizeof(float);
+    for (const auto& b : ssm_) n += b.size() * sizeof(float);
+    return n;
+}
+
+void Qwen35MoeState::clear() {
+    n_past_ = 0;
+    for (auto& b : conv_) std::fill(b.begin(), b.end(), 0.0f);
+    for (auto& b : ssm_) std::fill(b.begin(), b.end(), 0.0f);
+}
+
+std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) const {
+    if (o.n_ctx < 1) fail("context size must be at least 1, got {}", o.n_ctx);
+    if (o.n_ctx > hp_.n_ctx_train)
+        fail("context size {} exceeds the model's trained context {}", o.n_ctx, hp_.n_ctx_train);
+    const int64_t row = hp_.n_head_kv * hp_.head_dim_k;
+    for (quant::TypeId t : {o.k_type, o.v_type}) {
+        const quant::TypeTraits& tr = quant::traits(t);
+        if (t != quant::TypeId::f32 && (!tr.quantize || !tr.dequantize))
+            fail("KV cache type {} is not supported (use f32, f16, bf16, q8_0 or q4_0)", tr.name);
+        if (hp_.head_dim_k % tr.block_elems != 0)
+            fail("KV cache type {} needs head dim divisible by {}, model has {}", tr.name, tr.block_elems, hp_.head_dim_k);
+    }
+    MOX_CHECK(hp_.head_dim_k == hp_.head_dim_v, "different K and V head dims are not supported");
+    auto s = std::make_unique<Qwen35MoeState>();
+    s->options_ = o;
+    const int64_t n_attn = hp_.n_attention_layers(), n_rec = hp_.n_recurrent_layers();
+    for (int64_t i = 0; i < n_attn; ++i) {
+        s->k_.emplace_back(quant::row_bytes(o.k_type, row) * static_cast<size_t>(o.n_ctx));
+        s->v_.emplace_back(quant::row_bytes(o.v_type, row) * static_cast<size_t>(o.n_ctx));
+    }
+    for (int64_t i = 0; i < n_rec; ++i) {
+        s->conv_.emplace_back(static_cast<size_t>((hp_.ssm_conv_kernel - 1) * hp_.conv_channels()), 0.0f);
+        s->ssm_.emplace_back(static_cast<size_t>(hp_.ssm_v_heads * hp_.ssm_state * hp_.ssm_state), 0.0f);
+    }
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weights
+
+Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads) : hp_(read_qwen35moe_hparams(file)), pool_(n_threads) {
+    const int64_t d = hp_.n_embd;
+    token_embd_ = bind(file, "token_embd.weight", {d, hp_.n_vocab});
+    output_norm_ = load_vector(file, "output_norm.weight", {d});
+    // Files without a separate lm head tie it to the embedding (llama.cpp's fallback).
+    output_ = file.find_tensor("output.weight") ? bind(file, "output.weight", {d, hp_.n_vocab}) : token_embd_;
+
+    const int64_t n_trunk = hp_.n_trunk();
+    layers_.resize(static_cast<size_t>(n_trunk));
+    attn_index_.assign(static_cast<size_t>(n_trunk), -1);
+    rec_index_.assign(static_cast<size_t>(n_trunk), -1);
+    int64_t n_attn = 0, n_rec = 0;
+    for (int64_t i = 0; i < n_trunk; ++i) {
+        Qwen35MoeLayer& L = layers_[static_cast<size_t>(i)];
+        auto name = [&](const char* n) { return fmt::format("blk.{}.{}", i, n); };
+        L.recurrent = hp_.is_recurrent(i);
+        L.attn_norm = load_vector(file, name("attn_norm.weight"), {d});
+        L.post_attention_norm = load_vector(file, name("post_attention_norm.weight"), {d});
+        if (L.recurrent) {
+            rec_index_[static_cast<size_t>(i)] = n_rec++;
+            const int64_t C = hp_.conv_channels(), Hv = hp_.ssm_v_heads;
+            L.attn_qkv = bind(file, name("attn_qkv.weight"), {d, C});
+            L.attn_gate = bind(file, name("attn_gate.weight"), {d, hp_.ssm_inner});
+            L.ssm_beta = bind(file, name("ssm_beta.weight"), {d, Hv});
+            L.ssm_alpha = bind(file, name("ssm_alpha.weight"), {d, Hv});
+            L.ssm_conv1d = load_vector(file, name("ssm_conv1d.weight"), {hp_.ssm_conv_kernel, C});
+            L.ssm_dt_bias = load_vector(file, name("ssm_dt.bias"), {Hv});
+            L.ssm_a = load_vector(file, name("ssm_a"), {Hv});
+            L.ssm_norm = load_vector(file, name("ssm_norm.weight"), {hp_.ssm_state});
+            L.ssm_out = bind(file, name("ssm_out.weight"), {hp_.ssm_inner, d});
+        } else {
+            attn_index_[static_cast<size_t>(i)] = n_attn++;
+            L.attn_q = bind(file, name("attn_q.weight"), {d, 2 * hp_.n_head * hp_.head_dim_k});
+            L.attn_k = bind(file, name("attn_k.weight"), {d, hp_.n_head_kv * hp_.head_dim_k});
+            L.attn_v = bind(file, name("attn_v.weight"), {d, hp_.n_head_kv * hp_.head_dim_v});
+            L.attn_q_norm = load_vector(file, name("attn_q_norm.weight"), {hp_.head_dim_k});
+            L.attn_k_norm = load_vector(file, name("attn_k_norm.weight"), {hp_.head_dim_k});
+            L.attn_output = bind(file, name("attn_output.weight"), {hp_.n_head * hp_.head_dim_v, d});
+        }
+        L.router = bind(file, name("ffn_gate_inp.weight"), {d, hp_.n_expert});
+        L.experts.gate = bind(file, name("ffn_gate_exps.weight"), {d, hp_.n_ff_exp, hp_.n_expert});
+        L.experts.up = bind(file, name("ffn_up_exps.weight"), {d, hp_.n_ff_exp, hp_.n_expert});
+        L.experts.down = bind(file, name("ffn_down_exps.weight"), {hp_.n_ff_exp, d, hp_.n_expert});
+        if (hp_.n_ff_shexp > 0) {
+            // The converter may store the shared-expert gate as {n_embd} or {n_embd, 1}.
+            L.shexp_gate_inp = load_vector(file, name("ffn_gate_inp_shexp.weight"), {d});
+            L.shexp_gate = bind(file, name("ffn_gate_shexp.weight"), {d, hp_.n_ff_shexp});
+            L.shexp_up = bind(file, name("ffn_up_shexp.weight"), {d, hp_.n_ff_shexp});
+            L.shexp_down = bind(file, name("ffn_down_shexp.weight"), {hp_.n_ff_shexp, d});
+        }
+    }
+    expert_usage_.assign(static_cast<size_t>(n_trunk), std::vector<int64_t>(static_cast<size_t>(hp_.n_expert), 0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
+    int64_t n_tokens = 0;
+    for (const SequenceBatch& b : batch) {
+        MOX_CHECK(b.state != nullptr);
+        if (b.tokens.empty()) fail("empty sequence in batch");
+        if (b.state->n_past_ + static_cast<int64_t>(b.tokens.size()) > b.state->n_ctx())
+            fail("sequence of {} tokens after {} already in context exceeds the context size {}", b.tokens.size(),
+                 b.state->n_past_, b.state->n_ctx());
+        for (int32_t tok : b.tokens)
+            if (tok < 0 || tok >= hp_.n_vocab) fail("token id {} outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
+        n_tokens += static_cast<int64_t>(b.tokens.size());
+    }
+    const int64_t d = hp_.n_embd;
+    const ops::Context ctx{&pool_};
+
+    // x: the residual stream [n_tokens, n_embd]; tokens of the batch's sequences back to back.
+    std::vector<float> x(static_cast<size_t>(n_tokens * d)), u(x.size()), mixed(x.size());
+    {
+        int64_t t = 0;
+        for (const SequenceBatch& b : batch)
+            for (int32_t tok : b.tokens) ops::dequantize_rows(token_embd_, tok, 1, x.data() + (t++) * d);
+    }
+
+    for (int64_t il = 0; il < hp_.n_trunk(); ++il) {
+        const Qwen35MoeLayer& L = layers_[static_cast<size_t>(il)];
+        const float eps = static_cast<float>(hp_.rms_eps);
+        for (int64_t t = 0; t < n_tokens; ++t) ops::rms_norm(&x[t * d], L.attn_norm.data(), d, eps, &u[t * d]);
+        if (L.recurrent) deltanet(L, il, batch, u.data(), mixed.data());
+        else attention(L, il, batch, u.data(), mixed.data());
+        for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
+
+        for (int64_t t = 0; t < n_tokens; ++t) ops::rms_norm(&x[t * d], L.post_attention_norm.data(), d, eps, &u[t * d]);
+        moe(L, il, u.data(), n_tokens, mixed.data());
+        for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
+    }
+    for (const SequenceBatch& b : batch) b.state->n_past_ += static_cast<int64_t>(b.tokens.size());
+
+    // Final norm and lm head on the rows that need logits.
+    std::vector<int64_t> rows;
+    {
+        int64_t t = 0;
+        for (const SequenceBatch& b : batch) {
+            const int64_t n = static_cast<int64_t>(b.tokens.size());
+            if (all_logits)
+                for (int64_t i = 0; i < n; ++i) rows.push_back(t + i);
+            else rows.push_back(t + n - 1);
+            t += n;
+        }
+    }
+    std::vector<float> h(rows.size() * static_cast<size_t>(d));
+    for (size_t r = 0; r < rows.size(); ++r)
+        ops::rms_norm(&x[static_cast<size_t>(rows[r] * d)], output_norm_.data(), d, static_cast<float>(hp_.rms_eps), &h[r * static_cast<size_t>(d)]);
+    logits.resize(rows.size() * static_cast<size_t>(hp_.n_vocab));
+    ops::linear(ctx, output_, h.data(), static_cast<int64_t>(rows.size()), logits.data());
+}
+
+// Gated DeltaNet (spec §3a): projections for the whole batch, then the conv and delta rule token
+// by token through each sequence's state, then the output projection.
+void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
+                         float* out) {
+    const ops::Context ctx{&pool_};
+    int64_t n_tokens = 0;
+    for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
+    const int64_t C = hp_.conv_channels(), Hk = hp_.ssm_k_heads, Hv = hp_.ssm_v_heads, dk = hp_.ssm_state;
+    const int64_t dv = hp_.ssm_state, inner = hp_.ssm_inner;
+    const float eps = static_cast<float>(hp_.rms_eps);
+
+    std::vector<float> m(static_cast<size_t>(n_tokens * C)), z(static_cast<size_t>(n_tokens * inner));
+    std::vector<float> beta(static_cast<size_t>(n_tokens * Hv)), alpha(beta.size());
+    ops::linear(ctx, L.attn_qkv, u, n_tokens, m.data());
+    ops::linear(ctx, L.attn_gate, u, n_tokens, z.data());
+    ops::linear(ctx, L.ssm_beta, u, n_tokens, beta.data());
+    ops::linear(ctx, L.ssm_alpha, u, n_tokens, alpha.data());
+
+    std::vector<float> y(static_cast<size_t>(n_tokens * inner));
+    std::vector<float> conv_out(static_cast<size_t>(C));
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    const int64_t ri = rec_index_[static_cast<size_t>(il)];
+    int64_t t = 0;
+    for (const SequenceBatch& b : batch) {
+        float* conv_state = b.state->conv_[static_cast<size_t>(ri)].data();
+        float* S = b.state->ssm_[static_cast<size_t>(ri)].data();
+        for (size_t i = 0; i < b.tokens.size(); ++i, ++t) {
+            ops::causal_conv_step(conv_state, L.ssm_conv1d.data(), &m[t * C], C, hp_.ssm_conv_kernel, conv_out.data());
+            for (float& v : conv_out) v = ops::silu(v);
+            float* q = conv_out.data();           // [Hk, dk]
+            float* k = conv_out.data() + Hk * dk;  // [Hk, dk]
+            const float* v = conv_out.data() + 2 * Hk * dk;  // [Hv, dv]
+            for (int64_t h = 0; h < Hk; ++h) {
+                ops::l2_norm(q + h * dk, dk, eps);
+                ops::l2_norm(k + h * dk, dk, eps);
+                for (int64_t j = 0; j < dk; ++j) q[h * dk + j] *= q_scale;
+            }
+            // Value head h reads key/query head h mod Hk (GGUF's tiled head order, spec §2.6).
+            pool_.run(Hv, [&](int64_t h) {
+                const float bt = ops::sigmoid(beta[static_cast<size_t>(t * Hv + h)]);
+                const float g = L.ssm_a[static_cast<size_t>(h)] *
+                                ops::softplus(alpha[static_cast<size_t>(t * Hv + h)] + L.ssm_dt_bias[static_cast<size_t>(h)]);
+                float* o = &y[static_cast<size_t>(t * inner + h * dv)];
+                ops::delta_rule_step(S + h * dv * dk, q + (h % Hk) * dk, k + (h % Hk) * dk, v + h * dv, g, bt, dk, dv, o);
+                // Gated RMSNorm: norm(o) * silu(z) with one dv-wide weight shared by all heads.
+                ops::rms_norm(o, L.ssm_norm.data(), dv, eps, o);
+                const float* zh = &z[static_cast<size_t>(t * inner + h * dv)];
+                for (int64_t j = 0; j < dv; ++j) o[j] *= ops::silu(zh[j]);
+            });
+        }
+    }
+    ops::linear(ctx, L.ssm_out, y.data(), n_tokens, out);
+}
+
+// Gated full attention (spec §3b).
+void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
+                          float* out) {
+    const ops::Context ctx{&pool_};
+    int64_t n_tokens = 0;
+    for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
+    const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
+    const float eps = static_cast<float>(hp_.rms_eps);
+
+    std::vector<float> qg(static_cast<size_t>(n_tokens * 2 * H * hd));
+    std::vector<float> k(static_cast<size_t>(n_tokens * Hkv * hd)), v(k.size());
+    ops::linear(ctx, L.attn_q, u, n_tokens, qg.data());
+    ops::linear(ctx, L.attn_k, u, n_tokens, k.data());
+    ops::linear(ctx, L.attn_v, u, n_tokens, v.data());
+
+    std::vector<float> q(static_cast<size_t>(n_tokens * H * hd)), o(q.size());
+    // Split [query | gate] per head, norm and rotate q and k, store K/V.
+    const int64_t ai = attn_index_[static_cast<size_t>(il)];
+    const ops::AttentionShape shape{H, Hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+    int64_t t = 0;
+    for (const SequenceBatch& b : batch) {
+        Qwen35MoeState& st = *b.state;
+        const StateOptions& so = st.options_;
+        ops::KvView kv{st.k_[static_cast<size_t>(ai)].data(), st.v_[static_cast<size_t>(ai)].data(), so.k_type, so.v_type,
+                       Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd), quant::row_bytes(so.v_type, Hkv * hd), so.n_ctx};
+        const int64_t t0 = t;
+        for (size_t i = 0; i < b.tokens.size(); ++i, ++t) {
+            const int64_t pos = st.n_past_ + static_cast<int64_t>(i);
+            for (int64_t h = 0; h < H; ++h) {
+                float* qh = &q[static_cast<size_t>((t * H + h) * hd)];
+                std::memcpy(qh, &qg[static_cast<size_t>((t * H + h) * 2 * hd)], static_cast<size_t>(hd) * sizeof(float));
+                ops::rms_norm(qh, L.attn_q_norm.data(), hd, eps, qh);
+                ops::rope_neox(qh, hp_.n_rot, pos, hp_.rope_theta);
+            }
+            for (int64_t h = 0; h < Hkv; ++h) {
+                float* kh = &k[static_cast<size_t>((t * Hkv + h) * hd)];
+                ops::rms_norm(kh, L.attn_k_norm.data(), hd, eps, kh);
+                ops::rope_neox(kh, hp_.n_rot, pos, hp_.rope_theta);
+            }
+            ops::kv_store(kv, pos, &k[static_cast<size_t>(t * Hkv * hd)], &v[static_cast<size_t>(t * Hkv * hd)]);
+        }
+        // Every token attends to its sequence's cache up to and including itself.
+        pool_.run(static_cast<int64_t>(b.tokens.size()), [&](int64_t i) {
+            const int64_t tt = t0 + i;
+            const int64_t pos = st.n_past_ + i;
+            ops::attention(kv, shape, &q[static_cast<size_t>(tt * H * hd)], pos + 1, &o[static_cast<size_t>(tt * H * hd)]);
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t j = 0; j < hd; ++j)
+                    o[static_cast<size_t>((tt * H + h) * hd + j)] *=
+                        ops::sigmoid(qg[static_cast<size_t>((tt * H + h) * 2 * hd + hd + j)]);
+        });
+    }
+    ops::linear(ctx, L.attn_output, o.data(), n_tokens, out);
+}
+
+// Routed experts plus the sigmoid-gated shared expert (spec §3c).
+void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t n_tokens, float* out) {
+    const ops::Context ctx{&pool_};
+    const int64_t d = hp_.n_embd;
+    std::vector<float> router_logits(static_cast<size_t>(n_tokens * hp_.n_expert));
+    ops::linear(ctx, L.router, u, n_tokens, router_logits.data());
+    ops::Routing routing;
+    ops::route_softmax_topk(router_logits.data(), n_tokens, hp_.n_expert, hp_.n_expert_used, true, routing);
+    auto& usage = expert_usage_[static_cast<size_t>(il)];
+    for (int64_t e = 0; e < hp_.n_expert; ++e) usage[static_cast<size_t>(e)] += routing.expert_counts[static_cast<size_t>(e)];
+    ops::moe_ffn(ctx, L.experts, routing, u, out);
+    if (hp_.n_ff_shexp == 0) return;
+    std::vector<float> shared(static_cast<size_t>(n_tokens * d));
+    ops::swiglu_ffn(ctx, L.shexp_gate, L.shexp_up, L.shexp_down, u, n_tokens, shared.data());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        float gate = 0;
+        for (int64_t c = 0; c < d; ++c) gate += L.shexp_gate_inp[static_cast<size_t>(c)] * u[t * d + c];
+        gate = ops::sigmoid(gate);
+        for (int64_t c = 0; c < d; ++c) out[t * d + c] += gate * shared[static_cast<size_t>(t * d + c)];
+    }
+}
+
+}  // namespace mox::models

@@ -1,0 +1,97 @@
+// Qwen3.5/3.6-MoE (llama.cpp arch `qwen35moe`): weights bound to a GGUF file and the forward pass,
+// written to read like shared/spec/qwen35moe.md §3. Reference path (fp32 activations, weights
+// dequantized on the fly); faster kernels plug in below the op calls.
+#pragma once
+
+#include "core/thread_pool.h"
+#include "gguf/reader.h"
+#include "models/qwen35moe_hparams.h"
+#include "ops/moe.h"
+#include "ops/weight.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace mox::models {
+
+struct Qwen35MoeLayer {
+    bool recurrent = false;
+    std::vector<float> attn_norm, post_attention_norm;
+    // Gated DeltaNet
+    ops::Weight attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out;
+    std::vector<float> ssm_conv1d, ssm_dt_bias, ssm_a, ssm_norm;
+    // Gated full attention
+    ops::Weight attn_q, attn_k, attn_v, attn_output;
+    std::vector<float> attn_q_norm, attn_k_norm;
+    // MoE
+    ops::Weight router;
+    ops::ExpertStack experts;
+    ops::Weight shexp_gate, shexp_up, shexp_down;
+    std::vector<float> shexp_gate_inp;  // [n_embd]: the shared expert's sigmoid gate
+};
+
+// Per-sequence state: KV cache of the full-attention layers and the DeltaNet conv/recurrent state.
+struct StateOptions {
+    int64_t n_ctx = 4096;
+    quant::TypeId k_type = quant::TypeId::f16;
+    quant::TypeId v_type = quant::TypeId::f16;
+};
+
+class Qwen35MoeState {
+public:
+    int64_t n_past() const { return n_past_; }
+    int64_t n_ctx() const { return options_.n_ctx; }
+    const StateOptions& options() const { return options_; }
+    uint64_t bytes() const;  // everything this state allocated
+    void clear();            // back to an empty sequence
+
+private:
+    friend class Qwen35Moe;
+    StateOptions options_;
+    int64_t n_past_ = 0;
+    std::vector<std::vector<uint8_t>> k_, v_;        // per attention layer: [n_ctx, row bytes]
+    std::vector<std::vector<float>> conv_, ssm_;     // per DeltaNet layer
+};
+
+// A batch: tokens of one or more sequences, each continuing its own state.
+struct SequenceBatch {
+    Qwen35MoeState* state = nullptr;
+    std::span<const int32_t> tokens;
+};
+
+class Qwen35Moe {
+public:
+    // Binds every tensor of the file (checking names, shapes and that its type is supported).
+    Qwen35Moe(const gguf::File& file, int n_threads);
+
+    const Qwen35MoeHparams& hparams() const { return hp_; }
+    int64_t n_vocab() const { return hp_.n_vocab; }
+
+    // Throws mox::Error if the KV types or the context are unusable for this model.
+    std::unique_ptr<Qwen35MoeState> new_state(const StateOptions& options) const;
+
+    // Runs the batch. logits receives [n_rows, n_vocab]: one row per token when all_logits, else
+    // one row (the last token) per sequence, in batch order. A sequence that would exceed its
+    // context is a mox::Error and leaves every state unchanged.
+    void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits);
+
+    // Usage histogram of routed experts since load: [n_layer][n_expert] selections.
+    const std::vector<std::vector<int64_t>>& expert_usage() const { return expert_usage_; }
+
+private:
+    void deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
+    void attention(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
+    void moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t n_tokens, float* out);
+
+    Qwen35MoeHparams hp_;
+    ThreadPool pool_;
+    ops::Weight token_embd_, output_;
+    std::vector<float> output_norm_;
+    std::vector<Qwen35MoeLayer> layers_;
+    std::vector<int64_t> attn_index_, rec_index_;  // layer -> index among attention / DeltaNet layers
+    std::vector<std::vector<int64_t>> expert_usage_;
+};
+
+}  // namespace mox::models

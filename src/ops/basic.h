@@ -1,0 +1,24 @@
+// Small per-vector operations of the forward pass (reference versions, fp32).
+#pragma once
+
+#include <cstdint>
+
+namespace mox::ops {
+
+// out = x / sqrt(mean(x^2) + eps) * w   (w may be null: no weight). In place allowed.
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);
+// x /= max(||x||_2, eps)  (llama.cpp's form; equal to HF's rsqrt(|x|^2 + eps) up to rounding).
+void l2_norm(float* x, int64_t n, float eps);
+
+float silu(float x);
+float sigmoid(float x);
+float softplus(float x);  // ln(1 + e^x), identity above 20 as torch's default threshold
+
+// NEOX rotary embedding on the first n_rot dims of one head: element i pairs with i + n_rot/2;
+// angle = pos * theta^(-2i/n_rot). Dims n_rot.. are untouched.
+void rope_neox(float* head, int64_t n_rot, int64_t pos, double theta);
+
+// Numerically stable softmax in place.
+void softmax(float* x, int64_t n);
+
+}  // namespace mox::ops

@@ -1,0 +1,41 @@
+// Mixture-of-experts: routing and the routed-expert FFN as one operator per layer
+// (shared/spec/qwen35moe.md §3c). The selected experts of all tokens are grouped by expert, so
+// each expert's weights are read once per batch.
+#pragma once
+
+#include "ops/context.h"
+#include "ops/weight.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mox::ops {
+
+// Routing of a batch: for token t, ids[t*k + i] and weights[t*k + i], i < k, plus per-expert
+// token counts (the runtime's usage histogram feeds on them).
+struct Routing {
+    int64_t n_tokens = 0;
+    int64_t k = 0;
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+    std::vector<int32_t> expert_counts;  // [n_expert]
+};
+
+// softmax over n_expert logits, top-k by probability (ties: lower id), weights renormalised to sum
+// 1 (the sum clamped below at 6.1035e-5 as llama.cpp does) when `renormalize`.
+void route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool renormalize,
+                        Routing& out);
+
+// 3-D expert stacks: gate/up {n_embd, n_ff, n_expert}, down {n_ff, n_embd, n_expert}.
+struct ExpertStack {
+    Weight gate, up, down;
+};
+
+// out[t] = sum_i weights[t,i] * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t,i]. x, out: [n_tokens, n_embd].
+void moe_ffn(const Context& ctx, const ExpertStack& experts, const Routing& routing, const float* x, float* out);
+
+// A dense SwiGLU FFN (the shared expert): out = down(silu(gate x) * up x) for n_tokens rows.
+void swiglu_ffn(const Context& ctx, const Weight& gate, const Weight& up, const Weight& down, const float* x,
+                int64_t n_tokens, float* out);
+
+}  // namespace mox::ops

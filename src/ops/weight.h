@@ -1,0 +1,33 @@
+// A read-only view of a weight matrix in its stored block format: `n_out` rows of `n_in`
+// elements, each row `row_bytes` long (ggml layout: ne0 = n_in is contiguous). Expert stacks
+// are 3-D; expert(e) is the 2-D slice of one expert.
+#pragma once
+
+#include "core/error.h"
+#include "quant/types.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mox::ops {
+
+struct Weight {
+    const uint8_t* data = nullptr;
+    quant::TypeId type = quant::TypeId::f32;
+    int64_t n_in = 0;      // ne0
+    int64_t n_out = 0;     // ne1
+    int64_t n_expert = 1;  // ne2 (1 for plain matrices)
+    size_t row_bytes = 0;
+
+    bool valid() const { return data != nullptr; }
+    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+    Weight expert(int64_t e) const {
+        MOX_CHECK(e >= 0 && e < n_expert, "expert {} of {}", e, n_expert);
+        Weight w = *this;
+        w.data = data + static_cast<size_t>(e * n_out) * row_bytes;
+        w.n_expert = 1;
+        return w;
+    }
+};
+
+}  // namespace mox::ops
