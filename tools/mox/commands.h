@@ -9,5 +9,6 @@ namespace mox::cli {
 
 void register_inspect(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_logits(CLI::App& app);
 
 }  // namespace mox::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     });
     mox::cli::register_inspect(app);
     mox::cli::register_synth(app);
+    mox::cli::register_logits(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

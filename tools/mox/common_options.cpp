@@ -1,0 +1,42 @@
+#include "common_options.h"
+
+#include "core/error.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+
+namespace mox::cli {
+
+void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
+    auto* m = cmd->add_option("-m,--model", o.path, "GGUF model file (first shard of a split model)");
+    if (model_required) m->required();
+    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: all)");
+    cmd->add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (default: what the job needs)");
+    cmd->add_option("-ctk,--cache-type-k", o.cache_type_k, "KV cache type for K: f32, f16, bf16, q8_0, q4_0")
+        ->capture_default_str();
+    cmd->add_option("-ctv,--cache-type-v", o.cache_type_v, "KV cache type for V: f32, f16, bf16, q8_0, q4_0")
+        ->capture_default_str();
+}
+
+models::StateOptions state_options(const ModelOptions& o, const models::Qwen35MoeHparams& hp, int64_t n_needed) {
+    models::StateOptions so;
+    auto type = [](const std::string& name) {
+        auto t = quant::type_from_name(name);
+        if (!t) fail("unknown KV cache type '{}'", name);
+        return *t;
+    };
+    so.k_type = type(o.cache_type_k);
+    so.v_type = type(o.cache_type_v);
+    if (o.n_ctx > 0) {
+        if (n_needed > o.n_ctx) fail("{} tokens do not fit the context size {} (-c)", n_needed, o.n_ctx);
+        so.n_ctx = o.n_ctx;
+    } else {
+        if (n_needed > hp.n_ctx_train)
+            fail("{} tokens exceed the model's trained context {}", n_needed, hp.n_ctx_train);
+        so.n_ctx = std::min<int64_t>(hp.n_ctx_train, std::max<int64_t>(n_needed, 1));
+    }
+    return so;
+}
+
+}  // namespace mox::cli

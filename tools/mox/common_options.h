@@ -1,0 +1,27 @@
+// Options shared by the commands that load a model (run, chat, logits, bench): llama.cpp's names.
+#pragma once
+
+#include "models/qwen35moe.h"
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace mox::cli {
+
+struct ModelOptions {
+    std::string path;
+    int threads = 0;
+    int64_t n_ctx = 0;  // 0: enough for the job, capped by the model's trained context
+    std::string cache_type_k = "f16";
+    std::string cache_type_v = "f16";
+};
+
+void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required = true);
+
+// State options from the flags; n_needed is the context the job needs at least when -c is not set.
+models::StateOptions state_options(const ModelOptions& o, const models::Qwen35MoeHparams& hp, int64_t n_needed);
+
+}  // namespace mox::cli
