@@ -10,5 +10,6 @@ namespace mox::cli {
 void register_inspect(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_logits(CLI::App& app);
+void register_devices(CLI::App& app);
 
 }  // namespace mox::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     mox::cli::register_inspect(app);
     mox::cli::register_synth(app);
     mox::cli::register_logits(app);
+    mox::cli::register_devices(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
