@@ -17,7 +17,7 @@ constexpr float fp16_to_fp32(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1Fu;
     uint32_t mant = h & 0x3FFu;
-    if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));  // inf / NaN
+    if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));        // inf / NaN
     if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));  // 127-15 = 112
     if (mant == 0) return std::bit_cast<float>(sign);                                       // +-0
     // Subnormal: value = mant * 2^-24. Normalise: shift the leading 1 up to bit 10, adjusting the exponent.
@@ -36,9 +36,9 @@ constexpr uint16_t fp32_to_fp16(float f) {
     const uint32_t bits = std::bit_cast<uint32_t>(f);
     const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
     const uint32_t abs = bits & 0x7FFFFFFFu;
-    if (abs > 0x7F800000u) return sign | 0x7E00u;    // NaN
-    if (abs >= 0x477FF000u) return sign | 0x7C00u;   // >= 65520 (half-way past 65504) and inf: overflow
-    if (abs >= 0x38800000u) {                        // >= 2^-14: a normal fp16
+    if (abs > 0x7F800000u) return sign | 0x7E00u;     // NaN
+    if (abs >= 0x477FF000u) return sign | 0x7C00u;    // >= 65520 (half-way past 65504) and inf: overflow
+    if (abs >= 0x38800000u) {                         // >= 2^-14: a normal fp16
         const uint32_t rebased = abs - (112u << 23);  // fp32 exponent bias 127 -> fp16 bias 15
         // Drop 13 mantissa bits rounding half to even; a carry out of the mantissa bumps the exponent,
         // which is exactly the right result (and cannot reach inf: that case was handled above).
@@ -59,7 +59,9 @@ constexpr uint16_t fp32_to_fp16(float f) {
 }
 
 // bf16 -> fp32: bf16 is the top half of an fp32, so this is exact for every input, NaN payloads included.
-constexpr float bf16_to_fp32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+constexpr float bf16_to_fp32(uint16_t b) {
+    return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 // fp32 -> bf16 as ggml (and gguf-py) do it: round to nearest, ties to even, on the raw bits (so overflow
 // correctly gives inf); a NaN is truncated and forced quiet (bf16 bit 6) rather than rounded, so it can

@@ -35,13 +35,25 @@ inline uint32_t load_u32(const uint8_t* p) {
     std::memcpy(&v, p, sizeof v);
     return v;
 }
-inline float load_f32(const uint8_t* p) { return std::bit_cast<float>(load_u32(p)); }
-inline float load_f16(const uint8_t* p) { return fp16_to_fp32(load_u16(p)); }
+inline float load_f32(const uint8_t* p) {
+    return std::bit_cast<float>(load_u32(p));
+}
+inline float load_f16(const uint8_t* p) {
+    return fp16_to_fp32(load_u16(p));
+}
 
-inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
-inline void store_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, sizeof v); }
-inline void store_f32(uint8_t* p, float v) { store_u32(p, std::bit_cast<uint32_t>(v)); }
-inline void store_f16(uint8_t* p, float v) { store_u16(p, fp32_to_fp16(v)); }
+inline void store_u16(uint8_t* p, uint16_t v) {
+    std::memcpy(p, &v, sizeof v);
+}
+inline void store_u32(uint8_t* p, uint32_t v) {
+    std::memcpy(p, &v, sizeof v);
+}
+inline void store_f32(uint8_t* p, float v) {
+    store_u32(p, std::bit_cast<uint32_t>(v));
+}
+inline void store_f16(uint8_t* p, float v) {
+    store_u16(p, fp32_to_fp16(v));
+}
 
 // ggml's nearest_int: add 1.5 * 2^23 so the fp32 adder rounds to an integer (half to even in the default
 // rounding mode), then read it from the mantissa. Valid for |x| < 2^22; beyond that (and for inf/NaN) it

@@ -47,11 +47,14 @@ inline int k4_nibble(const uint8_t* qs, int e) {
 inline void pack_k4_nibbles(uint8_t* qs, const uint8_t L[kQKK]) {
     for (int c = 0; c < 4; ++c)
         for (int l = 0; l < 32; ++l)
-            qs[32 * c + l] = static_cast<uint8_t>((L[64 * c + l] & 0x0F) | ((L[64 * c + 32 + l] & 0x0F) << 4));
+            qs[32 * c + l] =
+                static_cast<uint8_t>((L[64 * c + l] & 0x0F) | ((L[64 * c + 32 + l] & 0x0F) << 4));
 }
 
 // Bit e/32 of bits[e % 32]: Q3_K's hmask and Q5_K's qh place one extra bit per element this way.
-inline int high_bit(const uint8_t* bits, int e) { return (bits[e % 32] >> (e / 32)) & 1; }
+inline int high_bit(const uint8_t* bits, int e) {
+    return (bits[e % 32] >> (e / 32)) & 1;
+}
 
 // Q6_K element e = 128h + 32k + l: low 4 bits from ql[64h + l + 32(k&1)] (low nibble for k < 2, high for
 // k >= 2), high 2 bits = bits 2k..2k+1 of qh[32h + l]. Returns q in 0..63 (the stored, +32 biased value).
@@ -98,7 +101,8 @@ float fit_asymmetric(int n, int nmax, const float* x, const float* w, uint8_t* L
         return err;
     };
     auto quantize_with = [&](float iscale, uint8_t* q) {
-        for (int i = 0; i < n; ++i) q[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
+        for (int i = 0; i < n; ++i)
+            q[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
     };
 
     float iscale = static_cast<float>(nmax) / (max - min);
@@ -222,15 +226,18 @@ float fit_symmetric_q3(int n, int nmax, const float* x, uint8_t* L) {
     return sumlx / suml2;
 }
 
-// Re-quantizes one group with the stored (rounded) scale d and offset dm: q = clamp(round((x+dm)/d), 0, nmax).
+// Re-quantizes one group with the stored (rounded) scale d and offset dm: q = clamp(round((x+dm)/d), 0,
+// nmax).
 inline void requantize_asym(const float* x, int n, float d, float dm, int nmax, uint8_t* L) {
-    for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(std::clamp(nearest_int((x[i] + dm) / d), 0, nmax));
+    for (int i = 0; i < n; ++i)
+        L[i] = static_cast<uint8_t>(std::clamp(nearest_int((x[i] + dm) / d), 0, nmax));
 }
 
 // The Q4_K/Q5_K quantizer body: per 32 sub-block an asymmetric fit with weights sqrt(mean x^2) + |x|,
 // then the 8 scales and 8 mins are mapped to 6 bits against their maxima and every element is
 // re-quantized with the rounded values. Writes d, dmin, the 12 scale bytes and L (0..nmax).
-void quantize_k4_body(const float* x, int nmax, float rmin, float rdelta, int nstep, uint8_t* block, uint8_t L[kQKK]) {
+void quantize_k4_body(const float* x, int nmax, float rmin, float rdelta, int nstep, uint8_t* block,
+                      uint8_t L[kQKK]) {
     float scales[8], mins[8];
     float max_scale = 0, max_min = 0;
     for (int b = 0; b < 8; ++b) {
@@ -304,7 +311,8 @@ void quantize_q2_k(const float* src, void* dst, int64_t n) {
         std::memset(packed, 0, 16);
         if (max_scale > 0) {
             const float iscale = 15.f / max_scale;
-            for (int g = 0; g < 16; ++g) packed[g] = static_cast<uint8_t>(std::min(15, nearest_int(iscale * scales[g])));
+            for (int g = 0; g < 16; ++g)
+                packed[g] = static_cast<uint8_t>(std::min(15, nearest_int(iscale * scales[g])));
             store_f16(b + 80, max_scale / 15.f);
         } else {
             store_f16(b + 80, 0.0f);
@@ -321,7 +329,8 @@ void quantize_q2_k(const float* src, void* dst, int64_t n) {
         for (int g = 0; g < 16; ++g) {
             const float d = d_all * static_cast<float>(packed[g] & 0x0F);
             if (d == 0) continue;
-            requantize_asym(src + 16 * g, 16, d, dmin_all * static_cast<float>(packed[g] >> 4), 3, L + 16 * g);
+            requantize_asym(src + 16 * g, 16, d, dmin_all * static_cast<float>(packed[g] >> 4), 3,
+                            L + 16 * g);
         }
         pack_crumbs(b + 16, L);
     }
@@ -402,7 +411,8 @@ void dequantize_q4_k(const void* src, float* dst, int64_t n) {
             get_scale_min_k4(b + 4, sb, &sc, &m);
             const float d1 = d * static_cast<float>(sc);
             const float m1 = dmin * static_cast<float>(m);
-            for (int e = 32 * sb; e < 32 * sb + 32; ++e) dst[e] = d1 * static_cast<float>(k4_nibble(qs, e)) - m1;
+            for (int e = 32 * sb; e < 32 * sb + 32; ++e)
+                dst[e] = d1 * static_cast<float>(k4_nibble(qs, e)) - m1;
         }
     }
 }
@@ -464,7 +474,8 @@ void dequantize_q6_k(const void* src, float* dst, int64_t n) {
         const float d = load_f16(b + 208);
         for (int g = 0; g < 16; ++g) {
             const float dl = d * static_cast<float>(scales[g]);
-            for (int e = 16 * g; e < 16 * g + 16; ++e) dst[e] = dl * static_cast<float>(q6k_quant(ql, qh, e) - 32);
+            for (int e = 16 * g; e < 16 * g + 16; ++e)
+                dst[e] = dl * static_cast<float>(q6k_quant(ql, qh, e) - 32);
         }
     }
 }
@@ -485,14 +496,16 @@ void quantize_q6_k(const float* src, void* dst, int64_t n) {
         const float iscale = -128.f / max_scale;
         store_f16(b + 208, 1 / iscale);
         auto* qscales = reinterpret_cast<int8_t*>(b + 192);
-        for (int g = 0; g < 16; ++g) qscales[g] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[g])));
+        for (int g = 0; g < 16; ++g)
+            qscales[g] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[g])));
 
         const float d_all = load_f16(b + 208);
         for (int g = 0; g < 16; ++g) {
             const float d = d_all * static_cast<float>(qscales[g]);
             if (d == 0) continue;
             for (int l = 0; l < 16; ++l)
-                L[16 * g + l] = static_cast<uint8_t>(std::clamp(nearest_int(src[16 * g + l] / d), -32, 31) + 32);
+                L[16 * g + l] =
+                    static_cast<uint8_t>(std::clamp(nearest_int(src[16 * g + l] / d), -32, 31) + 32);
         }
         uint8_t* ql = b;
         uint8_t* qh = b + 128;
@@ -529,7 +542,8 @@ void quantize_q8_k(const float* src, void* dst, int64_t n) {
         }
         const float iscale = -127.f / max;
         auto* qs = reinterpret_cast<int8_t*>(b + 4);
-        for (int e = 0; e < kQKK; ++e) qs[e] = static_cast<int8_t>(std::min(127, nearest_int(iscale * src[e])));
+        for (int e = 0; e < kQKK; ++e)
+            qs[e] = static_cast<int8_t>(std::min(127, nearest_int(iscale * src[e])));
         for (int g = 0; g < 16; ++g) {
             int sum = 0;
             for (int l = 0; l < 16; ++l) sum += qs[16 * g + l];

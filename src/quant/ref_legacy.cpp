@@ -22,7 +22,9 @@ constexpr size_t kQ4_0Bytes = 18, kQ4_1Bytes = 20, kQ5_0Bytes = 22, kQ5_1Bytes =
 constexpr size_t kQ8_0Bytes = 34, kQ8_1Bytes = 36;
 
 // The 4-bit quant of element e (0..31) of a block whose nibbles start at qs.
-inline int nibble(const uint8_t* qs, int e) { return e < 16 ? (qs[e] & 0x0F) : (qs[e - 16] >> 4); }
+inline int nibble(const uint8_t* qs, int e) {
+    return e < 16 ? (qs[e] & 0x0F) : (qs[e - 16] >> 4);
+}
 
 // Packs 32 values (each 0..15 after masking) into 16 bytes: element j low, element j+16 high.
 inline void pack_nibbles(uint8_t* qs, const uint8_t q[kQK]) {

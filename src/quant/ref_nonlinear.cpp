@@ -1,8 +1,9 @@
 // Non-linear 4-bit formats (spec §3.1, §3.4, §5): values come from a 16-entry table, not a linear grid.
 //
 //   IQ4_NL (18 B / 32):  d f16 @0, qs[16] @2                                   value d * kvalues_iq4nl[q]
-//   IQ4_XS (136 B / 256): d f16 @0, scales_h u16 @2, scales_l[4] @4, qs[128] @8  value d*(ls-32)*kvalues_iq4nl[q]
-//   MXFP4 (17 B / 32):   e u8 (E8M0) @0, qs[16] @1                             value kvalues_mxfp4[q] * 2^(e-128)
+//   IQ4_XS (136 B / 256): d f16 @0, scales_h u16 @2, scales_l[4] @4, qs[128] @8  value
+//   d*(ls-32)*kvalues_iq4nl[q] MXFP4 (17 B / 32):   e u8 (E8M0) @0, qs[16] @1 value kvalues_mxfp4[q] *
+//   2^(e-128)
 //
 // Nibble order as the legacy types: within each 32-element (sub-)block, byte j holds element j in its
 // low nibble and element j+16 in its high nibble.
@@ -19,7 +20,9 @@ namespace {
 
 constexpr size_t kIq4nlBytes = 18, kIq4xsBytes = 136, kMxfp4Bytes = 17;
 
-inline int nibble(const uint8_t* qs, int e) { return e < 16 ? (qs[e] & 0x0F) : (qs[e - 16] >> 4); }
+inline int nibble(const uint8_t* qs, int e) {
+    return e < 16 ? (qs[e] & 0x0F) : (qs[e - 16] >> 4);
+}
 
 inline void pack_nibbles(uint8_t* qs, const uint8_t* q) {
     for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
@@ -132,7 +135,8 @@ void dequantize_iq4_xs(const void* src, float* dst, int64_t n) {
         const uint8_t* scales_l = b + 4;
         const uint8_t* qs = b + 8;
         for (int ib = 0; ib < 8; ++ib) {
-            const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
+            const int ls =
+                ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
             const float dl = d * static_cast<float>(ls - 32);
             for (int e = 0; e < kQK; ++e)
                 dst[32 * ib + e] = dl * static_cast<float>(kValuesIq4nl[nibble(qs + 16 * ib, e)]);
