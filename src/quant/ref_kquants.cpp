@@ -22,6 +22,7 @@ namespace {
 
 constexpr size_t kQ2KBytes = 84, kQ3KBytes = 110, kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
 constexpr size_t kQ8KBytes = 292;
+constexpr int kMaxGroup = 32;  // the per-group fits see 16 (Q2_K, Q3_K, Q6_K) or 32 (Q4_K, Q5_K) elements
 
 // ---------------------------------------------------------------------------------------------------
 // Bit placement shared by Q2_K and Q3_K: the 2-bit quant of element e = 128h + 32s + l (h 0..1, s 0..3,
@@ -110,7 +111,9 @@ float fit_asymmetric(int n, int nmax, const float* x, const float* w, uint8_t* L
     quantize_with(iscale, L);
     float best_error = error_of(scale, min, L);
 
-    uint8_t trial[kQKK];
+    // Note: once a candidate is accepted, later candidates are derived from the *updated* min (both the
+    // range max - min and the offset x - min), as in ggml; it is part of the reference's behaviour.
+    uint8_t trial[kMaxGroup];
     for (int is = 0; is <= nstep; ++is) {
         iscale = (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
         quantize_with(iscale, trial);
@@ -192,7 +195,7 @@ float fit_symmetric_q3(int n, int nmax, const float* x, uint8_t* L) {
         return 0.0f;
     }
     const float iscale = static_cast<float>(-nmax) / max;
-    int level[kQKK];
+    int level[kMaxGroup];
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
         level[i] = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
