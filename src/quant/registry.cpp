@@ -18,29 +18,30 @@ using T = TypeId;
 // Grouped by family; find_type() looks rows up by id.
 constexpr TypeTraits kTypes[] = {
     // id        name       blk  bytes quantized dequantize quantize vec_dot_type
+    // (reference functions: quant/reference.h)
     // plain floats
-    {T::f32,     "F32",       1,   4, false, nullptr, nullptr, T::f32},
-    {T::f16,     "F16",       1,   2, false, nullptr, nullptr, T::f16},
-    {T::bf16,    "BF16",      1,   2, false, nullptr, nullptr, T::bf16},
-    {T::f64,     "F64",       1,   8, false, nullptr, nullptr, T::f64},
+    {T::f32,     "F32",       1,   4, false, ref::dequantize_f32, ref::quantize_f32, T::f32},
+    {T::f16,     "F16",       1,   2, false, ref::dequantize_f16, ref::quantize_f16, T::f16},
+    {T::bf16,    "BF16",      1,   2, false, ref::dequantize_bf16, ref::quantize_bf16, T::bf16},
+    {T::f64,     "F64",       1,   8, false, ref::dequantize_f64, ref::quantize_f64, T::f64},
     // legacy 32-element blocks
-    {T::q4_0,    "Q4_0",     32,  18, true,  nullptr, nullptr, T::q8_0},
-    {T::q4_1,    "Q4_1",     32,  20, true,  nullptr, nullptr, T::q8_1},
-    {T::q5_0,    "Q5_0",     32,  22, true,  nullptr, nullptr, T::q8_0},
-    {T::q5_1,    "Q5_1",     32,  24, true,  nullptr, nullptr, T::q8_1},
-    {T::q8_0,    "Q8_0",     32,  34, true,  nullptr, nullptr, T::q8_0},
-    {T::q8_1,    "Q8_1",     32,  36, true,  nullptr, nullptr, T::q8_1},
+    {T::q4_0,    "Q4_0",     32,  18, true, ref::dequantize_q4_0, ref::quantize_q4_0, T::q8_0},
+    {T::q4_1,    "Q4_1",     32,  20, true, ref::dequantize_q4_1, ref::quantize_q4_1, T::q8_1},
+    {T::q5_0,    "Q5_0",     32,  22, true, ref::dequantize_q5_0, ref::quantize_q5_0, T::q8_0},
+    {T::q5_1,    "Q5_1",     32,  24, true, ref::dequantize_q5_1, ref::quantize_q5_1, T::q8_1},
+    {T::q8_0,    "Q8_0",     32,  34, true, ref::dequantize_q8_0, ref::quantize_q8_0, T::q8_0},
+    {T::q8_1,    "Q8_1",     32,  36, true, ref::dequantize_q8_1, ref::quantize_q8_1, T::q8_1},
     // K-quants (256-element super-blocks)
-    {T::q2_k,    "Q2_K",    256,  84, true,  nullptr, nullptr, T::q8_k},
-    {T::q3_k,    "Q3_K",    256, 110, true,  nullptr, nullptr, T::q8_k},
-    {T::q4_k,    "Q4_K",    256, 144, true,  nullptr, nullptr, T::q8_k},
-    {T::q5_k,    "Q5_K",    256, 176, true,  nullptr, nullptr, T::q8_k},
-    {T::q6_k,    "Q6_K",    256, 210, true,  nullptr, nullptr, T::q8_k},
-    {T::q8_k,    "Q8_K",    256, 292, true,  nullptr, nullptr, T::q8_k},
+    {T::q2_k,    "Q2_K",    256,  84, true, ref::dequantize_q2_k, ref::quantize_q2_k, T::q8_k},
+    {T::q3_k,    "Q3_K",    256, 110, true, ref::dequantize_q3_k, ref::quantize_q3_k, T::q8_k},
+    {T::q4_k,    "Q4_K",    256, 144, true, ref::dequantize_q4_k, ref::quantize_q4_k, T::q8_k},
+    {T::q5_k,    "Q5_K",    256, 176, true, ref::dequantize_q5_k, ref::quantize_q5_k, T::q8_k},
+    {T::q6_k,    "Q6_K",    256, 210, true, ref::dequantize_q6_k, ref::quantize_q6_k, T::q8_k},
+    {T::q8_k,    "Q8_K",    256, 292, true, ref::dequantize_q8_k, ref::quantize_q8_k, T::q8_k},
     // non-linear 4-bit
-    {T::iq4_nl,  "IQ4_NL",   32,  18, true,  nullptr, nullptr, T::q8_0},
-    {T::iq4_xs,  "IQ4_XS",  256, 136, true,  nullptr, nullptr, T::q8_k},
-    {T::mxfp4,   "MXFP4",    32,  17, true,  nullptr, nullptr, T::q8_0},
+    {T::iq4_nl,  "IQ4_NL",   32,  18, true, ref::dequantize_iq4_nl, ref::quantize_iq4_nl, T::q8_0},
+    {T::iq4_xs,  "IQ4_XS",  256, 136, true, ref::dequantize_iq4_xs, ref::quantize_iq4_xs, T::q8_k},
+    {T::mxfp4,   "MXFP4",    32,  17, true, ref::dequantize_mxfp4, ref::quantize_mxfp4, T::q8_0},
 
     // integer types (no arithmetic on them in mox; listed so files holding them parse)
     {T::i8,      "I8",        1,   1, false, nullptr, nullptr, T::i8},
