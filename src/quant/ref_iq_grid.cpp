@@ -13,6 +13,8 @@
 #include "quant/iq_grids.h"
 #include "quant/reference_iq_grid.h"
 
+#include "core/fp16.h"
+
 #include <cstring>
 
 namespace mox::quant::ref {
@@ -20,26 +22,6 @@ namespace mox::quant::ref {
 namespace {
 
 constexpr int64_t kBlockElems = 256;
-
-// Exact IEEE binary16 -> binary32. Private until core/fp16.h lands on this branch; then switch to it.
-float half_to_float(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t exponent = (h >> 10) & 0x1fu;
-    const uint32_t mantissa = h & 0x3ffu;
-    uint32_t bits;
-    if (exponent == 0) {
-        // Zero or subnormal: mantissa * 2^-24 is exact in fp32.
-        const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-        return sign ? -magnitude : magnitude;
-    } else if (exponent == 0x1f) {
-        bits = sign | 0x7f800000u | (mantissa << 13);  // inf, or NaN keeping its payload
-    } else {
-        bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-    }
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
 
 // Little-endian reads from unaligned bytes, independent of the host's byte order.
 uint16_t load_u16(const uint8_t* p) {
@@ -88,7 +70,7 @@ void dequantize_iq2_xxs(const void* src, float* dst, int64_t n) {
     const int64_t nb = block_count(n, "IQ2_XXS");
     const auto* x = static_cast<const uint8_t*>(src);
     for (int64_t b = 0; b < nb; ++b, x += 66) {
-        const float d = half_to_float(load_u16(x));
+        const float d = fp16_to_fp32(load_u16(x));
         for (int ib = 0; ib < 8; ++ib) {
             const uint8_t* q = x + 2 + 8 * ib;
             const uint32_t aux = load_u32(q + 4);
@@ -108,7 +90,7 @@ void dequantize_iq2_xs(const void* src, float* dst, int64_t n) {
     const int64_t nb = block_count(n, "IQ2_XS");
     const auto* x = static_cast<const uint8_t*>(src);
     for (int64_t b = 0; b < nb; ++b, x += 74) {
-        const float d = half_to_float(load_u16(x));
+        const float d = fp16_to_fp32(load_u16(x));
         for (int ib = 0; ib < 8; ++ib) {
             const uint8_t sc = x[66 + ib];
             const float db[2] = {d * (0.5f + static_cast<float>(sc & 0xf)) * 0.25f,
@@ -128,7 +110,7 @@ void dequantize_iq2_s(const void* src, float* dst, int64_t n) {
     const int64_t nb = block_count(n, "IQ2_S");
     const auto* x = static_cast<const uint8_t*>(src);
     for (int64_t b = 0; b < nb; ++b, x += 82) {
-        const float d = half_to_float(load_u16(x));
+        const float d = fp16_to_fp32(load_u16(x));
         for (int ib = 0; ib < 8; ++ib) {
             const uint8_t sc = x[74 + ib];
             const float db[2] = {d * (0.5f + static_cast<float>(sc & 0xf)) * 0.25f,
@@ -150,7 +132,7 @@ void dequantize_iq3_xxs(const void* src, float* dst, int64_t n) {
     const int64_t nb = block_count(n, "IQ3_XXS");
     const auto* x = static_cast<const uint8_t*>(src);
     for (int64_t b = 0; b < nb; ++b, x += 98) {
-        const float d = half_to_float(load_u16(x));
+        const float d = fp16_to_fp32(load_u16(x));
         for (int ib = 0; ib < 8; ++ib) {
             const uint8_t* q = x + 2 + 8 * ib;
             const uint32_t aux = load_u32(x + 66 + 4 * ib);
@@ -171,7 +153,7 @@ void dequantize_iq3_s(const void* src, float* dst, int64_t n) {
     const int64_t nb = block_count(n, "IQ3_S");
     const auto* x = static_cast<const uint8_t*>(src);
     for (int64_t b = 0; b < nb; ++b, x += 110) {
-        const float d = half_to_float(load_u16(x));
+        const float d = fp16_to_fp32(load_u16(x));
         for (int ib = 0; ib < 8; ++ib) {
             const unsigned nib = (x[106 + ib / 2] >> (4 * (ib % 2))) & 0xfu;
             const float db = d * static_cast<float>(1 + 2 * nib);
@@ -194,7 +176,7 @@ void dequantize_iq1_s(const void* src, float* dst, int64_t n) {
     const int64_t nb = block_count(n, "IQ1_S");
     const auto* x = static_cast<const uint8_t*>(src);
     for (int64_t b = 0; b < nb; ++b, x += 50) {
-        const float d = half_to_float(load_u16(x));
+        const float d = fp16_to_fp32(load_u16(x));
         for (int ib = 0; ib < 8; ++ib) {
             const uint16_t qh = load_u16(x + 34 + 2 * ib);
             const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7u) + 1);
@@ -222,7 +204,7 @@ void dequantize_iq1_m(const void* src, float* dst, int64_t n) {
             sc[w] = load_u16(x + 48 + 2 * w);
             d_bits = static_cast<uint16_t>(d_bits | ((sc[w] >> 12) << (4 * w)));
         }
-        const float d = half_to_float(d_bits);
+        const float d = fp16_to_fp32(d_bits);
         for (int ib = 0; ib < 8; ++ib) {
             const unsigned shift = 6 * (ib % 2);
             const float dl[2] = {d * static_cast<float>(2 * ((sc[ib / 2] >> shift) & 7u) + 1),
