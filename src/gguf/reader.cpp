@@ -45,7 +45,12 @@ void File::Impl::merge_other_shards(const SplitName& name, const ReadOptions& op
                                     std::vector<std::string>& paths) {
     for (int k = 2; k <= name.count; ++k) {
         const std::string p = split_path(name.prefix, k, name.count);
-        MappedFile m = MappedFile::open(p);
+        MappedFile m;
+        try {
+            m = MappedFile::open(p);
+        } catch (const Error& e) {
+            fail("{}: shard {} of {}: {}", paths[0], k, name.count, e.what());
+        }
         detail::Shard s = detail::parse_shard(m.bytes(), p, options);
         if (!s.split_no || *s.split_no != static_cast<uint64_t>(k - 1))
             fail("{}: split.no is {}, but the file name says shard {} (split.no {})", p,
