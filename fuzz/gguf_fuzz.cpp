@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     mox::gguf::ReadOptions options;
     options.check_tensor_data = size % 2 == 1;
     try {
-        const mox::gguf::File f = mox::gguf::File::parse(std::span<const uint8_t>(data, size), "fuzz.gguf", options);
+        const mox::gguf::File f =
+            mox::gguf::File::parse(std::span<const uint8_t>(data, size), "fuzz.gguf", options);
         // Use what a caller would use, so lazily wrong results (bad pointers, sizes) show up.
         size_t sum = 0;
         for (const mox::gguf::KeyValue& kv : f.metadata()) sum += kv.value.to_display(4).size();

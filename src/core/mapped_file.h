@@ -10,7 +10,7 @@
 namespace mox {
 
 class MappedFile {
-  public:
+public:
     // Maps `path` read-only. Throws mox::Error naming the path when it cannot be opened, is not a
     // regular file or cannot be mapped. An empty file maps to an empty span.
     static MappedFile open(const std::string& path);
@@ -27,7 +27,7 @@ class MappedFile {
     uint64_t size() const { return size_; }
     std::span<const uint8_t> bytes() const { return {data_, static_cast<size_t>(size_)}; }
 
-  private:
+private:
     void release() noexcept;
 
     std::string path_;

@@ -56,13 +56,13 @@ uint64_t min_value_bytes(ValueType t) {
 }
 
 class Parser {
-  public:
+public:
     Parser(std::span<const uint8_t> bytes, const std::string& name)
         : base_(bytes.data()), size_(bytes.size()), name_(name) {}
 
     Shard run(const ReadOptions& options);
 
-  private:
+private:
     // "kv 3 'tokenizer.ggml.tokens' element 17 string length": where we are, only built on error.
     std::string where(std::string_view field) const {
         std::string out = ctx_;

@@ -167,7 +167,7 @@ namespace {
 [[noreturn]] void wrong_type(const std::string& path, std::string_view key, const Value& v,
                              std::string_view want) {
     fail("{}: metadata key '{}' holds {} {}, expected {}", path, key, value_type_name(v.type()),
-         v.to_display(4), want);
+         detail::printable(v.to_display(4), 80), want);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ namespace mox::gguf::test {
 
 // A fresh directory under the system temp dir, removed with everything in it.
 class TempDir {
-  public:
+public:
     TempDir() {
         static std::atomic<int> counter{0};
         path_ = std::filesystem::temp_directory_path() /
@@ -33,7 +33,7 @@ class TempDir {
     }
     std::string file(const std::string& name) const { return (path_ / name).string(); }
 
-  private:
+private:
     std::filesystem::path path_;
 };
 
