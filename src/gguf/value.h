@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -78,7 +80,10 @@ public:
 
 private:
     using Storage = std::variant<uint64_t, int64_t, double, bool, std::string, Array>;
-    Value(ValueType t, Storage s) : type_(t), storage_(std::move(s)) {}
+    // Builds the alternative in place: moving a whole variant here trips GCC 12's
+    // -Wmaybe-uninitialized under -fsanitize=address (a false positive).
+    template <typename T>
+    Value(ValueType t, T&& v) : type_(t), storage_(std::in_place_type<std::decay_t<T>>, std::forward<T>(v)) {}
     ValueType type_ = ValueType::u8;
     Storage storage_{uint64_t{0}};
 };
