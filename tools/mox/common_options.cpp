@@ -13,9 +13,9 @@ void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
     if (model_required) m->required();
     cmd->add_option("-t,--threads", o.threads, "CPU threads (default: all)");
     cmd->add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (default: what the job needs)");
-    cmd->add_option("-ctk,--cache-type-k", o.cache_type_k, "KV cache type for K: f32, f16, bf16, q8_0, q4_0")
+    cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0")
         ->capture_default_str();
-    cmd->add_option("-ctv,--cache-type-v", o.cache_type_v, "KV cache type for V: f32, f16, bf16, q8_0, q4_0")
+    cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0")
         ->capture_default_str();
 }
 

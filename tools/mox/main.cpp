@@ -6,7 +6,28 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <string>
+#include <vector>
+
+namespace {
+
+// llama.cpp spells some long options with one dash (-ctk, -ngl, ...); CLI11 reserves single-dash
+// names for one letter, so they are rewritten to their long form before parsing.
+std::vector<std::string> expand_llama_style_options(int argc, char** argv) {
+    static const std::pair<const char*, const char*> kAliases[] = {
+        {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ngl", "--n-gpu-layers"},
+        {"-ncmoe", "--n-cpu-moe"},  {"-ub", "--ubatch-size"},   {"-fa", "--flash-attn"},
+        {"-ot", "--override-tensor"}};
+    std::vector<std::string> args(argv, argv + argc);
+    for (size_t i = 1; i < args.size(); ++i)
+        for (const auto& [short_name, long_name] : kAliases)
+            if (args[i] == short_name) args[i] = long_name;
+    return args;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"mox: Mixture-of-Experts inference that plans its own GPU/CPU placement"};
@@ -21,7 +42,10 @@ int main(int argc, char** argv) {
     mox::cli::register_logits(app);
     mox::cli::register_devices(app);
     try {
-        app.parse(argc, argv);
+        std::vector<std::string> args = expand_llama_style_options(argc, argv);
+        std::vector<char*> ptrs;
+        for (auto& a : args) ptrs.push_back(a.data());
+        app.parse(static_cast<int>(ptrs.size()), ptrs.data());
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     } catch (const mox::Error& e) {
