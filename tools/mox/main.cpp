@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     mox::cli::register_synth(app);
     mox::cli::register_logits(app);
     mox::cli::register_devices(app);
+    mox::cli::register_convert(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
