@@ -316,7 +316,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open_dir(const std::string& dir) {
     std::map<std::string, std::string> weight_map;  // tensor -> shard file name, from the index
     if (fs::exists(index)) {
         const nlohmann::json j = nlohmann::json::parse(read_text_file(index.string()), nullptr, false);
-        if (j.is_discarded() || !j.is_object()) fail("{}: not valid JSON", index.string());
+        if (j.is_discarded()) fail("{}: not valid JSON", index.string());
+        if (!j.is_object()) fail("{}: must be a JSON object with a 'weight_map'", index.string());
         const auto wm = j.find("weight_map");
         if (wm == j.end() || !wm->is_object()) fail("{}: missing object 'weight_map'", index.string());
         std::set<std::string> seen;
