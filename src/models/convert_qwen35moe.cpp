@@ -79,7 +79,24 @@ class ConfigReader {
 
 }  // namespace
 
+namespace {
+
+HfTextConfig hparams_from_hf_config(const json& config);
+
+}  // namespace
+
 HfTextConfig qwen35moe_hparams_from_hf_config(const json& config) {
+    // nlohmann's typed accessors throw their own exceptions on a value of the wrong type.
+    try {
+        return hparams_from_hf_config(config);
+    } catch (const json::exception& e) {
+        fail("config.json: {}", e.what());
+    }
+}
+
+namespace {
+
+HfTextConfig hparams_from_hf_config(const json& config) {
     if (!config.is_object()) fail("config.json: top level must be an object");
     const std::string top_type = config.value("model_type", std::string());
     const json* text = &config;
@@ -195,11 +212,13 @@ HfTextConfig qwen35moe_hparams_from_hf_config(const json& config) {
         hp.full_attn_interval = c.int_or("full_attention_interval", 4);
     }
 
-    out.tie_word_embeddings =
-        config.value("tie_word_embeddings", false) || c.bool_or("tie_word_embeddings", false);
+    out.tie_word_embeddings = ConfigReader(config, "").bool_or("tie_word_embeddings", false) ||
+                              c.bool_or("tie_word_embeddings", false);
     hp.validate();
     return out;
 }
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Tensor plans: where each output row comes from
