@@ -353,13 +353,15 @@ TEST_F(ConvertGolden, MatchesTransformGolden) {
         const std::vector<float> v = values(*t);
         const std::vector<double> sums = entry["row_checksums"].get<std::vector<double>>();
         const int64_t ne0 = t->ne[0];
+        // Exact copies match to rounding of the sum; -exp(A_log) is rounded to fp32 in the file.
+        const double rel = name.ends_with("ssm_a") ? 1e-6 : 1e-9;
         ASSERT_EQ(static_cast<int64_t>(sums.size()) * ne0, t->n_elements());
         for (size_t r = 0; r < sums.size(); ++r) {
             double s = 0;
             for (int64_t c = 0; c < ne0; ++c)
                 s += static_cast<double>(v[r * static_cast<size_t>(ne0) + static_cast<size_t>(c)]) *
                      static_cast<double>(c + 1);
-            EXPECT_NEAR(s, sums[r], 1e-9 * std::max(1.0, std::abs(sums[r]))) << "row " << r;
+            EXPECT_NEAR(s, sums[r], rel * std::max(1.0, std::abs(sums[r]))) << "row " << r;
         }
         if (entry.contains("values")) {
             const std::vector<double> want = entry["values"].get<std::vector<double>>();
