@@ -9,7 +9,6 @@ compared with the gguf package's numpy quantizers/dequantizers.
 """
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
