@@ -11,5 +11,6 @@ void register_inspect(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_devices(CLI::App& app);
+void register_convert(CLI::App& app);
 
 }  // namespace mox::cli

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
     mox::cli::register_synth(app);
     mox::cli::register_logits(app);
     mox::cli::register_devices(app);
+    mox::cli::register_convert(app);
     try {
         std::vector<std::string> args = expand_llama_style_options(argc, argv);
         std::vector<char*> ptrs;
