@@ -386,14 +386,20 @@ def main():
            f"kv 4 'split.count' value type at byte {g.marks['kv4.type']}: must be an integer, found string")
     g = base()
     g.kv("split.tensors.count", I32, 5)
-    broken("broken_split_tensors_count.gguf", g.build(), "split.tensors.count is 5 but the file holds 3 tensors")
+    data = g.build()
+    broken("broken_split_tensors_count.gguf", data,
+           f"split.tensors.count at byte {g.marks['kv4.value']}: 5, but the file holds 3 tensors")
     g = base()
     g.kv("split.no", U16, 1).kv("split.count", U16, 2)
-    broken("broken_not_first_shard.gguf", g.build(), "this is shard 2 of 2 (split.no = 1); open the first shard")
+    data = g.build()
+    broken("broken_not_first_shard.gguf", data,
+           f"split.no at byte {g.marks['kv4.value']}: this is shard 2 of 2 (split.no = 1); open the first shard")
     g = base()
     g.kv("split.no", U16, 0).kv("split.count", U16, 2)
-    broken("broken_split_unnamed.gguf", g.build(),
-           "split.count is 2 but the name does not end in -00001-of-00002.gguf")
+    data = g.build()
+    broken("broken_split_unnamed.gguf", data,
+           f"split.count at byte {g.marks['kv5.value']}: 2 shards, but the file name does not end in "
+           f"-00001-of-00002.gguf")
     broken("broken_split_nokeys-00001-of-00002.gguf", base().build(),
            "the file name says 2 shards but split.count is absent")
     g = base()
@@ -403,8 +409,10 @@ def main():
         g = Gguf()
         g.kv("split.no", U16, k).kv("split.count", U16, 2)
         g.tensor("same", [4], T_F32)
-        broken(f"broken_split_dup-{k + 1:05d}-of-00002.gguf", g.build(),
-               "tensor 'same' is also in shard 1" if k == 0 else "this is shard 2 of 2 (split.no = 1)")
+        data = g.build()
+        broken(f"broken_split_dup-{k + 1:05d}-of-00002.gguf", data,
+               f"broken_split_dup-00002-of-00002.gguf: tensor 0 'same' name at byte {g.marks['t0']}: also in shard 1"
+               if k == 0 else f"split.no at byte {g.marks['kv0.value']}: this is shard 2 of 2 (split.no = 1)")
 
     # ---------------- check_tensor_data ----------------
     def check_case(name, ttype, ne, data, expect):

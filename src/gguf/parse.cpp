@@ -112,9 +112,9 @@ private:
     Array read_array(int depth);
 
     void parse_header(Shard& s, uint64_t& n_tensors, uint64_t& n_kv);
-    void parse_kvs(Shard& s, uint64_t n_kv, std::vector<uint64_t>& value_pos);
-    void check_alignment(Shard& s, const std::vector<uint64_t>& value_pos);
-    void check_split_keys(Shard& s, const std::vector<uint64_t>& value_pos, uint64_t n_tensors);
+    void parse_kvs(Shard& s, uint64_t n_kv);
+    void check_alignment(Shard& s);
+    void check_split_keys(Shard& s, uint64_t n_tensors);
     void parse_tensor_infos(Shard& s, uint64_t n_tensors, std::vector<uint64_t>& offset_pos);
     void place_tensors(Shard& s, const std::vector<uint64_t>& offset_pos);
 
@@ -244,7 +244,7 @@ void Parser::parse_header(Shard& s, uint64_t& n_tensors, uint64_t& n_kv) {
                           n_tensors, n_kv, rem));
 }
 
-void Parser::parse_kvs(Shard& s, uint64_t n_kv, std::vector<uint64_t>& value_pos) {
+void Parser::parse_kvs(Shard& s, uint64_t n_kv) {
     s.metadata.reserve(static_cast<size_t>(std::min<uint64_t>(n_kv, 4096)));
     for (uint64_t i = 0; i < n_kv; ++i) {
         ctx_ = fmt::format("kv {}", i);
@@ -255,7 +255,7 @@ void Parser::parse_kvs(Shard& s, uint64_t n_kv, std::vector<uint64_t>& value_pos
         if (auto it = s.key_index.find(key); it != s.key_index.end())
             error(key_at, "key", fmt::format("duplicate key (first defined by kv {})", it->second));
         const ValueType type = read_value_type("value type");
-        value_pos.push_back(pos_);
+        s.value_pos.push_back(pos_);
         Value v = read_value(type, 0);
         s.key_index.emplace(key, s.metadata.size());
         s.metadata.push_back(KeyValue{std::move(key), std::move(v)});
@@ -263,11 +263,11 @@ void Parser::parse_kvs(Shard& s, uint64_t n_kv, std::vector<uint64_t>& value_pos
     ctx_.clear();
 }
 
-void Parser::check_alignment(Shard& s, const std::vector<uint64_t>& value_pos) {
+void Parser::check_alignment(Shard& s) {
     auto it = s.key_index.find("general.alignment");
     if (it == s.key_index.end()) return;
     const Value& v = s.metadata[it->second].value;
-    const uint64_t at = value_pos[it->second];
+    const uint64_t at = s.value_pos[it->second];
     ctx_ = fmt::format("kv {} 'general.alignment'", it->second);
     if (v.type() != ValueType::u32)
         error(at - 4, "value type", fmt::format("must be u32, found {}", value_type_name(v.type())));
@@ -277,13 +277,13 @@ void Parser::check_alignment(Shard& s, const std::vector<uint64_t>& value_pos) {
     ctx_.clear();
 }
 
-void Parser::check_split_keys(Shard& s, const std::vector<uint64_t>& value_pos, uint64_t n_tensors) {
+void Parser::check_split_keys(Shard& s, uint64_t n_tensors) {
     // Any integer type is accepted (gguf-split writes u16/u16/i32); the values must be in range.
     auto get = [&](std::string_view key, uint64_t max) -> std::optional<uint64_t> {
         auto it = s.key_index.find(key);
         if (it == s.key_index.end()) return std::nullopt;
         const Value& v = s.metadata[it->second].value;
-        const uint64_t at = value_pos[it->second];
+        const uint64_t at = s.value_pos[it->second];
         ctx_ = fmt::format("kv {} '{}'", it->second, key);
         if (!v.is_integer())
             error(at - 4, "value type",
@@ -297,18 +297,17 @@ void Parser::check_split_keys(Shard& s, const std::vector<uint64_t>& value_pos, 
     s.split_tensors = get(kKeySplitTensorsCount, static_cast<uint64_t>(std::numeric_limits<int32_t>::max()));
     if (s.split_count && *s.split_count == 0) {
         ctx_ = "";
-        error(value_pos[s.key_index.find(kKeySplitCount)->second], std::string(kKeySplitCount),
-              "must be at least 1");
+        error(s.value_at(kKeySplitCount), std::string(kKeySplitCount), "must be at least 1");
     }
     const uint64_t count = s.split_count.value_or(1);
     if (s.split_no && *s.split_no >= count) {
         ctx_ = "";
-        error(value_pos[s.key_index.find(kKeySplitNo)->second], std::string(kKeySplitNo),
+        error(s.value_at(kKeySplitNo), std::string(kKeySplitNo),
               fmt::format("{} is not below split.count = {}", *s.split_no, count));
     }
     if (s.split_tensors && *s.split_tensors < n_tensors) {
         ctx_ = "";
-        error(value_pos[s.key_index.find(kKeySplitTensorsCount)->second], std::string(kKeySplitTensorsCount),
+        error(s.value_at(kKeySplitTensorsCount), std::string(kKeySplitTensorsCount),
               fmt::format("{} is smaller than this file's own {} tensors", *s.split_tensors, n_tensors));
     }
     ctx_.clear();
@@ -321,6 +320,7 @@ void Parser::parse_tensor_infos(Shard& s, uint64_t n_tensors, std::vector<uint64
         ctx_ = fmt::format("tensor {}", i);
         TensorInfo t;
         const uint64_t name_at = pos_;
+        s.tensor_pos.push_back(name_at);
         t.name = read_string("name length", kMaxTensorNameBytes);
         if (t.name.empty()) error(name_at, "name", "the name is empty");
         ctx_ = fmt::format("tensor {} '{}'", i, printable(t.name));
@@ -428,10 +428,9 @@ Shard Parser::run(const ReadOptions& options) {
     uint64_t n_tensors = 0;
     uint64_t n_kv = 0;
     parse_header(s, n_tensors, n_kv);
-    std::vector<uint64_t> value_pos;
-    parse_kvs(s, n_kv, value_pos);
-    check_alignment(s, value_pos);
-    check_split_keys(s, value_pos, n_tensors);
+    parse_kvs(s, n_kv);
+    check_alignment(s);
+    check_split_keys(s, n_tensors);
     std::vector<uint64_t> offset_pos;
     parse_tensor_infos(s, n_tensors, offset_pos);
     place_tensors(s, offset_pos);

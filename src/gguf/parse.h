@@ -34,13 +34,18 @@ struct Shard {
     uint64_t file_bytes = 0;
     uint64_t data_start = 0;  // align_up(end of tensor infos, alignment)
     std::vector<KeyValue> metadata;
-    NameIndex key_index;              // key -> index into metadata
-    std::vector<TensorInfo> tensors;  // shard 0, data pointing into the parsed bytes
-    NameIndex tensor_index;           // name -> index into tensors
+    std::vector<uint64_t> value_pos;   // byte offset of each KV's value (its type is 4 bytes before)
+    NameIndex key_index;               // key -> index into metadata
+    std::vector<TensorInfo> tensors;   // shard 0, data pointing into the parsed bytes
+    std::vector<uint64_t> tensor_pos;  // byte offset of each tensor info record (its name)
+    NameIndex tensor_index;            // name -> index into tensors
     // The split keys, when present (checked to be integers in range).
     std::optional<uint64_t> split_no;
     std::optional<uint64_t> split_count;
     std::optional<uint64_t> split_tensors;
+
+    // Byte offset of the value of `key`, which must be present.
+    uint64_t value_at(std::string_view key) const { return value_pos[key_index.find(key)->second]; }
 };
 
 // Parses and validates everything (ReadOptions::check_tensor_data adds the data scan). Throws

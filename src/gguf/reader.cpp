@@ -52,17 +52,24 @@ void File::Impl::merge_other_shards(const SplitName& name, const ReadOptions& op
             fail("{}: shard {} of {}: {}", paths[0], k, name.count, e.what());
         }
         detail::Shard s = detail::parse_shard(m.bytes(), p, options);
-        if (!s.split_no || *s.split_no != static_cast<uint64_t>(k - 1))
-            fail("{}: split.no is {}, but the file name says shard {} (split.no {})", p,
-                 s.split_no ? fmt::format("{}", *s.split_no) : std::string("absent"), k, k - 1);
-        if (!s.split_count || *s.split_count != static_cast<uint64_t>(name.count))
-            fail("{}: split.count is {}, but the first shard says {} shards", p,
-                 s.split_count ? fmt::format("{}", *s.split_count) : std::string("absent"), name.count);
-        for (TensorInfo& t : s.tensors) {
+        if (!s.split_no)
+            fail("{}: split.no is absent, but the file name says shard {} of {}", p, k, name.count);
+        if (*s.split_no != static_cast<uint64_t>(k - 1))
+            detail::fail_at(
+                p, s.value_at(kKeySplitNo), kKeySplitNo,
+                fmt::format("{}, but the file name says shard {} (split.no {})", *s.split_no, k, k - 1));
+        if (!s.split_count) fail("{}: split.count is absent in shard {} of {}", p, k, name.count);
+        if (*s.split_count != static_cast<uint64_t>(name.count))
+            detail::fail_at(
+                p, s.value_at(kKeySplitCount), kKeySplitCount,
+                fmt::format("{}, but the first shard says {} shards", *s.split_count, name.count));
+        for (size_t i = 0; i < s.tensors.size(); ++i) {
+            TensorInfo& t = s.tensors[i];
             if (auto it = tensor_index.find(t.name); it != tensor_index.end()) {
                 const int other = tensors[it->second].shard;
-                fail("{}: tensor '{}' is also in shard {} ({})", p, detail::printable(t.name), other + 1,
-                     paths[static_cast<size_t>(other)]);
+                detail::fail_at(
+                    p, s.tensor_pos[i], fmt::format("tensor {} '{}' name", i, detail::printable(t.name)),
+                    fmt::format("also in shard {} ({})", other + 1, paths[static_cast<size_t>(other)]));
             }
             t.shard = k - 1;
             tensor_index.emplace(t.name, tensors.size());
@@ -87,46 +94,54 @@ File File::parse(std::span<const uint8_t> bytes, const std::string& name, const 
 }
 
 File File::open(const std::string& path, const ReadOptions& options) {
-    auto impl = std::make_unique<Impl>();
-    impl->path = path;
     MappedFile first = MappedFile::open(path);
     detail::Shard s0 = detail::parse_shard(first.bytes(), path, options);
+    const std::optional<SplitName> name = parse_split_name(path);
     const uint64_t split_no = s0.split_no.value_or(0);
     const uint64_t split_count = s0.split_count.value_or(1);
-    const std::optional<SplitName> name = parse_split_name(path);
-    const std::optional<uint64_t> split_tensors = s0.split_tensors;
-    const bool has_split_count = s0.split_count.has_value();
-    impl->adopt_first(std::move(s0));
-    impl->maps.push_back(std::move(first));
-
     if (split_no != 0)
-        fail("{}: this is shard {} of {} (split.no = {}); open the first shard{}", path, split_no + 1,
-             split_count, split_no,
-             name ? fmt::format(" '{}'", split_path(name->prefix, 1, name->count)) : std::string());
+        detail::fail_at(
+            path, s0.value_at(kKeySplitNo), kKeySplitNo,
+            fmt::format("this is shard {} of {} (split.no = {}); open the first shard{}", split_no + 1,
+                        split_count, split_no,
+                        name ? fmt::format(" '{}'", split_path(name->prefix, 1, name->count)) : ""));
     if (name && name->number != 1)
         fail("{}: the file name says shard {} of {}; open the first shard '{}'", path, name->number,
              name->count, split_path(name->prefix, 1, name->count));
-    if (split_count == 1 && (!name || name->count == 1)) {
-        if (split_tensors && *split_tensors != impl->tensors.size())
-            fail("{}: split.tensors.count is {} but the file holds {} tensors", path, *split_tensors,
-                 impl->tensors.size());
-        return File(std::move(impl));
+    // The name and split.count must agree: a split model renamed (or a file named like a shard)
+    // would otherwise load with tensors missing.
+    const bool split = split_count > 1 || (name && name->count > 1);
+    if (split) {
+        if (!name)
+            detail::fail_at(
+                path, s0.value_at(kKeySplitCount), kKeySplitCount,
+                fmt::format("{} shards, but the file name does not end in -00001-of-{:05d}.gguf, so the "
+                            "other shards cannot be found",
+                            split_count, split_count));
+        if (!s0.split_count)
+            fail("{}: the file name says {} shards but split.count is absent", path, name->count);
+        if (static_cast<uint64_t>(name->count) != split_count)
+            detail::fail_at(path, s0.value_at(kKeySplitCount), kKeySplitCount,
+                            fmt::format("{}, but the file name says {} shards", split_count, name->count));
     }
-    if (!name)
-        fail(
-            "{}: split.count is {} but the name does not end in -00001-of-{:05d}.gguf, so the other shards "
-            "cannot be found",
-            path, split_count, split_count);
-    if (static_cast<uint64_t>(name->count) != split_count)
-        fail("{}: the file name says {} shards but split.count is {}", path, name->count,
-             has_split_count ? fmt::format("{}", split_count) : std::string("absent"));
+    const std::optional<uint64_t> split_tensors = s0.split_tensors;
+    const uint64_t split_tensors_at = split_tensors ? s0.value_at(kKeySplitTensorsCount) : 0;
 
-    std::vector<std::string> paths{path};
-    impl->merge_other_shards(*name, options, paths);
-    impl->n_shards = name->count;
+    auto impl = std::make_unique<Impl>();
+    impl->path = path;
+    impl->adopt_first(std::move(s0));
+    impl->maps.push_back(std::move(first));
+    if (split) {
+        std::vector<std::string> paths{path};
+        impl->merge_other_shards(*name, options, paths);
+        impl->n_shards = name->count;
+    }
     if (split_tensors && *split_tensors != impl->tensors.size())
-        fail("{}: split.tensors.count is {} but the {} shards hold {} tensors", path, *split_tensors,
-             name->count, impl->tensors.size());
+        detail::fail_at(
+            path, split_tensors_at, kKeySplitTensorsCount,
+            fmt::format("{}, but {} {} tensors", *split_tensors,
+                        split ? fmt::format("the {} shards hold", impl->n_shards) : "the file holds",
+                        impl->tensors.size()));
     return File(std::move(impl));
 }
 

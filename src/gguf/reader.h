@@ -3,6 +3,11 @@
 // Every malformed input is rejected with mox::Error whose message names the file, the field and
 // the byte offset; nothing is trusted before it is bounds- and overflow-checked, and no allocation
 // is sized from the file before the file is shown to be large enough to hold it.
+//
+// Choices where the spec and ggml differ (details in parse.cpp): nested arrays are accepted (to a
+// depth of 8); n_dims = 0 is a scalar (ne all 1), as ggml reads it; tensor data may use any aligned,
+// in-bounds, non-overlapping layout (ggml's writer makes it contiguous); a bool byte other than 0
+// is true. Opposite-endian files and GGUF v1 are rejected.
 #pragma once
 
 #include "gguf/value.h"

@@ -110,45 +110,50 @@ TEST(GgufSplit, NonFirstShardIsAClearError) {
 
 TEST(GgufSplit, InconsistentShardsAreErrors) {
     TempDir dir;
+    // Each case: the file that must be named, then the field and the problem.
+    auto expect = [](const std::string& open, const std::string& file, const std::string& field,
+                     const std::string& problem) {
+        EXPECT_TRUE(throws_error([&] { File::open(open); }, file + ": " + field));
+        EXPECT_TRUE(throws_error([&] { File::open(open); }, problem));
+    };
     {
         const std::string p = dir.file("missing");
         write_split(p, {{{"a"}, 0, 3}, {{"b"}, 1, 3}, {{"c"}, 2, 3}}, 3);
         std::filesystem::remove(split_path(p, 3, 3));
-        EXPECT_TRUE(
-            throws_error([&] { File::open(split_path(p, 1, 3)); }, "cannot open '" + split_path(p, 3, 3)));
+        expect(split_path(p, 1, 3), split_path(p, 1, 3), "shard 3 of 3",
+               "cannot open '" + split_path(p, 3, 3));
     }
     {
         const std::string p = dir.file("dup");
         write_split(p, {{{"a", "b"}, 0, 2}, {{"b"}, 1, 2}}, 3);
-        EXPECT_TRUE(throws_error([&] { File::open(split_path(p, 1, 2)); },
-                                 split_path(p, 2, 2) + ": tensor 'b' is also in shard 1"));
+        expect(split_path(p, 1, 2), split_path(p, 2, 2), "tensor 0 'b' name at byte ",
+               "also in shard 1 (" + split_path(p, 1, 2) + ")");
     }
     {
         const std::string p = dir.file("wrongno");
         write_split(p, {{{"a"}, 0, 3}, {{"b"}, 2, 3}, {{"c"}, 2, 3}}, 3);
-        EXPECT_TRUE(throws_error(
-            [&] { File::open(split_path(p, 1, 3)); },
-            split_path(p, 2, 3) + ": split.no is 2, but the file name says shard 2 (split.no 1)"));
+        expect(split_path(p, 1, 3), split_path(p, 2, 3), "split.no at byte ",
+               ": 2, but the file name says shard 2 (split.no 1)");
     }
     {
         const std::string p = dir.file("wrongcount");
         write_split(p, {{{"a"}, 0, 2}, {{"b"}, 1, 3}}, 2);
-        EXPECT_TRUE(throws_error([&] { File::open(split_path(p, 1, 2)); },
-                                 "split.count is 3, but the first shard says 2 shards"));
+        expect(split_path(p, 1, 2), split_path(p, 2, 2), "split.count at byte ",
+               ": 3, but the first shard says 2 shards");
     }
     {
         const std::string p = dir.file("tensorcount");
         write_split(p, {{{"a"}, 0, 2}, {{"b"}, 1, 2}}, 7);
-        EXPECT_TRUE(throws_error([&] { File::open(split_path(p, 1, 2)); },
-                                 "split.tensors.count is 7 but the 2 shards hold 2 tensors"));
+        expect(split_path(p, 1, 2), split_path(p, 1, 2), "split.tensors.count at byte ",
+               ": 7, but the 2 shards hold 2 tensors");
     }
     {
         // The name says 3 shards, the key says 2.
         const std::string p = dir.file("namecount");
         write_split(p, {{{"a"}, 0, 2}, {{"b"}, 1, 2}}, 2);
         std::filesystem::rename(split_path(p, 1, 2), split_path(p, 1, 3));
-        EXPECT_TRUE(throws_error([&] { File::open(split_path(p, 1, 3)); },
-                                 "the file name says 3 shards but split.count is 2"));
+        expect(split_path(p, 1, 3), split_path(p, 1, 3), "split.count at byte ",
+               ": 2, but the file name says 3 shards");
     }
 }
 
