@@ -49,7 +49,8 @@ struct Scope {
 
 class Renderer {
   public:
-    explicit Renderer(const Value& context) : scope_(std::make_shared<Scope>()), out_(&result_) {
+    Renderer(const Value& context, uint64_t max_steps)
+        : scope_(std::make_shared<Scope>()), out_(&result_), max_steps_(max_steps) {
         if (context.is_dict())
             for (const auto& [k, v] : context.as_dict().items)
                 if (k.is_string()) scope_->set(k.as_string(), v);
@@ -80,7 +81,7 @@ class Renderer {
     };
 
     void tick() {
-        if (++steps_ > kMaxRenderSteps) fail("template: rendering exceeded {} steps", kMaxRenderSteps);
+        if (++steps_ > max_steps_) fail("rendering exceeded {} steps", max_steps_);
     }
 
     void emit(const std::string& s) {
@@ -194,27 +195,29 @@ class Renderer {
         }
         const int64_t n = int64_t(items.size());
         for (int64_t i = 0; i < n; ++i) {
+            tick();
             Redirect r(*this, child_scope(), nullptr);
             assign(s.names, items[size_t(i)]);
             Value loop = Value::dict();
-            Dict& d = loop.dict_mut();
-            d.set(Value("index0"), Value(i));
-            d.set(Value("index"), Value(i + 1));
-            d.set(Value("revindex0"), Value(n - i - 1));
-            d.set(Value("revindex"), Value(n - i));
-            d.set(Value("first"), Value(i == 0));
-            d.set(Value("last"), Value(i == n - 1));
-            d.set(Value("length"), Value(n));
-            d.set(Value("depth"), Value(1));
-            d.set(Value("depth0"), Value(0));
-            d.set(Value("previtem"),
-                  i > 0 ? items[size_t(i - 1)] : Value::undefined("there is no previous item"));
-            d.set(Value("nextitem"),
-                  i + 1 < n ? items[size_t(i + 1)] : Value::undefined("there is no next item"));
-            d.set(Value("cycle"), Value::function("cycle", [i](CallArgs& a) {
-                      if (a.pos.empty()) fail("no items for cycling given");
-                      return a.pos[size_t(i) % a.pos.size()];
-                  }));
+            auto& d = loop.dict_mut().items;  // fresh keys: append without lookups
+            d.reserve(12);
+            d.emplace_back(Value("index0"), Value(i));
+            d.emplace_back(Value("index"), Value(i + 1));
+            d.emplace_back(Value("revindex0"), Value(n - i - 1));
+            d.emplace_back(Value("revindex"), Value(n - i));
+            d.emplace_back(Value("first"), Value(i == 0));
+            d.emplace_back(Value("last"), Value(i == n - 1));
+            d.emplace_back(Value("length"), Value(n));
+            d.emplace_back(Value("depth"), Value(1));
+            d.emplace_back(Value("depth0"), Value(0));
+            d.emplace_back(Value("previtem"),
+                           i > 0 ? items[size_t(i - 1)] : Value::undefined("there is no previous item"));
+            d.emplace_back(Value("nextitem"),
+                           i + 1 < n ? items[size_t(i + 1)] : Value::undefined("there is no next item"));
+            d.emplace_back(Value("cycle"), Value::function("cycle", [i](CallArgs& a) {
+                               if (a.pos.empty()) fail("no items for cycling given");
+                               return a.pos[size_t(i) % a.pos.size()];
+                           }));
             scope_->set("loop", std::move(loop));
             if (exec_body(s.body) == Flow::break_) break;
         }
@@ -406,6 +409,7 @@ class Renderer {
     std::shared_ptr<Scope> scope_;
     std::string result_;
     std::string* out_;
+    uint64_t max_steps_;
     uint64_t steps_ = 0;
     int call_depth_ = 0;
 };
@@ -414,8 +418,8 @@ class Renderer {
 
 Template::Template(std::string_view source) : body_(parse_template(source)) {}
 
-std::string Template::render(const Value& context) const {
-    return Renderer(context).run(body_);
+std::string Template::render(const Value& context, uint64_t max_steps) const {
+    return Renderer(context, max_steps).run(body_);
 }
 
 }  // namespace mox::jinja

@@ -22,19 +22,21 @@
 
 namespace mox::jinja {
 
+// Bounds of one render: far above what real chat templates need (a 1000-message Qwen conversation
+// takes ~10^5 steps), low enough that a hostile template fails within seconds.
+inline constexpr uint64_t kMaxRenderSteps = 5'000'000;
+inline constexpr int kMaxCallDepth = 64;
+
 class Template {
   public:
     explicit Template(std::string_view source);
     // context: a dict Value (messages, add_generation_prompt, ...). Names not in it fall back to the
     // global functions (range, namespace, dict, joiner, raise_exception), then to undefined.
-    std::string render(const Value& context) const;
+    // max_steps bounds the work (statements + expression nodes + loop iterations) of one render.
+    std::string render(const Value& context, uint64_t max_steps = kMaxRenderSteps) const;
 
   private:
     std::vector<StmtPtr> body_;
 };
-
-// Bounds of one render.
-inline constexpr uint64_t kMaxRenderSteps = 50'000'000;
-inline constexpr int kMaxCallDepth = 64;
 
 }  // namespace mox::jinja
