@@ -416,6 +416,8 @@ Value f_unique(const Value& v, CallArgs& a) {
     std::vector<Value> out, seen;
     for (const Value& x : iterate(v)) {
         const Value k = sort_key(attribute.is_none() ? x : attr_path(x, attribute), cs);
+        if (k.kind() == Value::Kind::dict || (k.is_list() && !k.is_tuple()))
+            fail("unhashable type: '{}'", type_name(k));  // jinja2 collects keys in a set
         if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, k); })) {
             seen.push_back(k);
             out.push_back(x);
@@ -501,6 +503,8 @@ Value f_round(const Value& v, CallArgs& a) {
     Args args("round", a, {"precision", "method"});
     const int64_t prec = args.get_or(0, Value(0)).to_int();
     const std::string method = to_str(args.get_or(1, Value("common")));
+    if (method == "common" && (v.is_int() || v.is_bool()) && prec >= 0)
+        return Value(v.to_int());  // round(int) is an int
     const double scale = std::pow(10.0, double(std::clamp<int64_t>(prec, -300, 300)));
     const double x = v.to_double() * scale;
     double r;
@@ -579,6 +583,7 @@ Value f_attr(const Value& v, CallArgs& a) {
 
 Value f_map(const Value& v, CallArgs& a) {
     std::vector<Value> out;
+    if (!truthy(v)) return Value::list();  // jinja2's map starts with `if value:`
     const Value* attribute = nullptr;
     const Value* def = nullptr;
     for (const auto& [k, val] : a.kw) {
@@ -611,6 +616,7 @@ Value f_map(const Value& v, CallArgs& a) {
 // select/reject/selectattr/rejectattr: pos[0] (attr variants: pos[1]) names a test, the rest are its
 // arguments; no test means truthiness.
 Value select_impl(const Value& v, CallArgs& a, bool by_attr, bool want) {
+    if (!truthy(v)) return Value::list();  // like jinja2's select_or_reject: `if value:` first
     size_t next = 0;
     Value attribute;
     if (by_attr) {
@@ -872,6 +878,26 @@ Value dict_method(const Value& d, const std::string& name) {
     return Value::undefined();
 }
 
+// list and tuple: the read-only methods (append, pop, ... are unsafe in HF's sandbox).
+Value list_method(const Value& l, const std::string& name) {
+    if (name == "count")
+        return method(l, name, [](const Value& s, CallArgs& a) {
+            Args args("count", a, {"value"});
+            if (!args.get(0)) fail("count() takes exactly one argument");
+            return Value(int64_t(std::count_if(s.items().begin(), s.items().end(),
+                                               [&](const Value& x) { return equal(x, *args.get(0)); })));
+        });
+    if (name == "index")
+        return method(l, name, [](const Value& s, CallArgs& a) {
+            Args args("index", a, {"value"});
+            if (!args.get(0)) fail("index() takes exactly one argument");
+            for (size_t i = 0; i < s.items().size(); ++i)
+                if (equal(s.items()[i], *args.get(0))) return Value(int64_t(i));
+            fail("{} is not in list", repr(*args.get(0)));
+        });
+    return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(l), name));
+}
+
 bool is_unsafe_dict_attr(const std::string& name) {
     return name == "pop" || name == "popitem" || name == "update" || name == "clear" ||
            name == "setdefault" || name == "fromkeys";
@@ -944,9 +970,11 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
         if (a.is_string() || b.is_string())
             fail("can only concatenate str (not \"{}\") to str", type_name(a.is_string() ? b : a));
     }
-    if (op == "*" && (a.is_int() || b.is_int())) {
-        const Value& seq = a.is_int() ? b : a;
-        const int64_t n = std::max<int64_t>(0, (a.is_int() ? a : b).as_int());
+    // Python repeats sequences by ints, and bool is an int.
+    const bool a_count = a.is_int() || a.is_bool(), b_count = b.is_int() || b.is_bool();
+    if (op == "*" && (a_count || b_count)) {
+        const Value& seq = a_count ? b : a;
+        const int64_t n = std::max<int64_t>(0, (a_count ? a : b).to_int());
         if (seq.is_string()) {
             check_size(seq.as_string().size() * size_t(std::min<int64_t>(n, int64_t(kMaxStringBytes) + 1)));
             std::string out;
@@ -981,6 +1009,8 @@ Value get_attribute(const Value& obj, const std::string& name) {
             undefined_error(obj);
         case Value::Kind::string:
             return str_method(obj, name);
+        case Value::Kind::list:
+            return list_method(obj, name);
         case Value::Kind::dict: {
             if (obj.is_namespace()) {
                 const Value* v = obj.as_dict().find(Value(name));
@@ -1031,9 +1061,10 @@ Value get_item(const Value& obj, const Value& key) {
 }
 
 Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
+    // jinja2 compiles slices to a plain Python subscript (no sandbox getitem fallback), so slicing
+    // anything but a sequence raises.
     if (obj.is_undefined()) undefined_error(obj);
-    if (!obj.is_list() && !obj.is_string())
-        return Value::undefined(fmt::format("'{}' object is not subscriptable", type_name(obj)));
+    if (!obj.is_list() && !obj.is_string()) fail("'{}' object is not subscriptable", type_name(obj));
     auto bound = [](const Value& v) -> std::optional<int64_t> {
         if (v.is_none() || v.is_undefined()) return std::nullopt;
         if (!v.is_int() && !v.is_bool()) fail("slice indices must be integers or None");
@@ -1102,7 +1133,7 @@ Value apply_filter(std::string_view name, const Value& subject, CallArgs& args) 
         "default",    "d",      "length",  "count",      "string",     "trim",    "items",  "list",
         "first",      "last",   "join",    "upper",      "lower",      "safe",    "escape", "e",
         "capitalize", "title",  "replace", "indent",     "wordcount",  "reverse", "unique", "sort",
-        "map",        "select", "reject",  "selectattr", "rejectattr", "int",     "float"};
+        "map",        "select", "reject",  "selectattr", "rejectattr", "min",     "max",    "sum"};
     if (subject.is_undefined() &&
         std::find(std::begin(tolerant), std::end(tolerant), name) == std::end(tolerant))
         undefined_error(subject);
@@ -1125,11 +1156,7 @@ bool apply_test(std::string_view name, const Value& v, CallArgs& a) {
         if (a.pos.size() != 1 || !a.kw.empty()) fail("test '{}' takes one argument", name);
         const Value& o = a.pos[0];
         if (name == "in") return contains(o, v);
-        if (name == "divisibleby") {
-            const int64_t d = o.to_int();
-            if (d == 0) fail("integer division or modulo by zero");
-            return v.to_int() % d == 0;
-        }
+        if (name == "divisibleby") return equal(binary_op("%", v, o), Value(0));
         // `is` identity: singletons compare by value, containers by object.
         if (v.kind() != o.kind()) return false;
         if (v.is_none() || v.is_undefined()) return true;
@@ -1152,11 +1179,15 @@ bool apply_test(std::string_view name, const Value& v, CallArgs& a) {
     // jinja2's Undefined can be iterated and has __len__/__getitem__, so both tests accept it.
     if (name == "iterable") return v.is_undefined() || v.is_list() || v.is_dict() || v.is_string();
     if (name == "sequence") return v.is_undefined() || v.is_list() || v.is_dict() || v.is_string();
-    if (name == "callable") return v.is_function();
-    if (name == "odd") return v.to_int() % 2 != 0;
-    if (name == "even") return v.to_int() % 2 == 0;
-    if (name == "lower") return v.is_string() && ascii_lower(v.as_string()) == v.as_string();
-    if (name == "upper") return v.is_string() && ascii_upper(v.as_string()) == v.as_string();
+    if (name == "callable") return v.is_function() || v.is_undefined();  // Undefined defines __call__
+    if (name == "odd") return equal(binary_op("%", v, Value(2)), Value(1));
+    if (name == "even") return equal(binary_op("%", v, Value(2)), Value(0));
+    // str.islower()/isupper(): at least one cased character, and no character of the other case.
+    if (name == "lower" || name == "upper") {
+        const std::string s = to_str(v);
+        const bool cased = std::any_of(s.begin(), s.end(), is_alpha);
+        return cased && (name == "lower" ? ascii_lower(s) == s : ascii_upper(s) == s);
+    }
     if (name == "escaped") return false;
     if (name == "filter") return v.is_string() && has_filter(v.as_string());
     if (name == "test") return v.is_string() && has_test(v.as_string());

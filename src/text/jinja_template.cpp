@@ -227,16 +227,19 @@ class Renderer {
     static Flow fail_flow() { fail("'break' or 'continue' outside of a loop"); }
 
     Value make_macro(const Stmt& m) {
-        std::shared_ptr<Scope> defined_in = scope_;
+        // A weak reference: the macro is stored in that very scope, and a strong one would make a
+        // cycle (scope -> macro -> scope) that is never freed.
+        std::weak_ptr<Scope> defined_in = scope_;
         return Value::function(
             m.text, [this, &m, defined_in](CallArgs& args) { return call_macro(m, defined_in, args); });
     }
 
-    Value call_macro(const Stmt& m, const std::shared_ptr<Scope>& defined_in, CallArgs& args) {
+    Value call_macro(const Stmt& m, const std::weak_ptr<Scope>& defined_in, CallArgs& args) {
         if (call_depth_ >= kMaxCallDepth)
             fail("macro '{}': calls nested deeper than {}", m.text, kMaxCallDepth);
         auto frame = std::make_shared<Scope>();
-        frame->parent = defined_in;
+        frame->parent = defined_in.lock();
+        if (!frame->parent) fail("macro '{}' called after the block that defined it ended", m.text);
         std::vector<bool> bound(m.names.size(), false);
         std::vector<Value> extra;
         for (size_t i = 0; i < args.pos.size(); ++i) {

@@ -251,6 +251,8 @@ std::string repr(const Value& v) {
             out += v.is_namespace() ? "}>" : "}";
             return out;
         }
+        case Value::Kind::undefined:
+            return "Undefined";  // jinja2's Undefined.__repr__
         default:
             return to_str(v);
     }

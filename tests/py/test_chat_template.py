@@ -242,3 +242,80 @@ def test_qwen36_thinking_switches(tool_dir, tmp_path):
     preserved = render(preserve_thinking=True)
     assert "<think>\nThe user asks about France. Capital is Paris.\n</think>\n\nParis." in preserved
     assert "<think>\nItaly's capital is Rome.\n</think>\n\nRome." in preserved
+
+
+# --- random expressions: mox vs jinja2 ----------------------------------------------------------------
+
+VALUES = [0, 1, 2, 7, -3, 20, 0.5, 2.25, -1.5, 1e3, "ab", "Hé", "", "a b", " x ", None, True, False, [1, 2, 3],
+          ["b", "a"], [], {"k": 1, "j": [2]}, "ABC", "20"]
+# Atoms are template variables, not literals: jinja2 constant-folds literal subexpressions at compile
+# time, and its folding differs from its own runtime in corner cases (e.g. slicing a bool literal).
+ATOMS = [f"v{i}" for i in range(len(VALUES))] + ["x", "u"]
+FILTERS = ["length", "string", "upper", "lower", "tojson", "first", "last", "join", "join('-')", "sort", "reverse|list",
+           "list", "trim", "default('d')", "int", "float", "abs", "round", "unique|list", "capitalize", "title", "sum",
+           "min", "max", "count", "tojson(indent=1)", "replace('a', 'z')", "map('string')|list", "select|list",
+           "reject|list", "dictsort", "wordcount", "items|list"]
+TESTS = ["defined", "none", "string", "number", "integer", "float", "mapping", "sequence", "iterable", "odd", "even",
+         "true", "false", "boolean", "lower", "upper", "divisibleby 2", "in [1, 'ab']", "sameas none", "callable"]
+METHODS = [".upper()", ".split()", ".strip()", ".startswith('a')", ".replace('a', 'b')", ".lower()", ".title()",
+           ".split('a')", ".endswith(('b', 'x'))", ".count('a')", ".find('b')", ".isdigit()", ".lstrip()", "|length"]
+
+
+def random_expression(rng, depth=0):
+    if depth > 3 or rng.random() < 0.25:
+        return rng.choice(ATOMS)
+    kind = rng.randrange(11)
+    a = random_expression(rng, depth + 1)
+    b = lambda: random_expression(rng, depth + 1)  # noqa: E731
+    if kind == 0:
+        return f"({a} {rng.choice(['+', '-', '*', '/', '//', '~'])} {b()})"
+    if kind == 1:
+        return f"({a} {rng.choice(['==', '!=', '<', '>', '<=', '>=', 'in', 'not in'])} {b()})"
+    if kind == 2:
+        return f"(not {a})"
+    if kind == 3:
+        return f"({a} {rng.choice(['and', 'or'])} {b()})"
+    if kind == 4:
+        return f"({a}|{rng.choice(FILTERS)})"
+    if kind == 5:
+        return f"({a} if {b()} else {b()})"
+    if kind == 6:
+        return f"({a})[{rng.choice(['0', '1', '-1', '5', ':2', '1:', '::-1', '::2'])}]"
+    if kind == 7:
+        return f"[{a}, {b()}]"
+    if kind == 8:
+        return f"({a} is {rng.choice(['', 'not '])}{rng.choice(TESTS)})"
+    if kind == 9:
+        return f"({a}){rng.choice(METHODS)}"
+    return f"({a})." + rng.choice(["k", "j", "0", 'get("k")'])
+
+
+def test_random_expressions_match_jinja2(tool_dir, tmp_path):
+    """Python semantics (truthiness, ==, <, str(), repr, json.dumps, filters, tests, methods, undefined
+    handling) on random nested expressions: same output, or both fail."""
+    import random
+
+    rng = random.Random(20240611)
+    template_path = tmp_path / "expr.jinja"
+    context = {"x": {"a": [1, "é", None]}, **{f"v{i}": v for i, v in enumerate(VALUES)}}
+    failures, rendered = [], 0
+    for _ in range(250):
+        source = "{{ " + random_expression(rng) + " }}"
+        request = {"messages": [], "now": NOW, "extra": context}
+        try:
+            want = hf_render(source, request).encode("utf-8")
+        except Exception as e:  # noqa: BLE001
+            want = e
+        template_path.write_text(source, encoding="utf-8")
+        rc, got, err = run_tool(tool_dir, template_path, request, tmp_path)
+        if isinstance(want, Exception):
+            if rc == 0:
+                failures.append(f"{source}: jinja2 raised {want!r}, mox rendered {got!r}")
+        elif rc != 0:
+            failures.append(f"{source}: mox failed: {err.strip()} (jinja2: {want!r})")
+        elif got != want:
+            failures.append(f"{source}: mox {got!r} jinja2 {want!r}")
+        else:
+            rendered += 1
+    assert not failures, "\n".join(failures[:10])
+    assert rendered > 100
