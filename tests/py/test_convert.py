@@ -375,7 +375,9 @@ def test_float_and_q8_0_bytes_match_gguf_py(converted, outtype):
 
 def test_q4_k_m_values_close(converted):
     f32 = {n: as_float(t) for n, t in tensors_of(converted("f32")).items()}
-    tolerance = {Q.F32: 0, Q.Q8_0: 0.01, Q.Q6_K: 0.03, Q.Q5_0: 0.05, Q.Q4_K: 0.1}
+    # Worst case relative to the tensor's largest magnitude: half a step, or one step for the
+    # asymmetric 5/6-bit grids that clip the largest value of the opposite sign (1/16, 1/32).
+    tolerance = {Q.F32: 0, Q.Q8_0: 0.01, Q.Q6_K: 0.04, Q.Q5_0: 0.07, Q.Q4_K: 0.1}
     for name, t in tensors_of(converted("q4_k_m")).items():
         err = np.abs(as_float(t) - f32[name]).max()
         assert err <= tolerance[t.tensor_type] * np.abs(f32[name]).max(), (name, t.tensor_type, err)
