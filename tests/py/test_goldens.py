@@ -1,0 +1,136 @@
+"""mox's qwen35moe forward against transformers' logits (tests/data/goldens/qwen35moe, made by
+tools/goldens/make_qwen35moe_goldens.py). Each test converts the HF checkpoint with `mox convert`,
+runs `mox logits` and compares. Bounds are max|mox - ref| / max|ref| unless stated."""
+import json
+import subprocess
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "goldens" / "qwen35moe"
+
+
+def meta():
+    return json.loads((GOLDEN / "goldens.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def ids_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ids") / "ids.txt"
+    path.write_text(",".join(map(str, meta()["prompt_ids"])))
+    return path
+
+
+@pytest.fixture(scope="module")
+def converted(mox_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("conv")
+    files = {}
+    for outtype in ["f32", "f16", "q8_0", "q4_k_m"]:
+        path = out / f"golden-{outtype}.gguf"
+        subprocess.run([str(mox_bin), "convert", str(GOLDEN / "hf"), "-o", str(path), "--outtype", outtype],
+                       check=True, capture_output=True)
+        files[outtype] = path
+    return files
+
+
+def run_logits(mox_bin, model, ids_file, out, *extra):
+    subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o", str(out), *extra],
+                   check=True, capture_output=True)
+    return np.load(out)
+
+
+def rel_err(a, ref):
+    return float(np.abs(a - ref).max() / np.abs(ref).max())
+
+
+def argmax_agreement(a, ref):
+    return float((a.argmax(-1) == ref.argmax(-1)).mean())
+
+
+def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path):
+    ref = np.load(GOLDEN / "logits_prefill.npy")
+    got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
+    assert got.shape == ref.shape
+    assert rel_err(got, ref) < 1e-3  # measured 2.0e-5
+    assert argmax_agreement(got, ref) == 1.0
+
+
+def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_file, tmp_path):
+    m = meta()
+    k = m["decode_prefill"]
+    prefill = np.load(GOLDEN / "logits_prefill.npy")
+    decode = np.load(GOLDEN / "logits_decode.npy")
+    got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
+                     "-ctk", "f32", "-ctv", "f32")
+    assert rel_err(got[:k], prefill[:k]) < 1e-3
+    assert rel_err(got[k:], decode) < 1e-3  # measured 7.2e-6: decode through the caches
+    assert argmax_agreement(got[k:], decode) == 1.0
+
+
+# Quantized KV caches: the error is the cache's rounding (measured: f16 8.3e-3, q8_0 8.2e-3, q4_0 0.11).
+@pytest.mark.parametrize("kv,bound,agree", [("f16", 2e-2, 0.99), ("bf16", 5e-2, 0.97), ("q8_0", 2e-2, 0.98),
+                                            ("q4_0", 0.25, 0.9)])
+def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, kv, bound, agree):
+    ref = np.load(GOLDEN / "logits_prefill.npy")
+    got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", kv, "-ctv", kv)
+    assert rel_err(got, ref) < bound
+    assert argmax_agreement(got, ref) >= agree
+
+
+def test_f16_weights_match_transformers(mox_bin, converted, ids_file, tmp_path):
+    # The golden weights are bf16-exact and small, so f16 holds them almost exactly (measured 1.4e-5).
+    ref = np.load(GOLDEN / "logits_prefill.npy")
+    got = run_logits(mox_bin, converted["f16"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
+    assert rel_err(got, ref) < 1e-3
+
+
+# Quantized weights change the function: on this random model a weight error of 0.5% (Q8_0) flips
+# near-tied top-4 expert choices, so logits move far more than the weights do. The bounds are the
+# measured values with margin (Q8_0: rms 0.129, argmax 0.83; Q4_K_M: rms 0.52, argmax 0.41); the exact
+# test of the quantized path is the next one.
+@pytest.mark.parametrize("outtype,rms_bound,agree", [("q8_0", 0.2, 0.75), ("q4_k_m", 0.7, 0.3)])
+def test_quantized_weights_stated_bounds(mox_bin, converted, ids_file, tmp_path, outtype, rms_bound, agree):
+    ref = np.load(GOLDEN / "logits_prefill.npy")
+    got = run_logits(mox_bin, converted[outtype], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
+    rms = float(np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean()))
+    assert rms < rms_bound
+    assert argmax_agreement(got, ref) >= agree
+
+
+def dequantized_copy(src: Path, dst: Path):
+    """Writes `src` with every tensor dequantized to F32 by the gguf package (an independent decoder)."""
+    reader = gguf.GGUFReader(str(src))
+    writer = gguf.GGUFWriter(str(dst), arch=None)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF."):  # header fields, not metadata
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), vtype, sub)
+    for t in reader.tensors:
+        values = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        writer.add_tensor(t.name, values.reshape([int(x) for x in reversed(t.shape)]))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("outtype", ["q8_0", "q4_k_m"])
+def test_quantized_file_equals_its_dequantized_f32_copy(mox_bin, converted, ids_file, tmp_path, outtype):
+    """The quantized path computes exactly the function of its dequantized weights."""
+    copy = tmp_path / "deq.gguf"
+    dequantized_copy(converted[outtype], copy)
+    a = run_logits(mox_bin, converted[outtype], ids_file, tmp_path / "a.npy", "-ctk", "f32", "-ctv", "f32")
+    b = run_logits(mox_bin, copy, ids_file, tmp_path / "b.npy", "-ctk", "f32", "-ctv", "f32")
+    assert rel_err(a, b) < 1e-5
+
+
+def test_prompt_longer_than_context_is_a_clear_error(mox_bin, converted, ids_file, tmp_path):
+    r = subprocess.run([str(mox_bin), "logits", "-m", str(converted["f32"]), "--tokens", f"@{ids_file}",
+                        "-o", str(tmp_path / "x.npy"), "-c", "64"], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "do not fit the context size 64" in r.stderr
+    assert not (tmp_path / "x.npy").exists()
