@@ -11,6 +11,8 @@ void register_inspect(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_devices(CLI::App& app);
+void register_run(CLI::App& app);
+void register_chat(CLI::App& app);
 void register_convert(CLI::App& app);
 
 }  // namespace mox::cli

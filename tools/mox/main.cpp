@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
     app.parse_complete_callback([&] {
         if (verbose) mox::log::set_level(mox::log::Level::debug);
     });
+    mox::cli::register_run(app);
+    mox::cli::register_chat(app);
     mox::cli::register_inspect(app);
     mox::cli::register_synth(app);
     mox::cli::register_logits(app);

@@ -1,0 +1,196 @@
+// mox run: generate text from a prompt (optionally through the chat template), streaming, with
+// honest prompt and generation speeds. mox chat: the same as an interactive conversation.
+#include "commands.h"
+#include "common_options.h"
+#include "core/error.h"
+#include "engine/generate.h"
+#include "gguf/reader.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "text/vocab_io.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <unistd.h>
+
+#ifndef MOX_DEFAULT_MODEL
+#define MOX_DEFAULT_MODEL ""
+#endif
+
+namespace mox::cli {
+
+namespace {
+
+struct RunOptions {
+    ModelOptions model;
+    std::string prompt, prompt_file, system;
+    int64_t n_predict = 128;
+    bool chat = false;
+    bool no_think = false;
+    bool quiet_stats = false;
+    engine::SamplerParams sampling;
+};
+
+void add_sampling_options(CLI::App* cmd, engine::SamplerParams& s) {
+    s.seed = 42;
+    cmd->add_option("--temp", s.temperature, "Temperature (0 = greedy)")->capture_default_str();
+    cmd->add_option("--top-k", s.top_k, "Top-k (0 = off)")->capture_default_str();
+    cmd->add_option("--top-p", s.top_p, "Top-p (1 = off)")->capture_default_str();
+    cmd->add_option("--min-p", s.min_p, "Min-p (0 = off)")->capture_default_str();
+    cmd->add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+    cmd->add_option("--repeat-last-n", s.penalty_last_n, "Tokens the penalties look back (-1 = all)")
+        ->capture_default_str();
+    cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty")->capture_default_str();
+    cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty")->capture_default_str();
+    cmd->add_option("-s,--seed", s.seed, "Sampling seed; same seed, same tokens")->capture_default_str();
+}
+
+// The model every command falls back to: the small MoE trained for mox (assets/mox-tiny).
+std::string resolve_model_path(const std::string& given) {
+    if (!given.empty()) return given;
+    if (const char* env = std::getenv("MOX_DEFAULT_MODEL"); env && *env) return env;
+    const std::string builtin = MOX_DEFAULT_MODEL;
+    if (builtin.empty() || access(builtin.c_str(), R_OK) != 0)
+        fail("no model given (-m) and the default model '{}' is not readable", builtin);
+    return builtin;
+}
+
+struct LoadedModel {
+    std::unique_ptr<gguf::File> file;
+    std::unique_ptr<models::Qwen35Moe> model;
+    std::unique_ptr<text::Tokenizer> tokenizer;
+};
+
+LoadedModel load(const ModelOptions& o) {
+    LoadedModel m;
+    m.file = std::make_unique<gguf::File>(gguf::File::open(o.path));
+    m.model = std::make_unique<models::Qwen35Moe>(*m.file, o.threads);
+    m.tokenizer = std::make_unique<text::Tokenizer>(text::vocab_from_gguf(*m.file));
+    return m;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("cannot read prompt file '{}'", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void print_stats(const engine::GenerationStats& s) {
+    fmt::print(stderr, "\nmox: prompt {} tokens in {:.2f} s ({:.1f} t/s); generated {} tokens in {:.2f} s ({:.2f} t/s){}\n",
+               s.prompt_tokens, s.prompt_seconds, s.prompt_tokens_per_s(), s.generated_tokens, s.generate_seconds,
+               s.generate_tokens_per_s(), s.stopped_by_eog ? ", stopped at end of generation" : "");
+}
+
+text::ChatOptions chat_options(const LoadedModel& m, bool no_think) {
+    text::ChatOptions co;
+    co.add_generation_prompt = true;
+    if (no_think) co.enable_thinking = false;
+    const text::Vocab& v = m.tokenizer->vocab();
+    if (v.bos) co.bos_token = m.tokenizer->token_piece(*v.bos);
+    if (v.eos) co.eos_token = m.tokenizer->token_piece(*v.eos);
+    return co;
+}
+
+std::string chat_template_of(const LoadedModel& m) {
+    const std::string& t = m.tokenizer->vocab().chat_template;
+    return t.empty() ? std::string(text::chatml_template()) : t;
+}
+
+auto stream_to_stdout = [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+};
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+    auto o = std::make_shared<RunOptions>();
+    CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (default model: the embedded mox-tiny)");
+    add_model_options(cmd, o->model, false);
+    cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+    cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+    cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();
+    cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template (a user turn)");
+    cmd->add_option("--system", o->system, "System message for --chat");
+    cmd->add_flag("--no-think", o->no_think, "Chat template with thinking off (enable_thinking=false)");
+    add_sampling_options(cmd, o->sampling);
+    cmd->callback([o] {
+        o->model.path = resolve_model_path(o->model.path);
+        std::string prompt = o->prompt_file.empty() ? o->prompt : read_file(o->prompt_file);
+        if (prompt.empty()) prompt = "Once upon a time";
+        if (o->n_predict < 0) fail("-n must be >= 0");
+        LoadedModel m = load(o->model);
+        if (o->chat) {
+            std::vector<text::ChatMessage> msgs;
+            if (!o->system.empty()) msgs.push_back({.role = "system", .content = o->system});
+            msgs.push_back({.role = "user", .content = prompt});
+            prompt = text::apply_chat_template(chat_template_of(m), msgs, chat_options(m, o->no_think));
+        }
+        const std::vector<int32_t> ids = m.tokenizer->encode(prompt);
+        const auto so = state_options(o->model, m.model->hparams(), static_cast<int64_t>(ids.size()) + o->n_predict);
+        engine::Generator gen(*m.model, *m.tokenizer, so, o->sampling);
+        if (!o->chat) stream_to_stdout(prompt);
+        engine::GenerationStats stats;
+        gen.generate(ids, o->n_predict, stream_to_stdout, &stats);
+        print_stats(stats);
+    });
+}
+
+void register_chat(CLI::App& app) {
+    auto o = std::make_shared<RunOptions>();
+    o->n_predict = 512;
+    CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (one line per turn; Ctrl-D ends)");
+    add_model_options(cmd, o->model, false);
+    cmd->add_option("--system", o->system, "System message");
+    cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply")->capture_default_str();
+    cmd->add_flag("--no-think", o->no_think, "Thinking off (enable_thinking=false)");
+    add_sampling_options(cmd, o->sampling);
+    cmd->callback([o] {
+        o->model.path = resolve_model_path(o->model.path);
+        LoadedModel m = load(o->model);
+        const std::string tmpl = chat_template_of(m);
+        const text::ChatOptions co = chat_options(m, o->no_think);
+        const int64_t n_ctx = o->model.n_ctx > 0 ? o->model.n_ctx : std::min<int64_t>(m.model->hparams().n_ctx_train, 8192);
+        ModelOptions mo = o->model;
+        mo.n_ctx = n_ctx;
+        engine::Generator gen(*m.model, *m.tokenizer, state_options(mo, m.model->hparams(), 1), o->sampling);
+        std::vector<text::ChatMessage> msgs;
+        if (!o->system.empty()) msgs.push_back({.role = "system", .content = o->system});
+        const bool tty = isatty(STDIN_FILENO);
+        std::string line;
+        for (;;) {
+            if (tty) fmt::print("> "), std::fflush(stdout);
+            if (!std::getline(std::cin, line)) break;
+            if (line.empty()) continue;
+            msgs.push_back({.role = "user", .content = line});
+            // Render the whole conversation; feed only what extends the tokens already in context.
+            // When the template rewrote earlier turns (e.g. dropped old reasoning), start over: the
+            // DeltaNet state cannot be rolled back.
+            const std::vector<int32_t> all = m.tokenizer->encode(text::apply_chat_template(tmpl, msgs, co));
+            const auto& hist = gen.history();
+            size_t common = 0;
+            while (common < hist.size() && common < all.size() && hist[common] == all[common]) ++common;
+            if (common < hist.size()) {
+                gen.reset();
+                common = 0;
+            }
+            engine::GenerationStats stats;
+            const std::vector<int32_t> reply =
+                gen.generate(std::span(all).subspan(common), o->n_predict, stream_to_stdout, &stats);
+            std::vector<int32_t> text_ids(reply);
+            if (!text_ids.empty() && m.tokenizer->is_end_of_generation(text_ids.back())) text_ids.pop_back();
+            msgs.push_back({.role = "assistant", .content = m.tokenizer->decode(text_ids, {.lossy = true})});
+            print_stats(stats);
+        }
+    });
+}
+
+}  // namespace mox::cli
