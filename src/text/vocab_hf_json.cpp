@@ -196,6 +196,11 @@ std::string vocab_to_hf_json(const Vocab& vocab) {
         const std::string& token = vocab.tokens[static_cast<size_t>(i)];
         const TokenType type = vocab.type(i);
         if (type == TokenType::tt_control || type == TokenType::tt_user_defined) {
+            // HF keeps an added token's id only when the model's vocab has it (otherwise it
+            // renumbers it after the vocab), so it goes there too. Merges never produce it.
+            if (model_vocab.contains(token))
+                fail("tokenizer.json: added token {} ('{}') is also spelled like a normal token", i, token);
+            model_vocab[token] = i;
             added.push_back({{"id", i},
                              {"content", token},
                              {"single_word", false},

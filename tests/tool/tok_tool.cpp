@@ -8,6 +8,7 @@
 //       IN.json: [[ids], ...] -> stdout: ["hex bytes", ...]
 //   tok_tool placeholder N OUT.json [TEXT_FILE]    placeholder_vocab(N) written as tokenizer.json
 //   tok_tool bench VOCAB FILE [SECONDS]              encoding speed over FILE (tokens/s, MB/s)
+//   tok_tool info VOCAB                              JSON summary (pre, normalizer, sizes, eog)
 //
 // VOCAB is an HF tokenizer.json.
 #include "core/error.h"
@@ -72,6 +73,20 @@ int run(int argc, char** argv) {
         const std::string text = argc >= 5 ? read_file(argv[4]) : std::string();
         const auto vocab = mox::text::placeholder_vocab(std::stoi(argv[2]), text);
         std::ofstream(argv[3], std::ios::binary) << mox::text::vocab_to_hf_json(vocab);
+        return 0;
+    }
+    if (cmd == "info") {
+        const Tokenizer tok = load(argv[2]);
+        const auto& v = tok.vocab();
+        std::cout << json{{"n_tokens", v.size()},
+                          {"n_merges", v.merges.size()},
+                          {"pre", v.pre},
+                          {"pre_regex", v.effective_pre_regex()},
+                          {"normalizer", v.normalizer == mox::text::Normalizer::nfc ? "nfc" : "none"},
+                          {"eog", tok.end_of_generation()},
+                          {"add_bos", v.add_bos}}
+                         .dump()
+                  << "\n";
         return 0;
     }
     if (argc < 4) mox::fail("{} needs VOCAB and an input file", cmd);
