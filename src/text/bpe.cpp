@@ -3,8 +3,8 @@
 #include "core/error.h"
 #include "text/byte_level.h"
 
-#include <bit>
 #include <algorithm>
+#include <bit>
 #include <functional>
 
 namespace mox::text {
@@ -159,7 +159,8 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<int32_t>& out) c
         push_pair(l.prev);
         push_pair(c.left);
     }
-    for (int32_t i = 0; i >= 0; i = sym[static_cast<size_t>(i)].next) out.push_back(sym[static_cast<size_t>(i)].id);
+    for (int32_t i = 0; i >= 0; i = sym[static_cast<size_t>(i)].next)
+        out.push_back(sym[static_cast<size_t>(i)].id);
 }
 
 }  // namespace mox::text

@@ -15,7 +15,7 @@
 namespace mox::text {
 
 class BpeModel {
-public:
+  public:
     // Resolves every merge "a b" to token ids; throws mox::Error when a part or the merged
     // spelling is not a normal token of `vocab`.
     explicit BpeModel(const Vocab& vocab);
@@ -26,7 +26,7 @@ public:
 
     size_t n_merges() const { return n_merges_; }
 
-private:
+  private:
     struct Slot {
         uint64_t key = kEmpty;  // (left << 32) | right
         int32_t rank = 0;
@@ -37,8 +37,8 @@ private:
     const Slot* find_merge(int32_t left, int32_t right) const;
     void insert_merge(int32_t left, int32_t right, int32_t rank, int32_t merged);
 
-    std::array<int32_t, 256> byte_token_{};      // -1: the vocabulary has no token for that byte
-    std::vector<Slot> slots_;                     // open addressing, power-of-two size, <= 50% full
+    std::array<int32_t, 256> byte_token_{};  // -1: the vocabulary has no token for that byte
+    std::vector<Slot> slots_;                // open addressing, power-of-two size, <= 50% full
     uint64_t mask_ = 0;
     size_t n_merges_ = 0;
     int32_t unk_ = -1;

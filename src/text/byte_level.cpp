@@ -7,7 +7,9 @@
 namespace mox::text {
 namespace {
 
-bool maps_to_itself(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE); }
+bool maps_to_itself(int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+}
 
 struct Tables {
     std::array<uint32_t, 256> to_cp{};
@@ -32,7 +34,9 @@ const Tables& tables() {
 
 }  // namespace
 
-uint32_t byte_to_code_point(uint8_t b) { return tables().to_cp[b]; }
+uint32_t byte_to_code_point(uint8_t b) {
+    return tables().to_cp[b];
+}
 
 std::optional<uint8_t> code_point_to_byte(uint32_t cp) {
     const auto& t = tables();

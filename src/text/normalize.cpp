@@ -16,9 +16,9 @@ std::string nfc(std::string_view text) {
 
     utf8proc_uint8_t* result = nullptr;
     // STABLE + COMPOSE is NFC; the explicit length (no NULLTERM) keeps embedded NUL bytes.
-    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                            static_cast<utf8proc_ssize_t>(text.size()), &result,
-                                            static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    const utf8proc_ssize_t n = utf8proc_map(
+        reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+        &result, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
     if (n < 0) fail("tokenizer: NFC normalization failed: {}", utf8proc_errmsg(n));
     std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(result, &std::free);
     return std::string(reinterpret_cast<const char*>(result), static_cast<size_t>(n));

@@ -46,8 +46,8 @@ constexpr std::array<std::string_view, 3> kSpecials = {"<|endoftext|>", "<|im_st
 Vocab placeholder_vocab(int32_t n_tokens, std::string_view training_text) {
     const auto n_specials = static_cast<int32_t>(kSpecials.size());
     if (n_tokens < 256 + n_specials)
-        fail("placeholder vocabulary: {} tokens is fewer than the {} needed (256 bytes + {} specials)", n_tokens,
-             256 + n_specials, n_specials);
+        fail("placeholder vocabulary: {} tokens is fewer than the {} needed (256 bytes + {} specials)",
+             n_tokens, 256 + n_specials, n_specials);
     if (training_text.empty()) training_text = kSampleText;
     if (!utf8_is_valid(training_text)) fail("placeholder vocabulary: the training text is not valid UTF-8");
 
@@ -115,7 +115,7 @@ Vocab placeholder_vocab(int32_t n_tokens, std::string_view training_text) {
         v.tokens.emplace_back(s);
         v.token_types.push_back(TokenType::tt_control);
     }
-    v.bos = first_special;      // <|endoftext|>, as Qwen's GGUFs name it; never prepended
+    v.bos = first_special;  // <|endoftext|>, as Qwen's GGUFs name it; never prepended
     v.pad = first_special;
     v.eos = first_special + 2;  // <|im_end|>
     while (v.size() < n_tokens) {

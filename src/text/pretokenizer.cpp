@@ -45,9 +45,10 @@ struct JitStackDeleter {
 // JIT stack larger than PCRE2's 32 KiB default, for long runs of whitespace or letters.
 struct ThreadScratch {
     std::unique_ptr<pcre2_match_data, MatchDataDeleter> match{pcre2_match_data_create(1, nullptr)};
-    std::unique_ptr<pcre2_jit_stack, JitStackDeleter> jit_stack{pcre2_jit_stack_create(64 * 1024, 8 << 20, nullptr)};
-    std::unique_ptr<pcre2_match_context, void (*)(pcre2_match_context*)> context{pcre2_match_context_create(nullptr),
-                                                                                 pcre2_match_context_free};
+    std::unique_ptr<pcre2_jit_stack, JitStackDeleter> jit_stack{
+        pcre2_jit_stack_create(64 * 1024, 8 << 20, nullptr)};
+    std::unique_ptr<pcre2_match_context, void (*)(pcre2_match_context*)> context{
+        pcre2_match_context_create(nullptr), pcre2_match_context_free};
     ThreadScratch() {
         MOX_CHECK(match && context, "pcre2: out of memory");
         if (jit_stack) pcre2_jit_stack_assign(context.get(), nullptr, jit_stack.get());
@@ -98,7 +99,8 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
         if (rc < 0) {
             PCRE2_UCHAR message[256];
             pcre2_get_error_message(rc, message, sizeof(message));
-            fail("tokenizer: pre-tokenizer regex failed at byte {}: {}", pos, reinterpret_cast<const char*>(message));
+            fail("tokenizer: pre-tokenizer regex failed at byte {}: {}", pos,
+                 reinterpret_cast<const char*>(message));
         }
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(scratch.match.get());
         const size_t start = ov[0], end = ov[1];

@@ -16,7 +16,7 @@ namespace mox::text {
 std::string hf_regex_to_pcre2(std::string_view hf_regex);
 
 class PreTokenizer {
-public:
+  public:
     // `hf_regex` in HF tokenizers syntax; throws mox::Error when it does not compile.
     explicit PreTokenizer(std::string_view hf_regex);
     PreTokenizer(PreTokenizer&&) noexcept;
@@ -27,7 +27,7 @@ public:
     // `text` and cover it exactly, in order. Thread-safe.
     void split(std::string_view text, std::vector<std::string_view>& out) const;
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

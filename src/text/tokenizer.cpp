@@ -21,10 +21,14 @@ std::optional<char> parse_byte_token(std::string_view s) {
     int v = 0;
     for (char c : s.substr(3, 2)) {
         v <<= 4;
-        if (c >= '0' && c <= '9') v |= c - '0';
-        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-        else return std::nullopt;
+        if (c >= '0' && c <= '9')
+            v |= c - '0';
+        else if (c >= 'A' && c <= 'F')
+            v |= c - 'A' + 10;
+        else if (c >= 'a' && c <= 'f')
+            v |= c - 'a' + 10;
+        else
+            return std::nullopt;
     }
     return static_cast<char>(v);
 }
@@ -46,14 +50,18 @@ Tokenizer::Tokenizer(Vocab vocab)
                 added_.push_back(Added{spelling, i, vocab_.type(i) == TokenType::tt_control});
                 break;
             case TokenType::tt_byte:
-                if (auto b = parse_byte_token(spelling)) piece.assign(1, *b);
-                else piece = spelling;
+                if (auto b = parse_byte_token(spelling))
+                    piece.assign(1, *b);
+                else
+                    piece = spelling;
                 break;
             default:
                 // Normal tokens are in the byte-level spelling; one that is not (a malformed
                 // vocabulary) decodes to its literal text, as HF's ByteLevel decoder does.
-                if (auto bytes = mapped_to_bytes(spelling)) piece = std::move(*bytes);
-                else piece = spelling;
+                if (auto bytes = mapped_to_bytes(spelling))
+                    piece = std::move(*bytes);
+                else
+                    piece = spelling;
         }
     }
     std::sort(added_.begin(), added_.end(), [](const Added& a, const Added& b) {
@@ -159,7 +167,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions&
     return options.lossy ? utf8_lossy(out) : out;
 }
 
-bool Tokenizer::is_end_of_generation(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+    return std::binary_search(eog_.begin(), eog_.end(), id);
+}
 
 DecodeStream::DecodeStream(const Tokenizer& tokenizer, DecodeOptions options)
     : tokenizer_(tokenizer), options_(options) {}

@@ -31,7 +31,7 @@ struct DecodeOptions {
 };
 
 class Tokenizer {
-public:
+  public:
     // Validates `vocab` and builds the lookup structures; throws mox::Error on a bad vocabulary.
     explicit Tokenizer(Vocab vocab);
 
@@ -48,7 +48,7 @@ public:
     bool is_end_of_generation(int32_t id) const;
     const std::vector<int32_t>& end_of_generation() const { return eog_; }
 
-private:
+  private:
     struct Added {
         std::string text;
         int32_t id;
@@ -74,12 +74,12 @@ private:
 // character, holding back a character whose bytes are split across tokens. Output is always
 // well-formed UTF-8 (ill-formed bytes become U+FFFD).
 class DecodeStream {
-public:
+  public:
     explicit DecodeStream(const Tokenizer& tokenizer, DecodeOptions options = {});
     std::string push(int32_t id);
     std::string finish();  // the held-back bytes (U+FFFD if they never completed)
 
-private:
+  private:
     const Tokenizer& tokenizer_;
     DecodeOptions options_;
     std::string pending_;

@@ -15,7 +15,8 @@ constexpr std::string_view kQwen35Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr std::string_view kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kGpt2Regex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // Control-token texts that end a turn or a document, in the model families mox targets.
 constexpr std::array<std::string_view, 7> kEndMarkers = {
@@ -50,7 +51,8 @@ std::vector<int32_t> Vocab::end_of_generation() const {
     if (eot) ids.push_back(*eot);
     for (int32_t i = 0; i < size(); ++i) {
         if (type(i) != TokenType::tt_control) continue;
-        if (std::find(kEndMarkers.begin(), kEndMarkers.end(), tokens[static_cast<size_t>(i)]) != kEndMarkers.end())
+        if (std::find(kEndMarkers.begin(), kEndMarkers.end(), tokens[static_cast<size_t>(i)]) !=
+            kEndMarkers.end())
             ids.push_back(i);
     }
     std::sort(ids.begin(), ids.end());
@@ -59,7 +61,8 @@ std::vector<int32_t> Vocab::end_of_generation() const {
 }
 
 void Vocab::validate() const {
-    if (model != "gpt2") fail("tokenizer: unsupported tokenizer model '{}' (only gpt2 byte-level BPE)", model);
+    if (model != "gpt2")
+        fail("tokenizer: unsupported tokenizer model '{}' (only gpt2 byte-level BPE)", model);
     if (tokens.empty()) fail("tokenizer: the vocabulary has no tokens");
     if (token_types.size() != tokens.size())
         fail("tokenizer: {} token types for {} tokens", token_types.size(), tokens.size());

@@ -6,7 +6,8 @@
 namespace mox::text {
 namespace {
 
-const gguf::Array& array_of(const gguf::File& file, std::string_view key, gguf::ValueType elem, bool required) {
+const gguf::Array& array_of(const gguf::File& file, std::string_view key, gguf::ValueType elem,
+                            bool required) {
     static const gguf::Array kEmpty;
     const gguf::Value* value = file.find(key);
     if (!value) {
@@ -14,10 +15,11 @@ const gguf::Array& array_of(const gguf::File& file, std::string_view key, gguf::
         return kEmpty;
     }
     const gguf::Array* array = value->as_array();
-    if (!array) fail("{}: key {} is a {}, expected an array", file.path(), key, gguf::value_type_name(value->type()));
+    if (!array)
+        fail("{}: key {} is a {}, expected an array", file.path(), key, gguf::value_type_name(value->type()));
     if (!array->items.empty() && array->elem_type != elem)
-        fail("{}: key {} is an array of {}, expected {}", file.path(), key, gguf::value_type_name(array->elem_type),
-             gguf::value_type_name(elem));
+        fail("{}: key {} is an array of {}, expected {}", file.path(), key,
+             gguf::value_type_name(array->elem_type), gguf::value_type_name(elem));
     return *array;
 }
 
@@ -58,14 +60,14 @@ Vocab vocab_from_gguf(const gguf::File& file) {
         v.token_types.assign(v.tokens.size(), TokenType::tt_normal);
     } else {
         if (types.items.size() != v.tokens.size())
-            fail("{}: tokenizer.ggml.token_type has {} entries for {} tokens", file.path(), types.items.size(),
-                 v.tokens.size());
+            fail("{}: tokenizer.ggml.token_type has {} entries for {} tokens", file.path(),
+                 types.items.size(), v.tokens.size());
         v.token_types.reserve(types.items.size());
         for (const gguf::Value& t : types.items) {
             const auto type = t.as_int();
             if (!type || *type < 0 || *type > static_cast<int64_t>(TokenType::tt_byte))
-                fail("{}: tokenizer.ggml.token_type[{}] = {} is not a token type", file.path(), v.token_types.size(),
-                     t.to_display());
+                fail("{}: tokenizer.ggml.token_type[{}] = {} is not a token type", file.path(),
+                     v.token_types.size(), t.to_display());
             v.token_types.push_back(static_cast<TokenType>(*type));
         }
     }

@@ -21,7 +21,9 @@ const json& member(const json& j, const char* key, const std::string& where, con
     return j.at(key);
 }
 
-bool flag(const json& j, const char* key) { return j.is_object() && j.contains(key) && j.at(key).is_boolean() && j.at(key).get<bool>(); }
+bool flag(const json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j.at(key).is_boolean() && j.at(key).get<bool>();
+}
 
 void read_normalizer(const json& n, Vocab& v, const std::string& name) {
     if (n.is_null()) return;
@@ -45,12 +47,14 @@ void read_pre_tokenizer(const json& p, Vocab& v, const std::string& name) {
     if (p.is_null()) fail("{}: a byte-level BPE needs a ByteLevel pre-tokenizer; this one has none", name);
     const std::string type = p.value("type", "");
     if (type == "ByteLevel") {
-        if (!read_byte_level(p, name)) fail("{}: ByteLevel without a regex splits nothing; not supported", name);
+        if (!read_byte_level(p, name))
+            fail("{}: ByteLevel without a regex splits nothing; not supported", name);
         v.pre = std::string(kByteLevelPre);
         return;
     }
     const json steps = type == "Sequence" ? p.value("pretokenizers", json::array()) : json::array();
-    if (steps.size() != 2 || steps[0].value("type", "") != "Split" || steps[1].value("type", "") != "ByteLevel")
+    if (steps.size() != 2 || steps[0].value("type", "") != "Split" ||
+        steps[1].value("type", "") != "ByteLevel")
         fail("{}: pre-tokenizer must be ByteLevel or Sequence[Split, ByteLevel]", name);
     const json& split = steps[0];
     if (split.value("behavior", "") != "Isolated" || flag(split, "invert"))
@@ -76,7 +80,8 @@ void read_post_processor(const json& p, Vocab& v, const std::map<std::string, in
     const std::string type = p.value("type", "");
     if (type == "ByteLevel") return;  // only adjusts offsets
     if (type == "Sequence") {
-        for (const json& step : p.value("processors", json::array())) read_post_processor(step, v, added, name);
+        for (const json& step : p.value("processors", json::array()))
+            read_post_processor(step, v, added, name);
         return;
     }
     if (type != "TemplateProcessing") fail("{}: post-processor '{}' is not supported", name, type);
@@ -87,10 +92,12 @@ void read_post_processor(const json& p, Vocab& v, const std::map<std::string, in
             seen_sequence = true;
             continue;
         }
-        if (!item.contains("SpecialToken")) fail("{}: unexpected item in the TemplateProcessing template", name);
+        if (!item.contains("SpecialToken"))
+            fail("{}: unexpected item in the TemplateProcessing template", name);
         const std::string token = item.at("SpecialToken").value("id", "");
         const auto it = added.find(token);
-        if (it == added.end()) fail("{}: the post-processor adds '{}', which is not an added token", name, token);
+        if (it == added.end())
+            fail("{}: the post-processor adds '{}', which is not an added token", name, token);
         if (!seen_sequence) {
             v.bos = it->second;
             v.add_bos = true;
@@ -114,13 +121,15 @@ Vocab vocab_from_hf_json(std::string_view json_text, const std::string& name) {
         Vocab v;
         v.model = "gpt2";
         const json& model = member(j, "model", "the file", name);
-        if (model.value("type", "BPE") != "BPE") fail("{}: model type '{}' is not BPE", name, model.value("type", ""));
+        if (model.value("type", "BPE") != "BPE")
+            fail("{}: model type '{}' is not BPE", name, model.value("type", ""));
         if (flag(model, "byte_fallback")) fail("{}: BPE byte_fallback is not supported", name);
         for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
             if (model.contains(key) && model.at(key).is_string() && !model.at(key).get<std::string>().empty())
                 fail("{}: BPE {} is not supported", name, key);
         }
-        if (model.contains("dropout") && !model.at("dropout").is_null()) fail("{}: BPE dropout is not supported", name);
+        if (model.contains("dropout") && !model.at("dropout").is_null())
+            fail("{}: BPE dropout is not supported", name);
         v.ignore_merges = flag(model, "ignore_merges");
 
         // Ids may leave gaps; a gap becomes an unused row.
@@ -144,10 +153,12 @@ Vocab vocab_from_hf_json(std::string_view json_text, const std::string& name) {
             const auto content = a.at("content").get<std::string>();
             if (id < 0) fail("{}: added token '{}' has negative id {}", name, content, id);
             for (const char* key : {"lstrip", "rstrip", "single_word"}) {
-                if (flag(a, key)) fail("{}: added token '{}' uses {}, which is not supported", name, content, key);
+                if (flag(a, key))
+                    fail("{}: added token '{}' uses {}, which is not supported", name, content, key);
             }
             v.tokens[static_cast<size_t>(id)] = content;
-            v.token_types[static_cast<size_t>(id)] = flag(a, "special") ? TokenType::tt_control : TokenType::tt_user_defined;
+            v.token_types[static_cast<size_t>(id)] =
+                flag(a, "special") ? TokenType::tt_control : TokenType::tt_user_defined;
             added[content] = static_cast<int32_t>(id);
         }
         for (size_t i = 0; i < v.tokens.size(); ++i) {
@@ -227,12 +238,11 @@ std::string vocab_to_hf_json(const Vocab& vocab) {
         {"normalizer", vocab.normalizer == Normalizer::nfc ? json{{"type", "NFC"}} : json()},
         {"pre_tokenizer",
          {{"type", "Sequence"},
-          {"pretokenizers",
-           json::array({{{"type", "Split"},
-                         {"pattern", {{"Regex", vocab.effective_pre_regex()}}},
-                         {"behavior", "Isolated"},
-                         {"invert", false}},
-                        byte_level})}}},
+          {"pretokenizers", json::array({{{"type", "Split"},
+                                          {"pattern", {{"Regex", vocab.effective_pre_regex()}}},
+                                          {"behavior", "Isolated"},
+                                          {"invert", false}},
+                                         byte_level})}}},
         {"post_processor", nullptr},
         {"decoder", byte_level},
         {"model",
@@ -249,11 +259,16 @@ std::string vocab_to_hf_json(const Vocab& vocab) {
     };
     if (vocab.add_bos || vocab.add_eos) {
         json single = json::array();
-        if (vocab.add_bos) single.push_back({{"SpecialToken", {{"id", vocab.tokens[static_cast<size_t>(*vocab.bos)]}, {"type_id", 0}}}});
+        if (vocab.add_bos)
+            single.push_back(
+                {{"SpecialToken", {{"id", vocab.tokens[static_cast<size_t>(*vocab.bos)]}, {"type_id", 0}}}});
         single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
-        if (vocab.add_eos) single.push_back({{"SpecialToken", {{"id", vocab.tokens[static_cast<size_t>(*vocab.eos)]}, {"type_id", 0}}}});
+        if (vocab.add_eos)
+            single.push_back(
+                {{"SpecialToken", {{"id", vocab.tokens[static_cast<size_t>(*vocab.eos)]}, {"type_id", 0}}}});
         json special_tokens = json::object();
-        for (const auto& id : {vocab.add_bos ? vocab.bos : std::nullopt, vocab.add_eos ? vocab.eos : std::nullopt}) {
+        for (const auto& id :
+             {vocab.add_bos ? vocab.bos : std::nullopt, vocab.add_eos ? vocab.eos : std::nullopt}) {
             if (!id) continue;
             const std::string& t = vocab.tokens[static_cast<size_t>(*id)];
             special_tokens[t] = {{"id", t}, {"ids", json::array({*id})}, {"tokens", json::array({t})}};

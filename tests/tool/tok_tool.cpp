@@ -38,7 +38,9 @@ std::string read_file(const std::string& path) {
     return s.str();
 }
 
-Tokenizer load(const std::string& path) { return Tokenizer(mox::text::vocab_from_hf_json_file(path)); }
+Tokenizer load(const std::string& path) {
+    return Tokenizer(mox::text::vocab_from_hf_json_file(path));
+}
 
 bool has_flag(int argc, char** argv, int from, std::string_view flag) {
     for (int i = from; i < argc; ++i)
@@ -49,7 +51,8 @@ bool has_flag(int argc, char** argv, int from, std::string_view flag) {
 std::string from_hex(const std::string& hex) {
     if (hex.size() % 2) mox::fail("odd-length hex string");
     std::string out;
-    for (size_t i = 0; i < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    for (size_t i = 0; i < hex.size(); i += 2)
+        out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
     return out;
 }
 
