@@ -100,6 +100,11 @@ void BpeModel::insert_merge(int32_t left, int32_t right, int32_t rank, int32_t m
 
 void BpeModel::encode_piece(std::string_view bytes, std::vector<int32_t>& out) const {
     if (bytes.empty()) return;
+    if (bytes.size() == 1) {  // the common single-byte piece needs neither merges nor the cache
+        const int32_t id = byte_token_[static_cast<uint8_t>(bytes[0])];
+        if (id >= 0 || unk_ >= 0) out.push_back(id >= 0 ? id : unk_);
+        return;
+    }
     if (ignore_merges_) {
         const auto it = whole_piece_.find(bytes_to_mapped(bytes));
         if (it != whole_piece_.end()) {
@@ -107,6 +112,27 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<int32_t>& out) c
             return;
         }
     }
+    if (bytes.size() > kCacheMaxPieceBytes) {
+        merge_piece(bytes, out);
+        return;
+    }
+    thread_local std::string key;
+    key.assign(bytes);
+    {
+        const std::lock_guard lock(cache_mutex_);
+        if (const auto it = cache_.find(key); it != cache_.end()) {
+            out.insert(out.end(), it->second.begin(), it->second.end());
+            return;
+        }
+    }
+    const size_t start = out.size();
+    merge_piece(bytes, out);
+    const std::lock_guard lock(cache_mutex_);
+    if (cache_.size() >= kCacheEntries) cache_.clear();
+    cache_.emplace(key, std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
+}
+
+void BpeModel::merge_piece(std::string_view bytes, std::vector<int32_t>& out) const {
     thread_local Scratch scratch;
     auto& sym = scratch.symbols;
     sym.clear();

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -35,6 +36,7 @@ class BpeModel {
     static constexpr uint64_t kEmpty = ~uint64_t{0};
 
     const Slot* find_merge(int32_t left, int32_t right) const;
+    void merge_piece(std::string_view bytes, std::vector<int32_t>& out) const;
     void insert_merge(int32_t left, int32_t right, int32_t rank, int32_t merged);
 
     std::array<int32_t, 256> byte_token_{};  // -1: the vocabulary has no token for that byte
@@ -44,6 +46,13 @@ class BpeModel {
     int32_t unk_ = -1;
     bool ignore_merges_ = false;
     std::unordered_map<std::string, int32_t> whole_piece_;  // mapped spelling -> id; ignore_merges only
+
+    // Results for short pieces (words repeat), shared by all threads under a mutex; emptied when
+    // it reaches kCacheEntries.
+    static constexpr size_t kCacheEntries = 1 << 16;
+    static constexpr size_t kCacheMaxPieceBytes = 48;
+    mutable std::mutex cache_mutex_;
+    mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
 
 }  // namespace mox::text

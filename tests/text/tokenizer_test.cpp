@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 namespace mox::text {
 namespace {
@@ -178,6 +179,30 @@ TEST(DecodeStream, HoldsBackSplitCharacters) {
     DecodeStream cut(tok);
     EXPECT_EQ(cut.push(0xE4), "");
     EXPECT_EQ(cut.finish(), "\xEF\xBF\xBD");
+}
+
+TEST(Tokenizer, ConcurrentEncodingSharesTheCache) {
+    const Tokenizer tok(placeholder_vocab(600));
+    std::vector<std::string> texts;
+    std::mt19937 rng(9);
+    for (int i = 0; i < 64; ++i) {
+        std::string s;
+        for (int w = 0; w < 50; ++w) s += std::string(" the int for ") + std::to_string(rng() % 1000) + "\xC3\xA9x";
+        texts.push_back(s);
+    }
+    std::vector<Ids> expected;
+    for (const auto& t : texts) expected.push_back(tok.encode(t));
+    std::vector<int> mismatches(4, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            for (int rep = 0; rep < 20; ++rep)
+                for (size_t i = 0; i < texts.size(); ++i) mismatches[t] += tok.encode(texts[i]) != expected[i];
+        });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(mismatches, (std::vector<int>{0, 0, 0, 0}));
+    for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(tok.decode(expected[i]), texts[i]);
 }
 
 TEST(Vocab, ValidationErrors) {
