@@ -3,10 +3,14 @@
 #include "gguf/reader.h"
 #include "text/vocab_io.h"
 
+#include <climits>
+#include <optional>
+
 namespace mox::text {
 namespace {
 
-const gguf::Array& array_of(const gguf::File& file, std::string_view key, gguf::ValueType elem,
+// The array at `key`; `elem` (when given) is the element type it must have.
+const gguf::Array& array_of(const gguf::File& file, std::string_view key, std::optional<gguf::ValueType> elem,
                             bool required) {
     static const gguf::Array kEmpty;
     const gguf::Value* value = file.find(key);
@@ -17,9 +21,9 @@ const gguf::Array& array_of(const gguf::File& file, std::string_view key, gguf::
     const gguf::Array* array = value->as_array();
     if (!array)
         fail("{}: key {} is a {}, expected an array", file.path(), key, gguf::value_type_name(value->type()));
-    if (!array->items.empty() && array->elem_type != elem)
+    if (elem && !array->items.empty() && array->elem_type != *elem)
         fail("{}: key {} is an array of {}, expected {}", file.path(), key,
-             gguf::value_type_name(array->elem_type), gguf::value_type_name(elem));
+             gguf::value_type_name(array->elem_type), gguf::value_type_name(*elem));
     return *array;
 }
 
@@ -55,7 +59,7 @@ Vocab vocab_from_gguf(const gguf::File& file) {
     if (v.pre == "qwen2" || v.pre == "qwen35") v.normalizer = Normalizer::nfc;
 
     v.tokens = strings_of(file, "tokenizer.ggml.tokens", true);
-    const gguf::Array& types = array_of(file, "tokenizer.ggml.token_type", gguf::ValueType::i32, false);
+    const gguf::Array& types = array_of(file, "tokenizer.ggml.token_type", std::nullopt, false);
     if (types.items.empty()) {
         v.token_types.assign(v.tokens.size(), TokenType::tt_normal);
     } else {
