@@ -87,7 +87,10 @@ int run(int argc, char** argv) {
                           {"pre_regex", v.effective_pre_regex()},
                           {"normalizer", v.normalizer == mox::text::Normalizer::nfc ? "nfc" : "none"},
                           {"eog", tok.end_of_generation()},
-                          {"add_bos", v.add_bos}}
+                          {"add_bos", v.add_bos},
+                          {"bos", v.bos ? json(*v.bos) : json()},
+                          {"eos", v.eos ? json(*v.eos) : json()},
+                          {"pad", v.pad ? json(*v.pad) : json()}}
                          .dump()
                   << "\n";
         return 0;
