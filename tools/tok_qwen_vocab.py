@@ -112,6 +112,29 @@ def build(out_json: Path, out_gguf: Path | None = None) -> dict:
     return info
 
 
+def write_vocab_gguf(path: Path, tokens: list[str], types: list[int], merges: list[str],
+                     ids: dict[str, int], pre: str) -> None:
+    """A GGUF with only tokenizer.ggml.* metadata (no tensors), written by gguf-py's GGUFWriter."""
+    import gguf
+    w = gguf.GGUFWriter(str(path), "qwen35moe")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    if "eos" in ids:
+        w.add_eos_token_id(ids["eos"])
+    if "pad" in ids:
+        w.add_pad_token_id(ids["pad"])
+    if "bos" in ids:
+        w.add_bos_token_id(ids["bos"])
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def write_gguf(path: Path, ranks, spell, merges, specials) -> None:
     import gguf
     tokens = [""] * N_VOCAB_PADDED
@@ -127,20 +150,8 @@ def write_gguf(path: Path, ranks, spell, merges, specials) -> None:
     for i in range(N_VOCAB_PADDED):
         if not tokens[i]:
             tokens[i] = f"[PAD{i}]"
-    w = gguf.GGUFWriter(str(path), "qwen35moe")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen35")
-    w.add_token_list(tokens)
-    w.add_token_types([int(t) for t in types])
-    w.add_token_merges([f"{spell(a)} {spell(b)}" for a, b in merges])
-    w.add_eos_token_id(ids[EOS])
-    w.add_pad_token_id(ids[PAD])
-    w.add_bos_token_id(ids[BOS])
-    w.add_add_bos_token(False)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_vocab_gguf(path, tokens, [int(t) for t in types], [f"{spell(a)} {spell(b)}" for a, b in merges],
+                     {"eos": ids[EOS], "pad": ids[PAD], "bos": ids[BOS]}, "qwen35")
 
 
 def main() -> int:

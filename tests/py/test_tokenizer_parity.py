@@ -122,8 +122,9 @@ def qwen_vocab(tmp_path_factory) -> dict:
     sys.path.insert(0, str(SRC / "tools"))
     import tok_qwen_vocab
     d = tmp_path_factory.mktemp("qwen35")
-    info = tok_qwen_vocab.build(d / "tokenizer.json")
+    info = tok_qwen_vocab.build(d / "tokenizer.json", d / "vocab.gguf")
     info["json"] = d / "tokenizer.json"
+    info["gguf"] = d / "vocab.gguf"  # the same vocabulary as GGUF metadata, padded to 248,320 rows
     return info
 
 
@@ -283,6 +284,82 @@ def test_qwen_encode_speed(qwen_vocab, tool_dir, tmp_path):
     r = json.loads(tok_tool(tool_dir, "bench", qwen_vocab["json"], f, "1.0"))
     print(f"\nmox tokenizer: {r['tokens_per_s']:.0f} tokens/s, {r['mb_per_s']:.1f} MB/s")
     assert r["tokens"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# GGUF vocabulary fixtures, written by gguf-py's GGUFWriter
+
+@needs_qwen
+def test_qwen_gguf_matches_hf(qwen_vocab, hf_qwen, tool_dir, tmp_path):
+    texts = all_cases()
+    ours = encode_batch(tool_dir, qwen_vocab["gguf"], [t.encode() for t in texts], tmp_path)
+    ref = [e.ids for e in hf_qwen.encode_batch(texts, add_special_tokens=False)]
+    assert ours == ref, first_mismatch(ours, ref, texts)
+
+
+@needs_qwen
+def test_qwen_gguf_metadata(qwen_vocab, tool_dir):
+    info = json.loads(tok_tool(tool_dir, "info", qwen_vocab["gguf"]))
+    assert info["n_tokens"] == 248320 and info["n_merges"] == 247587
+    assert (info["pre"], info["normalizer"]) == ("qwen35", "nfc")
+    assert (info["bos"], info["eos"], info["pad"], info["add_bos"]) == (248044, 248046, 248055, False)
+    assert {248044, 248046} <= set(info["eog"])
+
+
+@needs_qwen
+def test_qwen_gguf_padding_rows(qwen_vocab, tool_dir, tmp_path):
+    """Rows 248077..248319 ([PAD<id>], unused) decode to nothing and are never produced."""
+    out = decode_batch(tool_dir, qwen_vocab["gguf"], [[248077, 248319], [9419, 248200], [248320]], tmp_path)
+    assert out[0] == b"" and out[1] == b"Hello"
+    assert "outside the vocabulary" in out[2]["error"]
+    [ids] = encode_batch(tool_dir, qwen_vocab["gguf"], [b"[PAD248100] <|vision_pad|>"], tmp_path)
+    assert all(i < 248077 for i in ids) and 248055 in ids
+
+
+def _vocab_gguf_from_hf_json(json_path: Path, gguf_path: Path) -> None:
+    """Writes the vocabulary of an HF tokenizer.json as GGUF metadata with gguf-py."""
+    import gguf
+    sys.path.insert(0, str(SRC / "tools"))
+    import tok_qwen_vocab
+    doc = json.loads(json_path.read_text(encoding="utf-8"))
+    model = doc["model"]
+    n = 1 + max(list(model["vocab"].values()) + [a["id"] for a in doc["added_tokens"]])
+    tokens = [f"[PAD{i}]" for i in range(n)]
+    types = [int(gguf.TokenType.UNUSED)] * n
+    for t, i in model["vocab"].items():
+        tokens[i], types[i] = t, int(gguf.TokenType.NORMAL)
+    for a in doc["added_tokens"]:
+        tokens[a["id"]] = a["content"]
+        types[a["id"]] = int(gguf.TokenType.CONTROL if a["special"] else gguf.TokenType.USER_DEFINED)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    tok_qwen_vocab.write_vocab_gguf(gguf_path, tokens, types, merges, {"eos": tokens.index("<|im_end|>")},
+                                    "qwen35")
+
+
+@needs_tokenizers
+def test_placeholder_gguf_matches_hf(tool_dir, tmp_path):
+    from tokenizers import Tokenizer
+    json_path, gguf_path = tmp_path / "p.json", tmp_path / "p.gguf"
+    tok_tool(tool_dir, "placeholder", 512, json_path)
+    _vocab_gguf_from_hf_json(json_path, gguf_path)
+    hf = Tokenizer.from_file(str(json_path))
+    texts = all_cases()
+    ours = encode_batch(tool_dir, gguf_path, [t.encode() for t in texts], tmp_path)
+    ref = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    assert ours == ref, first_mismatch(ours, ref, texts)
+
+
+def test_gguf_without_tokens_is_a_clear_error(tool_dir, tmp_path):
+    import gguf
+    path = tmp_path / "bad.gguf"
+    w = gguf.GGUFWriter(str(path), "qwen35moe")
+    w.add_tokenizer_model("gpt2")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = subprocess.run([str(tool_dir / "tok_tool"), "info", str(path)], capture_output=True, text=True)
+    assert r.returncode == 1 and "tokenizer.ggml.tokens" in r.stderr
 
 
 # ---------------------------------------------------------------------------------------------

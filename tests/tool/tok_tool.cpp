@@ -10,8 +10,10 @@
 //   tok_tool bench VOCAB FILE [SECONDS]              encoding speed over FILE (tokens/s, MB/s)
 //   tok_tool info VOCAB                              JSON summary (pre, normalizer, sizes, eog)
 //
-// VOCAB is an HF tokenizer.json.
+// VOCAB is an HF tokenizer.json, or a GGUF file (name ending in .gguf) whose tokenizer.ggml.*
+// metadata is read.
 #include "core/error.h"
+#include "gguf/reader.h"
 #include "text/tokenizer.h"
 #include "text/vocab_io.h"
 
@@ -39,6 +41,7 @@ std::string read_file(const std::string& path) {
 }
 
 Tokenizer load(const std::string& path) {
+    if (path.ends_with(".gguf")) return Tokenizer(mox::text::vocab_from_gguf(mox::gguf::File::open(path)));
     return Tokenizer(mox::text::vocab_from_hf_json_file(path));
 }
 
