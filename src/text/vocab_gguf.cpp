@@ -1,6 +1,7 @@
 // vocab_from_gguf(): the tokenizer.ggml.* metadata of a GGUF file -> Vocab.
 #include "core/error.h"
 #include "gguf/reader.h"
+#include "gguf/writer.h"
 #include "text/vocab_io.h"
 
 #include <climits>
@@ -91,6 +92,31 @@ Vocab vocab_from_gguf(const gguf::File& file) {
         fail("{}: {}", file.path(), e.what());
     }
     return v;
+}
+
+void vocab_to_gguf(const Vocab& vocab, gguf::Writer& writer) {
+    vocab.validate();
+    using gguf::Value;
+    writer.set("tokenizer.ggml.model", Value::string(vocab.model));
+    writer.set("tokenizer.ggml.pre", Value::string(vocab.pre));
+    writer.set("tokenizer.ggml.tokens", Value::string_array(vocab.tokens));
+    std::vector<int32_t> types;
+    types.reserve(vocab.token_types.size());
+    for (TokenType t : vocab.token_types) types.push_back(static_cast<int32_t>(t));
+    writer.set("tokenizer.ggml.token_type", Value::i32_array(types));
+    if (!vocab.merges.empty()) writer.set("tokenizer.ggml.merges", Value::string_array(vocab.merges));
+    const auto set_id = [&](const char* key, const std::optional<int32_t>& id) {
+        if (id) writer.set(key, Value::u32(static_cast<uint32_t>(*id)));
+    };
+    set_id("tokenizer.ggml.bos_token_id", vocab.bos);
+    set_id("tokenizer.ggml.eos_token_id", vocab.eos);
+    set_id("tokenizer.ggml.eot_token_id", vocab.eot);
+    set_id("tokenizer.ggml.padding_token_id", vocab.pad);
+    set_id("tokenizer.ggml.unknown_token_id", vocab.unk);
+    writer.set("tokenizer.ggml.add_bos_token", Value::boolean(vocab.add_bos));
+    writer.set("tokenizer.ggml.add_eos_token", Value::boolean(vocab.add_eos));
+    if (!vocab.chat_template.empty())
+        writer.set("tokenizer.chat_template", Value::string(vocab.chat_template));
 }
 
 }  // namespace mox::text

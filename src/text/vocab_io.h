@@ -8,7 +8,8 @@
 
 namespace mox::gguf {
 class File;
-}
+class Writer;
+}  // namespace mox::gguf
 
 namespace mox::text {
 
@@ -18,6 +19,10 @@ namespace mox::text {
 // pre-tokenizers get NFC normalization, as their HF tokenizers do. Throws mox::Error naming the
 // key on a missing or mistyped key and on an inconsistent vocabulary.
 Vocab vocab_from_gguf(const gguf::File& file);
+
+// Sets the same keys on `writer` (before its write_header), so vocab_from_gguf reads `vocab`
+// back; llama.cpp's key names and types (token_type as i32, ids as u32).
+void vocab_to_gguf(const Vocab& vocab, gguf::Writer& writer);
 
 // From the text of an HF tokenizer.json with a BPE model, a byte-level pre-tokenizer (ByteLevel
 // with its GPT-2 regex, or Split(regex, Isolated) followed by ByteLevel without regex), an NFC or
