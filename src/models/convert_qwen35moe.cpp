@@ -6,6 +6,7 @@
 #include "gguf/writer.h"
 #include "models/safetensors.h"
 #include "models/synth_vocab.h"
+#include "text/vocab_io.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -517,6 +518,44 @@ json read_json_file(const std::filesystem::path& path) {
     return j;
 }
 
+std::optional<int32_t> token_id_from_config(const json& j, const char* key) {
+    if (!j.contains(key)) return std::nullopt;
+    const json& v = j[key];
+    if (v.is_number_integer()) return v.get<int32_t>();
+    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int32_t>();
+    return std::nullopt;
+}
+
+// The checkpoint's own tokenizer: tokenizer.json (byte-level BPE), the chat template from
+// tokenizer_config.json or chat_template.jinja, eos from config/generation_config when the tokenizer
+// itself does not name one, and unused padding rows up to the embedding's row count (as real Qwen
+// files carry 248320 rows for 248077 tokens).
+text::Vocab read_hf_vocab(const std::filesystem::path& dir, int64_t n_vocab) {
+    if (!std::filesystem::exists(dir / "tokenizer.json"))
+        fail("{}: only tokenizer.json tokenizers are supported (pass --placeholder-vocab to ignore the tokenizer)",
+             dir.string());
+    text::Vocab v = text::vocab_from_hf_json_file((dir / "tokenizer.json").string());
+    if (std::filesystem::exists(dir / "chat_template.jinja")) {
+        std::ifstream in(dir / "chat_template.jinja", std::ios::binary);
+        v.chat_template.assign(std::istreambuf_iterator<char>(in), {});
+    } else if (std::filesystem::exists(dir / "tokenizer_config.json")) {
+        const json tc = read_json_file(dir / "tokenizer_config.json");
+        if (tc.contains("chat_template") && tc["chat_template"].is_string()) v.chat_template = tc["chat_template"];
+    }
+    for (const char* cfg : {"generation_config.json", "config.json"}) {
+        if (v.eos || !std::filesystem::exists(dir / cfg)) continue;
+        if (auto id = token_id_from_config(read_json_file(dir / cfg), "eos_token_id")) v.eos = *id;
+    }
+    if (v.size() > n_vocab)
+        fail("{}: tokenizer has {} tokens but the model's vocabulary has {} rows", dir.string(), v.size(), n_vocab);
+    for (int64_t id = v.size(); id < n_vocab; ++id) {
+        v.tokens.push_back(fmt::format("[PAD{}]", id));
+        v.token_types.push_back(text::TokenType::tt_unused);
+    }
+    v.validate();
+    return v;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -550,11 +589,9 @@ ConvertSummary convert_qwen35moe(const ConvertOptions& o,
     }
 
     const bool ships_tokenizer = has_tokenizer_files(dir);
-    if (ships_tokenizer && !o.placeholder_vocab)
-        fail(
-            "{}: converting the HF tokenizer is not supported yet; pass --placeholder-vocab to write a "
-            "byte-level placeholder vocabulary instead (token ids then mean nothing as text)",
-            o.hf_dir);
+    const bool real_vocab = ships_tokenizer && !o.placeholder_vocab;
+    text::Vocab vocab;
+    if (real_vocab) vocab = read_hf_vocab(dir, hp.n_vocab);
 
     QuantMix mix = QuantMix::f32;
     if (o.mix) {
@@ -572,7 +609,8 @@ ConvertSummary convert_qwen35moe(const ConvertOptions& o,
     write_qwen35moe_hparams(w, hp);
     w.set("general.file_type", gguf::Value::u32(llama_ftype_of(mix)));
     w.set("general.quantization_version", gguf::Value::u32(2));
-    write_synth_vocab(w, hp.n_vocab);
+    if (real_vocab) text::vocab_to_gguf(vocab, w);
+    else write_synth_vocab(w, hp.n_vocab);
 
     std::vector<TypeId> types;
     ConvertProgress progress;
@@ -621,8 +659,8 @@ ConvertSummary convert_qwen35moe(const ConvertOptions& o,
     s.mix = mix;
     s.n_tensors = plans.size();
     s.data_bytes = progress.bytes_total;
-    s.placeholder_vocab = true;
-    if (ships_tokenizer) log::warn("{}: tokenizer files ignored; wrote a placeholder vocabulary", o.hf_dir);
+    s.placeholder_vocab = !real_vocab;
+    if (ships_tokenizer && !real_vocab) log::warn("{}: tokenizer files ignored; wrote a placeholder vocabulary", o.hf_dir);
     return s;
 }
 

@@ -104,6 +104,13 @@ std::string chat_template_of(const LoadedModel& m) {
     return t.empty() ? std::string(text::chatml_template()) : t;
 }
 
+text::ChatMessage message(const std::string& role, const std::string& content) {
+    text::ChatMessage m;
+    m.role = role;
+    m.content = content;
+    return m;
+}
+
 auto stream_to_stdout = [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -130,8 +137,8 @@ void register_run(CLI::App& app) {
         LoadedModel m = load(o->model);
         if (o->chat) {
             std::vector<text::ChatMessage> msgs;
-            if (!o->system.empty()) msgs.push_back({.role = "system", .content = o->system});
-            msgs.push_back({.role = "user", .content = prompt});
+            if (!o->system.empty()) msgs.push_back(message("system", o->system));
+            msgs.push_back(message("user", prompt));
             prompt = text::apply_chat_template(chat_template_of(m), msgs, chat_options(m, o->no_think));
         }
         const std::vector<int32_t> ids = m.tokenizer->encode(prompt);
@@ -163,14 +170,14 @@ void register_chat(CLI::App& app) {
         mo.n_ctx = n_ctx;
         engine::Generator gen(*m.model, *m.tokenizer, state_options(mo, m.model->hparams(), 1), o->sampling);
         std::vector<text::ChatMessage> msgs;
-        if (!o->system.empty()) msgs.push_back({.role = "system", .content = o->system});
+        if (!o->system.empty()) msgs.push_back(message("system", o->system));
         const bool tty = isatty(STDIN_FILENO);
         std::string line;
         for (;;) {
             if (tty) fmt::print("> "), std::fflush(stdout);
             if (!std::getline(std::cin, line)) break;
             if (line.empty()) continue;
-            msgs.push_back({.role = "user", .content = line});
+            msgs.push_back(message("user", line));
             // Render the whole conversation; feed only what extends the tokens already in context.
             // When the template rewrote earlier turns (e.g. dropped old reasoning), start over: the
             // DeltaNet state cannot be rolled back.
@@ -187,7 +194,9 @@ void register_chat(CLI::App& app) {
                 gen.generate(std::span(all).subspan(common), o->n_predict, stream_to_stdout, &stats);
             std::vector<int32_t> text_ids(reply);
             if (!text_ids.empty() && m.tokenizer->is_end_of_generation(text_ids.back())) text_ids.pop_back();
-            msgs.push_back({.role = "assistant", .content = m.tokenizer->decode(text_ids, {.lossy = true})});
+            text::DecodeOptions lossy;
+            lossy.lossy = true;
+            msgs.push_back(message("assistant", m.tokenizer->decode(text_ids, lossy)));
             print_stats(stats);
         }
     });

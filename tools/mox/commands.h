@@ -13,6 +13,7 @@ void register_logits(CLI::App& app);
 void register_devices(CLI::App& app);
 void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
+void register_perplexity(CLI::App& app);
 void register_convert(CLI::App& app);
 
 }  // namespace mox::cli

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
     });
     mox::cli::register_run(app);
     mox::cli::register_chat(app);
+    mox::cli::register_perplexity(app);
     mox::cli::register_inspect(app);
     mox::cli::register_synth(app);
     mox::cli::register_logits(app);
