@@ -1,0 +1,108 @@
+"""The mox executable as a user meets it: inspect/synth results, determinism, chat, and one-line
+errors with exit code 1 (never a signal) on bad input."""
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TINY_MODEL = Path(__file__).resolve().parents[2] / "assets" / "mox-tiny" / "mox-tiny-f16.gguf"
+
+
+def run(mox_bin, *args, **kw):
+    return subprocess.run([str(mox_bin), *map(str, args)], capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny(mox_bin, tmp_path_factory):
+    path = tmp_path_factory.mktemp("synth") / "tiny.gguf"
+    r = run(mox_bin, "synth", "--preset", "tiny", "-o", path, "--seed", "3", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def sha(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def test_synth_is_deterministic_and_thread_independent(mox_bin, tiny, tmp_path):
+    other = tmp_path / "again.gguf"
+    assert run(mox_bin, "synth", "--preset", "tiny", "-o", other, "--seed", "3", "-t", "1").returncode == 0
+    assert sha(other) == sha(tiny)
+    different = tmp_path / "seed4.gguf"
+    assert run(mox_bin, "synth", "--preset", "tiny", "-o", different, "--seed", "4").returncode == 0
+    assert sha(different) != sha(tiny)
+
+
+def test_inspect_json_accounts_for_every_tensor(mox_bin, tiny):
+    r = run(mox_bin, "inspect", tiny, "--json", "--bandwidth", "100GB/s", "--tensors")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["architecture"] == "qwen35moe"
+    tensors = j["tensors"]
+    assert len(tensors) == sum(c["tensors"] for c in j["classes"].values())
+    assert sum(t["bytes"] for t in tensors) == sum(c["bytes"] for c in j["classes"].values())
+    assert j["kv_bytes_per_token"]["f16"] == 2 * 2 * 2 * 64 * 2  # 2 attn layers x K,V x 2 heads x 64 x 2 B
+    assert j["roofline"][0]["tokens_per_s"] == pytest.approx(100e9 / j["bytes_per_token"])
+    # Routed experts: 4 of 16 are read per token.
+    re = j["classes"]["routed_experts"]
+    assert re["bytes_per_token"] == pytest.approx(re["bytes"] * 4 / 16)
+
+
+def test_router_skew_changes_only_the_routers(mox_bin, tiny, tmp_path):
+    skewed = tmp_path / "skew.gguf"
+    assert run(mox_bin, "synth", "--preset", "tiny", "-o", skewed, "--seed", "3", "--router-skew", "1.2").returncode == 0
+    import gguf
+    a, b = gguf.GGUFReader(str(tiny)), gguf.GGUFReader(str(skewed))
+    changed = {t.name for t, u in zip(a.tensors, b.tensors) if bytes(t.data.tobytes()) != bytes(u.data.tobytes())}
+    assert changed and all("ffn_gate_inp.weight" in n for n in changed)
+
+
+@pytest.mark.parametrize("broken", sorted((DATA / "gguf").glob("broken*.gguf"))[:40], ids=lambda p: p.name)
+def test_inspect_rejects_broken_files_with_one_line(mox_bin, broken):
+    r = run(mox_bin, "inspect", broken)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mox: error: ")
+
+
+def test_truncated_model_is_a_one_line_error(mox_bin, tiny, tmp_path):
+    data = tiny.read_bytes()
+    for cut in [10, 1000, len(data) // 2, len(data) - 1]:
+        path = tmp_path / f"cut{cut}.gguf"
+        path.write_bytes(data[:cut])
+        for args in (["inspect", path], ["run", "-m", path, "-p", "x", "-n", "1"]):
+            r = run(mox_bin, *args)
+            assert r.returncode == 1, (cut, args, r.stderr)
+            assert r.stderr.count("\n") == 1 and r.stderr.startswith("mox: error: ")
+
+
+def test_missing_file_and_bad_flags(mox_bin, tmp_path):
+    r = run(mox_bin, "run", "-m", tmp_path / "nope.gguf", "-p", "x")
+    assert r.returncode == 1 and "nope.gguf" in r.stderr
+    r = run(mox_bin, "run", "-m", TINY_MODEL, "-p", "x", "-ctk", "q9_9")
+    assert r.returncode == 1 and "q9_9" in r.stderr
+    r = run(mox_bin, "inspect", TINY_MODEL, "--bandwidth", "fast")
+    assert r.returncode == 1 and "fast" in r.stderr
+
+
+def test_prompt_longer_than_context(mox_bin):
+    r = run(mox_bin, "run", "-m", TINY_MODEL, "-p", "word " * 200, "-n", "4", "-c", "64")
+    assert r.returncode == 1 and "context" in r.stderr
+
+
+def test_chat_answers_each_line(mox_bin):
+    r = run(mox_bin, "chat", "-m", TINY_MODEL, "-n", "12", "--temp", "0", input="Hello\nWho are you?\n", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("generated") == 2  # one stats line per turn
+    assert len(r.stdout.strip()) > 0
+
+
+def test_same_seed_same_text(mox_bin):
+    args = ["run", "-m", TINY_MODEL, "-p", "And he said", "-n", "24", "--temp", "0.9", "-s", "123"]
+    a, b = run(mox_bin, *args), run(mox_bin, *args)
+    assert a.returncode == 0 and a.stdout == b.stdout
+    c = run(mox_bin, *args[:-1], "124")
+    assert c.stdout != a.stdout
