@@ -340,6 +340,11 @@ void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t
     ops::route_softmax_topk(router_logits.data(), n_tokens, hp_.n_expert, hp_.n_expert_used, true, routing);
     auto& usage = expert_usage_[static_cast<size_t>(il)];
     for (int64_t e = 0; e < hp_.n_expert; ++e) usage[static_cast<size_t>(e)] += routing.expert_counts[static_cast<size_t>(e)];
+    if (trace_routing_) {
+        routing_trace_.resize(layers_.size());
+        auto& trace = routing_trace_[static_cast<size_t>(il)];
+        trace.insert(trace.end(), routing.ids.begin(), routing.ids.end());
+    }
     ops::moe_ffn(ctx, L.experts, routing, u, out);
     if (hp_.n_ff_shexp == 0) return;
     std::vector<float> shared(static_cast<size_t>(n_tokens * d));

@@ -80,6 +80,11 @@ public:
     // Usage histogram of routed experts since load: [n_layer][n_expert] selections.
     const std::vector<std::vector<int64_t>>& expert_usage() const { return expert_usage_; }
 
+    // When on, every forward appends each token's selected experts: trace[layer] holds
+    // [n_tokens_seen, n_expert_used] ids in batch order (for routing statistics).
+    void set_routing_trace(bool on) { trace_routing_ = on; }
+    const std::vector<std::vector<int32_t>>& routing_trace() const { return routing_trace_; }
+
 private:
     void deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
     void attention(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
@@ -92,6 +97,8 @@ private:
     std::vector<Qwen35MoeLayer> layers_;
     std::vector<int64_t> attn_index_, rec_index_;  // layer -> index among attention / DeltaNet layers
     std::vector<std::vector<int64_t>> expert_usage_;
+    bool trace_routing_ = false;
+    std::vector<std::vector<int32_t>> routing_trace_;
 };
 
 }  // namespace mox::models

@@ -4,6 +4,7 @@
 #include "common_options.h"
 #include "core/error.h"
 #include "engine/generate.h"
+#include "engine/routing_stats.h"
 #include "gguf/reader.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -33,7 +34,7 @@ struct RunOptions {
     int64_t n_predict = 128;
     bool chat = false;
     bool no_think = false;
-    bool quiet_stats = false;
+    std::string routing_stats;
     engine::SamplerParams sampling;
 };
 
@@ -128,6 +129,8 @@ void register_run(CLI::App& app) {
     cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template (a user turn)");
     cmd->add_option("--system", o->system, "System message for --chat");
     cmd->add_flag("--no-think", o->no_think, "Chat template with thinking off (enable_thinking=false)");
+    cmd->add_option("--routing-stats", o->routing_stats,
+                    "Write expert-routing statistics of prompt and generation (JSON) to this file");
     add_sampling_options(cmd, o->sampling);
     cmd->callback([o] {
         o->model.path = resolve_model_path(o->model.path);
@@ -146,8 +149,19 @@ void register_run(CLI::App& app) {
         engine::Generator gen(*m.model, *m.tokenizer, so, o->sampling);
         if (!o->chat) stream_to_stdout(prompt);
         engine::GenerationStats stats;
+        m.model->set_routing_trace(!o->routing_stats.empty());
         gen.generate(ids, o->n_predict, stream_to_stdout, &stats);
         print_stats(stats);
+        if (!o->routing_stats.empty()) {
+            const auto& hp = m.model->hparams();
+            const auto rs = engine::compute_routing_stats(m.model->routing_trace(), hp.n_expert, hp.n_expert_used);
+            std::ofstream out(o->routing_stats);
+            out << engine::routing_stats_json(rs) << "\n";
+            if (!out) fail("cannot write '{}'", o->routing_stats);
+            fmt::print(stderr, "mox: routing over {} tokens: {:.1f}% of selections repeat on the next token, {:.1f}% within 8 "
+                       "(uniform random: {:.1f}%, {:.1f}%)\n", rs.n_tokens, 100 * rs.repeat_next, 100 * rs.repeat_within_8,
+                       100 * rs.random_repeat_next, 100 * rs.random_repeat_within_8);
+        }
     });
 }
 
