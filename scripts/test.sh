@@ -22,6 +22,6 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     echo "== CUDA compile check (sm_90)"
     export PATH="$PATH:/usr/local/cuda/bin"
     cmake -S . -B build-cuda -G Ninja -DMOX_CUDA=ON -DMOX_CUDA_ARCHS=90 -DMOX_TESTS=OFF >/dev/null
-    cmake --build build-cuda -j "$jobs"
+    cmake --build build-cuda -j "$jobs" --target mox_cuda
 fi
 echo "== all tests passed"
