@@ -363,6 +363,25 @@ def test_gguf_without_tokens_is_a_clear_error(tool_dir, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# the tokenizer that HF's trainer made for the embedded mox-tiny model
+
+MOX_TINY_TOKENIZER = SRC / "assets" / "mox-tiny" / "tokenizer.json"
+
+
+@needs_tokenizers
+@pytest.mark.skipif(not MOX_TINY_TOKENIZER.exists(), reason="assets/mox-tiny/tokenizer.json not in this tree")
+def test_mox_tiny_tokenizer_parity_hf(tool_dir, tmp_path):
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(str(MOX_TINY_TOKENIZER))
+    texts = all_cases()
+    ours = encode_batch(tool_dir, MOX_TINY_TOKENIZER, [t.encode() for t in texts], tmp_path)
+    ref = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    assert ours == ref, first_mismatch(ours, ref, texts)
+    back = decode_batch(tool_dir, MOX_TINY_TOKENIZER, ours, tmp_path)
+    assert back == [t.encode() for t in texts]  # no normalizer in this one
+
+
+# ---------------------------------------------------------------------------------------------
 # the placeholder vocabulary (no external vocabulary needed)
 
 @pytest.mark.parametrize("n_tokens", [259, 300, 1000])
