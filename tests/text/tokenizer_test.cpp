@@ -187,7 +187,8 @@ TEST(Tokenizer, ConcurrentEncodingSharesTheCache) {
     std::mt19937 rng(9);
     for (int i = 0; i < 64; ++i) {
         std::string s;
-        for (int w = 0; w < 50; ++w) s += std::string(" the int for ") + std::to_string(rng() % 1000) + "\xC3\xA9x";
+        for (int w = 0; w < 50; ++w)
+            s += std::string(" the int for ") + std::to_string(rng() % 1000) + "\xC3\xA9x";
         texts.push_back(s);
     }
     std::vector<Ids> expected;
@@ -197,7 +198,8 @@ TEST(Tokenizer, ConcurrentEncodingSharesTheCache) {
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&, t] {
             for (int rep = 0; rep < 20; ++rep)
-                for (size_t i = 0; i < texts.size(); ++i) mismatches[t] += tok.encode(texts[i]) != expected[i];
+                for (size_t i = 0; i < texts.size(); ++i)
+                    mismatches[t] += tok.encode(texts[i]) != expected[i];
         });
     }
     for (auto& th : threads) th.join();
