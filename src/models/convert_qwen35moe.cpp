@@ -548,10 +548,7 @@ text::Vocab read_hf_vocab(const std::filesystem::path& dir, int64_t n_vocab) {
     }
     if (v.size() > n_vocab)
         fail("{}: tokenizer has {} tokens but the model's vocabulary has {} rows", dir.string(), v.size(), n_vocab);
-    for (int64_t id = v.size(); id < n_vocab; ++id) {
-        v.tokens.push_back(fmt::format("[PAD{}]", id));
-        v.token_types.push_back(text::TokenType::tt_unused);
-    }
+    text::pad_vocab(v, static_cast<int32_t>(n_vocab));
     v.validate();
     return v;
 }

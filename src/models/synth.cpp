@@ -319,7 +319,8 @@ void write_synthetic_model(const std::string& path, const SynthOptions& o,
     w.set("general.quantization_version", gguf::Value::u32(2));
     w.set("mox.synthetic.seed", gguf::Value::u64(o.seed));
     w.set("mox.synthetic.router_skew", gguf::Value::f32(static_cast<float>(o.router_skew)));
-    write_synth_vocab(w, hp.n_vocab);
+    if (o.vocab_path.empty()) write_synth_vocab(w, hp.n_vocab);
+    else write_vocab_from_file(w, o.vocab_path, hp.n_vocab, o.chat_template);
 
     std::vector<TypeId> types;
     for (const TensorSpec& s : specs) {

@@ -30,6 +30,8 @@ struct SynthOptions {
     int threads = 0;            // 0: all hardware threads
     double router_skew = 0;     // Zipf-like exponent of expert popularity; 0 = uniform
     std::string name = "mox-synthetic";
+    std::string vocab_path;     // tokenizer.json or GGUF to take the vocabulary from; empty: placeholder
+    std::string chat_template;  // template text to store (tokenizer.chat_template); empty: the vocab's
 };
 
 // Named presets: "qwen3.6-35b-a3b" (full size) and "tiny" (a few MB, same structure).

@@ -1,5 +1,7 @@
 #include "text/vocab.h"
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 #include <algorithm>
@@ -43,6 +45,14 @@ std::optional<int32_t> Vocab::find(std::string_view token) const {
     for (size_t i = 0; i < tokens.size(); ++i)
         if (tokens[i] == token) return static_cast<int32_t>(i);
     return std::nullopt;
+}
+
+void pad_vocab(Vocab& v, int32_t n_rows) {
+    if (v.size() > n_rows) fail("vocabulary has {} tokens, more than the model's {} rows", v.size(), n_rows);
+    for (int32_t id = v.size(); id < n_rows; ++id) {
+        v.tokens.push_back(fmt::format("[PAD{}]", id));
+        v.token_types.push_back(TokenType::tt_unused);
+    }
 }
 
 std::vector<int32_t> Vocab::end_of_generation() const {

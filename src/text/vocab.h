@@ -63,6 +63,11 @@ struct Vocab {
     std::string effective_pre_regex() const;
 };
 
+// Appends unused rows "[PAD<id>]" until the vocabulary has n_rows tokens, as GGUF files pad the
+// token list to the embedding's row count (Qwen3.5: 248320 rows for 248077 tokens). Throws
+// mox::Error if the vocabulary is already larger.
+void pad_vocab(Vocab& vocab, int32_t n_rows);
+
 // HF-syntax regex of a built-in pre-tokenizer name ("qwen35", "qwen2", "gpt2"), or nullopt.
 std::optional<std::string> builtin_pre_regex(std::string_view pre);
 

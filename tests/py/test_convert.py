@@ -607,13 +607,37 @@ def test_no_checkpoint_files(mox_bin, tmp_path):
     expect_failure(mox_bin, d, tmp_path / "o.gguf", "model.safetensors")
 
 
-def test_tokenizer_needs_explicit_placeholder(mox_bin, tmp_path):
+def test_broken_tokenizer_is_an_error_unless_placeholder(mox_bin, tmp_path):
     d = copy_golden(tmp_path)
     (d / "tokenizer.json").write_text("{}")
-    expect_failure(mox_bin, d, tmp_path / "o.gguf", "--placeholder-vocab")
+    expect_failure(mox_bin, d, tmp_path / "o.gguf", "tokenizer.json")
     r = convert(mox_bin, d, tmp_path / "ok.gguf", "--placeholder-vocab", "--outtype", "f32")
     assert r.returncode == 0, r.stderr
     assert len(field_value(GGUFReader(str(tmp_path / "ok.gguf")), "tokenizer.ggml.tokens")) == 512
+
+
+def test_real_tokenizer_is_converted_and_padded(mox_bin, tmp_path):
+    """A checkpoint's tokenizer.json becomes tokenizer.ggml.*, padded with unused rows to vocab_size."""
+    d = copy_golden(tmp_path)
+    mox_tiny = Path(__file__).resolve().parents[2] / "assets" / "mox-tiny" / "tokenizer.json"
+    tok = json.loads(mox_tiny.read_text())
+    # Keep the byte tokens and the first merges so the vocabulary fits the golden's 512 rows.
+    vocab = tok["model"]["vocab"]
+    keep = {k: v for k, v in vocab.items() if v < 500}
+    merges = [m for m in tok["model"]["merges"]
+              if all(p in keep for p in (m.split(" ") if isinstance(m, str) else m))
+              and ("".join(m.split(" ")) if isinstance(m, str) else "".join(m)) in keep]
+    tok["model"]["vocab"], tok["model"]["merges"] = keep, merges
+    tok["added_tokens"] = [dict(a, id=500 + i) for i, a in enumerate(tok["added_tokens"])]
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    r = convert(mox_bin, d, tmp_path / "real.gguf", "--outtype", "f32")
+    assert r.returncode == 0, r.stderr
+    reader = GGUFReader(str(tmp_path / "real.gguf"))
+    tokens = field_value(reader, "tokenizer.ggml.tokens")
+    assert len(tokens) == 512
+    assert tokens[500] == tok["added_tokens"][0]["content"]
+    assert tokens[511].startswith("[PAD")
+    assert field_value(reader, "tokenizer.ggml.pre") == "qwen35"  # the Qwen3.5 split regex is recognised
 
 
 def test_unknown_outtype(mox_bin, tmp_path):

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <memory>
 #include <unistd.h>
@@ -26,6 +28,7 @@ struct SynthCli {
     // Custom dims (override the preset when set).
     int64_t layers = 0, embd = 0, vocab = 0, experts = 0, experts_used = 0, ff_exp = 0, ff_shexp = -1, ctx = 0;
     int64_t nextn = -1;
+    std::string vocab_file, chat_template;
 };
 
 }  // namespace
@@ -41,10 +44,14 @@ void register_synth(CLI::App& app) {
     cmd->add_option("-t,--threads", o->threads, "Threads (default: all)");
     cmd->add_option("--router-skew", o->router_skew,
                     "Uneven expert popularity: approximately Zipf with this exponent (0 = uniform)");
+    cmd->add_option("--vocab", o->vocab_file,
+                    "Take the vocabulary from an HF tokenizer.json or a GGUF (e.g. the real Qwen3.6 one built by "
+                    "tools/tok_qwen_vocab.py); default: a byte-level placeholder");
+    cmd->add_option("--chat-template", o->chat_template, "File whose text becomes tokenizer.chat_template");
     cmd->add_option("--layers", o->layers, "Override: block_count");
     cmd->add_option("--nextn", o->nextn, "Override: MTP layers appended to the trunk");
     cmd->add_option("--embd", o->embd, "Override: embedding_length");
-    cmd->add_option("--vocab", o->vocab, "Override: vocabulary size");
+    cmd->add_option("--n-vocab", o->vocab, "Override: vocabulary rows");
     cmd->add_option("--experts", o->experts, "Override: expert_count");
     cmd->add_option("--experts-used", o->experts_used, "Override: expert_used_count");
     cmd->add_option("--ff-exp", o->ff_exp, "Override: expert_feed_forward_length");
@@ -71,6 +78,12 @@ void register_synth(CLI::App& app) {
         s.threads = o->threads;
         if (o->router_skew < 0) fail("--router-skew must be >= 0");
         s.router_skew = o->router_skew;
+        s.vocab_path = o->vocab_file;
+        if (!o->chat_template.empty()) {
+            std::ifstream in(o->chat_template, std::ios::binary);
+            if (!in) fail("cannot read chat template '{}'", o->chat_template);
+            s.chat_template.assign(std::istreambuf_iterator<char>(in), {});
+        }
         s.name = fmt::format("mox-synthetic-{}-{}", o->preset, models::quant_mix_name(s.mix));
 
         const auto start = std::chrono::steady_clock::now();
