@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -334,7 +335,22 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open_dir(const std::string& dir) {
     } else if (fs::exists(single)) {
         shard_names.push_back("model.safetensors");
     } else {
-        fail("{}: no model.safetensors or model.safetensors.index.json", dir);
+        // Shards without an index: model-00001-of-0000N.safetensors ... all N of them must be there.
+        int64_t total = -1;
+        for (const auto& entry : fs::directory_iterator(dir)) {
+            const std::string name = entry.path().filename().string();
+            unsigned index_no = 0, count = 0;
+            char tail[32] = {};
+            if (std::sscanf(name.c_str(), "model-%5u-of-%5u.safetensor%31s", &index_no, &count, tail) == 3 &&
+                std::string(tail) == "s" && name.size() == std::string("model-00001-of-00002.safetensors").size()) {
+                if (total >= 0 && total != count) fail("{}: shards disagree on their count ({} and {})", dir, total, count);
+                total = count;
+                shard_names.push_back(name);
+            }
+        }
+        if (shard_names.empty()) fail("{}: no model.safetensors, model.safetensors.index.json or model-*-of-*.safetensors", dir);
+        if (static_cast<int64_t>(shard_names.size()) != total)
+            fail("{}: found {} of the {} shards model-*-of-{:05d}.safetensors", dir, shard_names.size(), total, total);
     }
     std::sort(shard_names.begin(), shard_names.end());
     for (const std::string& s : shard_names)
