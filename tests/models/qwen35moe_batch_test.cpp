@@ -9,15 +9,20 @@
 #include <filesystem>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <unistd.h>
 
 namespace mox::models {
 
 namespace {
 
-// One tiny synthetic model per test binary run (random weights; the math does not care).
+// One tiny synthetic model per test process (random weights; the math does not care). ctest runs
+// test cases as parallel processes, so each gets its own file: one process must never rewrite a
+// file another has mapped.
 const std::string& tiny_model_path() {
     static const std::string path = [] {
-        const std::string p = (std::filesystem::temp_directory_path() / "mox_batch_test_tiny.gguf").string();
+        const std::string p =
+            (std::filesystem::temp_directory_path() / ("mox_batch_test_tiny_" + std::to_string(getpid()) + ".gguf")).string();
         SynthOptions o;
         o.hparams = synth_preset("tiny");
         o.hparams.n_layer = 4;
