@@ -15,5 +15,6 @@ void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace mox::cli

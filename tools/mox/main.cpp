@@ -19,7 +19,7 @@ std::vector<std::string> expand_llama_style_options(int argc, char** argv) {
     static const std::pair<const char*, const char*> kAliases[] = {
         {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ngl", "--n-gpu-layers"},
         {"-ncmoe", "--n-cpu-moe"},  {"-ub", "--ubatch-size"},   {"-fa", "--flash-attn"},
-        {"-ot", "--override-tensor"}};
+        {"-ot", "--override-tensor"}, {"-pg", "--pg"}};
     std::vector<std::string> args(argv, argv + argc);
     for (size_t i = 1; i < args.size(); ++i)
         for (const auto& [short_name, long_name] : kAliases)
@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
     mox::cli::register_logits(app);
     mox::cli::register_devices(app);
     mox::cli::register_convert(app);
+    mox::cli::register_bench(app);
     try {
         std::vector<std::string> args = expand_llama_style_options(argc, argv);
         std::vector<char*> ptrs;

@@ -1,0 +1,245 @@
+#include "engine/bench_report.h"
+
+#include "core/error.h"
+#include "core/units.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace mox::engine {
+
+SampleStats sample_stats(std::span<const double> values) {
+    MOX_CHECK(!values.empty(), "statistics of no samples");
+    SampleStats s;
+    const double n = static_cast<double>(values.size());
+    s.mean = std::accumulate(values.begin(), values.end(), 0.0) / n;
+    std::vector<double> sorted(values.begin(), values.end());
+    std::sort(sorted.begin(), sorted.end());
+    const size_t mid = sorted.size() / 2;
+    s.median = sorted.size() % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+    s.min = sorted.front();
+    s.max = sorted.back();
+    if (values.size() > 1) {
+        double ss = 0;
+        for (double v : values) ss += (v - s.mean) * (v - s.mean);
+        s.stddev = std::sqrt(ss / (n - 1));
+    }
+    return s;
+}
+
+nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta) {
+    const BenchConfig& c = r.config;
+    const SampleStats ns = sample_stats(r.samples_ns), ts = sample_stats(r.samples_ts);
+    nlohmann::ordered_json j;
+    // llama-bench's names and meanings.
+    j["build_commit"] = meta.build_commit;
+    j["cpu_info"] = meta.cpu_info;
+    j["gpu_info"] = "";
+    j["backends"] = meta.backends;
+    j["model_filename"] = r.model.filename;
+    j["model_type"] = r.model.type;
+    j["model_size"] = r.model.size;
+    j["model_n_params"] = r.model.n_params;
+    j["n_batch"] = c.n_batch;
+    j["n_ubatch"] = c.n_ubatch;
+    j["n_threads"] = c.threads;
+    j["type_k"] = c.type_k;
+    j["type_v"] = c.type_v;
+    j["n_gpu_layers"] = c.n_gpu_layers;
+    j["n_cpu_moe"] = c.n_cpu_moe;
+    j["flash_attn"] = c.flash_attn;
+    j["n_prompt"] = c.test.n_prompt;
+    j["n_gen"] = c.test.n_gen;
+    j["n_depth"] = c.test.n_depth;
+    j["test_time"] = r.test_time;
+    j["avg_ns"] = static_cast<int64_t>(std::llround(ns.mean));
+    j["stddev_ns"] = static_cast<int64_t>(std::llround(ns.stddev));
+    j["avg_ts"] = ts.mean;
+    j["stddev_ts"] = ts.stddev;
+    j["samples_ns"] = r.samples_ns;
+    j["samples_ts"] = r.samples_ts;
+    // mox's own.
+    j["engine"] = "mox";
+    j["test"] = c.test.name();
+    j["repetitions"] = r.samples_ts.size();
+    j["run_slots"] = r.run_slots;
+    j["median_ts"] = ts.median;
+    j["min_ts"] = ts.min;
+    j["max_ts"] = ts.max;
+    j["host_rss_bytes"] = r.host_rss_bytes;
+    j["host_peak_bytes"] = r.host_peak_bytes;
+    j["cpu_cores"] = meta.cpu_cores;
+    j["model_sha256"] = r.model.sha256;
+    j["prompt_corpus"] = meta.corpus;
+    return j;
+}
+
+namespace {
+
+std::string dump_row(const BenchResult& r, const BenchMeta& meta) {
+    return result_fields(r, meta).dump();
+}
+
+std::string md_row(const std::vector<std::string>& cells) {
+    std::string s = "|";
+    for (const auto& c : cells) s += " " + c + " |";
+    return s + "\n";
+}
+
+std::string csv_cell(const nlohmann::ordered_json& v) {
+    std::string text;
+    if (v.is_string()) {
+        text = v.get<std::string>();
+    } else if (v.is_array()) {  // samples: "a;b;c" keeps one cell per field
+        for (size_t i = 0; i < v.size(); ++i) text += (i ? ";" : "") + v[i].dump();
+    } else {
+        text = v.dump();
+    }
+    std::string out = "\"";
+    for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return out + "\"";
+}
+
+std::string sql_value(const nlohmann::ordered_json& v) {
+    if (v.is_number()) return v.dump();
+    if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+    const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+    std::string out = "'";
+    for (char ch : text) out += ch == '\'' ? std::string("''") : std::string(1, ch);
+    return out + "'";
+}
+
+const char* sql_type(const nlohmann::ordered_json& v) {
+    if (v.is_number_integer() || v.is_boolean()) return "INTEGER";
+    if (v.is_number()) return "REAL";
+    return "TEXT";
+}
+
+}  // namespace
+
+std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& meta) {
+    // Options that were swept or left their default get a column, as in llama-bench.
+    auto varies = [&](auto get, auto default_value) {
+        for (const auto& r : rows)
+            if (get(r.config) != default_value) return true;
+        return false;
+    };
+    const bool show_batch = varies([](const BenchConfig& c) { return c.n_batch; }, int64_t{2048});
+    const bool show_ngl = varies([](const BenchConfig& c) { return c.n_gpu_layers; }, 0);
+    const bool show_ncmoe = varies([](const BenchConfig& c) { return c.n_cpu_moe; }, 0);
+    const bool show_fa = varies([](const BenchConfig& c) { return c.flash_attn; }, -1);
+
+    std::vector<std::string> head{"model", "size", "params", "backend", "threads", "type_k", "type_v"};
+    std::vector<std::string> align{":--", "--:", "--:", ":--", "--:", ":--", ":--"};
+    auto add = [&](const char* name, const char* a) {
+        head.push_back(name);
+        align.push_back(a);
+    };
+    if (show_batch) add("n_batch", "--:");
+    add("n_ubatch", "--:");
+    if (show_ngl) add("ngl", "--:");
+    if (show_ncmoe) add("n_cpu_moe", "--:");
+    if (show_fa) add("fa", "--:");
+    add("test", "--:");
+    add("t/s", "--:");
+    add("median t/s", "--:");
+    add("min..max t/s", "--:");
+    add("RSS", "--:");
+
+    std::string out = md_row(head) + md_row(align);
+    for (const auto& r : rows) {
+        const BenchConfig& c = r.config;
+        const SampleStats ts = sample_stats(r.samples_ts);
+        std::vector<std::string> cells{
+            r.model.type,  format_bytes(r.model.size), format_count(static_cast<double>(r.model.n_params)),
+            meta.backends, std::to_string(c.threads),  c.type_k,
+            c.type_v};
+        if (show_batch) cells.push_back(std::to_string(c.n_batch));
+        cells.push_back(std::to_string(c.n_ubatch));
+        if (show_ngl) cells.push_back(std::to_string(c.n_gpu_layers));
+        if (show_ncmoe) cells.push_back(std::to_string(c.n_cpu_moe));
+        if (show_fa) cells.push_back(std::to_string(c.flash_attn));
+        cells.push_back(c.test.name());
+        cells.push_back(fmt::format("{:.2f} ± {:.2f}", ts.mean, ts.stddev));
+        cells.push_back(fmt::format("{:.2f}", ts.median));
+        cells.push_back(fmt::format("{:.2f}..{:.2f}", ts.min, ts.max));
+        cells.push_back(format_bytes(r.host_rss_bytes));
+        out += md_row(cells);
+    }
+    out += fmt::format(
+        "\nmox {} | {} ({} logical CPUs) | backend {} (CPU reference path; -b, -ncmoe, -fa are "
+        "recorded, not acted on) | prompts: {}\n",
+        meta.build_commit, meta.cpu_info, meta.cpu_cores, meta.backends, meta.corpus);
+    std::vector<std::string> seen;
+    for (const auto& r : rows) {
+        if (std::find(seen.begin(), seen.end(), r.model.filename) != seen.end()) continue;
+        seen.push_back(r.model.filename);
+        out += fmt::format("model {} sha256(first 16 MiB + size) {}\n", r.model.filename, r.model.sha256);
+    }
+    return out;
+}
+
+std::string format_csv(std::span<const BenchResult> rows, const BenchMeta& meta) {
+    std::string out;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const auto j = result_fields(rows[i], meta);
+        if (i == 0) {
+            std::string head;
+            for (const auto& [key, value] : j.items()) head += (head.empty() ? "" : ",") + key;
+            out += head + "\n";
+        }
+        std::string line;
+        for (const auto& [key, value] : j.items()) line += (line.empty() ? "" : ",") + csv_cell(value);
+        out += line + "\n";
+    }
+    return out;
+}
+
+std::string format_json(std::span<const BenchResult> rows, const BenchMeta& meta) {
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
+    for (const auto& r : rows) all.push_back(result_fields(r, meta));
+    return all.dump(2) + "\n";
+}
+
+std::string format_jsonl(std::span<const BenchResult> rows, const BenchMeta& meta) {
+    std::string out;
+    for (const auto& r : rows) out += dump_row(r, meta) + "\n";
+    return out;
+}
+
+std::string format_sql(std::span<const BenchResult> rows, const BenchMeta& meta) {
+    // llama-bench's table name, so results of both tools can share one database (column `engine`).
+    std::string out;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const auto j = result_fields(rows[i], meta);
+        if (i == 0) {
+            out += "CREATE TABLE IF NOT EXISTS llama_bench (\n";
+            size_t k = 0;
+            for (const auto& [key, value] : j.items())
+                out += fmt::format("  {} {}{}\n", key, sql_type(value), ++k < j.size() ? "," : "");
+            out += ");\n\n";
+        }
+        std::string cols, vals;
+        for (const auto& [key, value] : j.items()) {
+            cols += (cols.empty() ? "" : ", ") + key;
+            vals += (vals.empty() ? "" : ", ") + sql_value(value);
+        }
+        out += fmt::format("INSERT INTO llama_bench ({}) VALUES ({});\n", cols, vals);
+    }
+    return out;
+}
+
+std::string format_results(std::string_view format, std::span<const BenchResult> rows,
+                           const BenchMeta& meta) {
+    if (format == "md") return format_markdown(rows, meta);
+    if (format == "csv") return format_csv(rows, meta);
+    if (format == "json") return format_json(rows, meta);
+    if (format == "jsonl") return format_jsonl(rows, meta);
+    if (format == "sql") return format_sql(rows, meta);
+    fail("-o '{}': expected md, csv, json, jsonl or sql", format);
+}
+
+}  // namespace mox::engine

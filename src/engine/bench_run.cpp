@@ -1,0 +1,124 @@
+#include "engine/bench_run.h"
+
+#include "core/error.h"
+#include "core/units.h"
+#include "engine/bench_machine.h"
+#include "gguf/reader.h"
+#include "models/qwen35moe.h"
+#include "text/tokenizer.h"
+#include "text/vocab_io.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+
+namespace mox::engine {
+
+struct BenchRunner::Loaded {
+    explicit Loaded(gguf::File f) : file(std::move(f)) {}
+    gguf::File file;
+    std::unique_ptr<text::Tokenizer> tokenizer;
+    std::vector<int32_t> corpus;                                   // the corpus in this model's tokens
+    std::map<int, std::unique_ptr<models::Qwen35Moe>> by_threads;  // the thread pool is fixed at load
+    BenchModelInfo info;
+};
+
+BenchRunner::BenchRunner(std::string corpus_text) : corpus_text_(std::move(corpus_text)) {}
+BenchRunner::~BenchRunner() = default;
+
+BenchRunner::Loaded& BenchRunner::load(const std::string& path) {
+    auto it = models_.find(path);
+    if (it != models_.end()) return *it->second;
+    auto m = std::make_unique<Loaded>(gguf::File::open(path));
+    m->tokenizer = std::make_unique<text::Tokenizer>(text::vocab_from_gguf(m->file));
+    m->corpus = m->tokenizer->encode(corpus_text_);
+    if (m->corpus.empty()) fail("the benchmark corpus has no tokens");
+
+    BenchModelInfo& info = m->info;
+    info.filename = path;
+    std::map<std::string, uint64_t> bytes_by_type;
+    for (const auto& t : m->file.tensors()) {
+        info.size += t.n_bytes;
+        info.n_params += static_cast<uint64_t>(t.n_elements());
+        bytes_by_type[std::string(quant::type_name(t.type))] += t.n_bytes;
+    }
+    std::string dominant = "?";
+    uint64_t most = 0;
+    for (const auto& [name, b] : bytes_by_type)
+        if (b > most) most = b, dominant = name;
+    std::transform(dominant.begin(), dominant.end(), dominant.begin(),
+                   [](unsigned char c) { return std::toupper(c); });
+    std::string params = format_count(static_cast<double>(info.n_params));
+    params.erase(std::remove(params.begin(), params.end(), ' '), params.end());
+    info.type =
+        fmt::format("{} {} {}", m->file.get_string_or("general.architecture", "unknown"), params, dominant);
+    info.sha256 = model_fingerprint(path);
+    return *models_.emplace(path, std::move(m)).first->second;
+}
+
+const BenchModelInfo& BenchRunner::model_info(const std::string& path) {
+    return load(path).info;
+}
+
+BenchSample BenchRunner::run(const BenchConfig& c) {
+    Loaded& m = load(c.model);
+    auto& model = m.by_threads[c.threads];
+    if (!model) model = std::make_unique<models::Qwen35Moe>(m.file, c.threads);
+
+    models::StateOptions so;
+    auto type = [](const std::string& name) {
+        auto t = quant::type_from_name(name);
+        if (!t) fail("unknown KV cache type '{}'", name);
+        return *t;
+    };
+    so.k_type = type(c.type_k);
+    so.v_type = type(c.type_v);
+    so.n_ctx = std::max<int64_t>(1, c.test.n_depth + c.test.n_prompt + c.test.n_gen);
+    auto state = model->new_state(so);
+
+    const auto& corpus = m.corpus;
+    auto corpus_tokens = [&](int64_t first, int64_t n) {
+        std::vector<int32_t> ids(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i)
+            ids[static_cast<size_t>(i)] = corpus[static_cast<size_t>(first + i) % corpus.size()];
+        return ids;
+    };
+    std::vector<float> logits;
+    bool have_logits = false;
+    // [first, first + n) of the corpus through the model in chunks of n_ubatch; logits of the last token.
+    auto process = [&](int64_t first, int64_t n) {
+        const std::vector<int32_t> ids = corpus_tokens(first, n);
+        for (int64_t at = 0; at < n; at += c.n_ubatch) {
+            const int64_t len = std::min(c.n_ubatch, n - at);
+            models::SequenceBatch b{state.get(),
+                                    std::span<const int32_t>(ids.data() + at, static_cast<size_t>(len))};
+            model->forward(std::span(&b, 1), false, logits);
+            have_logits = true;
+        }
+    };
+    const int64_t n_text = m.tokenizer->n_tokens();  // padding rows of the vocabulary have no text
+    auto greedy = [&] {
+        return static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + n_text) -
+                                    logits.begin());
+    };
+
+    process(0, c.test.n_depth);  // untimed: the context the test runs at
+
+    const auto t0 = std::chrono::steady_clock::now();
+    if (c.test.n_prompt > 0) process(c.test.n_depth, c.test.n_prompt);
+    if (c.test.n_gen > 0) {
+        int32_t next = have_logits ? greedy() : corpus[static_cast<size_t>(c.test.n_depth) % corpus.size()];
+        for (int64_t i = 0; i < c.test.n_gen; ++i) {
+            models::SequenceBatch b{state.get(), std::span<const int32_t>(&next, 1)};
+            model->forward(std::span(&b, 1), false, logits);
+            next = greedy();
+        }
+    }
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    const double tokens = static_cast<double>(c.test.n_prompt + c.test.n_gen);
+    return {.ns = ns, .tokens_per_s = ns > 0 ? tokens * 1e9 / ns : 0};
+}
+
+}  // namespace mox::engine

@@ -1,0 +1,39 @@
+// mox bench, part 4: running one repetition of one configuration on the model (CPU path).
+// Prompts are real text: the corpus tokenized by each model's own tokenizer, cycled to the length
+// needed. Depth (-d) is filled by a real, untimed prefill; the prompt (pp) is processed in chunks of
+// n_ubatch tokens; generation (tg) is greedy decoding of real tokens, one token per forward.
+#pragma once
+
+#include "engine/bench_options.h"
+#include "engine/bench_report.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace mox::engine {
+
+struct BenchSample {
+    double ns = 0;            // the timed part: prompt processing plus generation
+    double tokens_per_s = 0;  // (n_prompt + n_gen) / seconds, as llama-bench counts pp+tg tests
+};
+
+class BenchRunner {
+public:
+    // corpus_text: the text prompts are made of (must tokenize to at least one token).
+    explicit BenchRunner(std::string corpus_text);
+    ~BenchRunner();
+
+    // Loads the model (once per path) and returns its facts.
+    const BenchModelInfo& model_info(const std::string& path);
+    // Runs the configuration once: fresh state, depth prefill, timed pp and tg.
+    BenchSample run(const BenchConfig& config);
+
+private:
+    struct Loaded;
+    Loaded& load(const std::string& path);
+    std::string corpus_text_;
+    std::map<std::string, std::unique_ptr<Loaded>> models_;
+};
+
+}  // namespace mox::engine

@@ -1,0 +1,94 @@
+"""mox bench end to end on the real tiny model: every output format, sane values, a sweep in
+interleaved order, and the fingerprint recomputed here from its documented definition."""
+import csv
+import hashlib
+import io
+import json
+import sqlite3
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+TINY = Path(__file__).resolve().parents[2] / "assets" / "mox-tiny" / "mox-tiny-f16.gguf"
+SMALL = ["-p", "16", "-n", "4", "-r", "2", "-t", "2"]
+
+
+def bench(mox_bin, *args):
+    r = subprocess.run([str(mox_bin), "bench", "-m", str(TINY), *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def fingerprint(path):
+    data = Path(path).read_bytes()
+    return hashlib.sha256(data[: 16 << 20] + struct.pack("<Q", len(data))).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def json_rows(mox_bin):
+    return json.loads(bench(mox_bin, *SMALL, "-o", "json"))
+
+
+def test_json_rows_are_sane(json_rows):
+    assert [(r["n_prompt"], r["n_gen"], r["n_depth"]) for r in json_rows] == [(16, 0, 0), (0, 4, 0)]
+    for r in json_rows:
+        assert r["model_filename"] == str(TINY)
+        assert r["model_sha256"] == fingerprint(TINY)
+        assert r["model_type"].startswith("qwen35moe ")
+        assert 0 < r["model_size"] <= TINY.stat().st_size
+        assert r["model_n_params"] > 0
+        assert r["backends"] == "CPU" and r["n_threads"] == 2 and r["type_k"] == "f16"
+        assert len(r["samples_ts"]) == 2 and len(r["samples_ns"]) == 2
+        assert all(t > 0 for t in r["samples_ts"])
+        tokens = r["n_prompt"] + r["n_gen"]
+        for ns, ts in zip(r["samples_ns"], r["samples_ts"]):
+            assert ts == pytest.approx(tokens * 1e9 / ns, rel=1e-9)
+        assert r["avg_ts"] == pytest.approx(sum(r["samples_ts"]) / 2)
+        assert min(r["samples_ts"]) <= r["median_ts"] <= max(r["samples_ts"])
+        assert r["host_rss_bytes"] > 0 and r["host_peak_bytes"] >= r["host_rss_bytes"]
+        assert r["cpu_cores"] >= 1 and r["cpu_info"]
+        assert r["build_commit"]
+        assert r["test_time"].endswith("Z")
+
+
+def test_every_format_has_the_same_rows(mox_bin, json_rows):
+    fields = list(json_rows[0].keys())
+    rows = list(csv.reader(io.StringIO(bench(mox_bin, *SMALL, "-o", "csv"))))
+    assert rows[0] == fields and len(rows) == 3 and all(len(r) == len(fields) for r in rows)
+    assert [int(r[fields.index("n_prompt")]) for r in rows[1:]] == [16, 0]
+
+    lines = bench(mox_bin, *SMALL, "-o", "jsonl").splitlines()
+    assert [list(json.loads(l).keys()) for l in lines] == [fields, fields]
+
+    db = sqlite3.connect(":memory:")
+    db.executescript(bench(mox_bin, *SMALL, "-o", "sql"))
+    got = db.execute("SELECT n_prompt, n_gen, avg_ts > 0, model_sha256 FROM llama_bench").fetchall()
+    assert got == [(16, 0, 1, fingerprint(TINY)), (0, 4, 1, fingerprint(TINY))]
+
+    md = bench(mox_bin, *SMALL, "-o", "md")
+    table = [l for l in md.splitlines() if l.startswith("|")]
+    assert len(table) == 4
+    assert "| test |" in table[0] and "| t/s |" in table[0]
+    assert "pp16" in table[2] and "tg4" in table[3] and " ± " in table[2]
+    assert fingerprint(TINY) in md
+
+
+def test_sweep_rows_and_depth(mox_bin):
+    rows = json.loads(bench(mox_bin, "-p", "8", "-n", "2", "-r", "2", "-t", "2", "-ctk", "f16,q8_0", "-d", "0,8",
+                            "-pg", "8,2", "-ub", "4", "-o", "json"))
+    got = [(r["type_k"], r["n_depth"], r["n_prompt"], r["n_gen"]) for r in rows]
+    want = [(k, d, p, g) for k in ("f16", "q8_0") for d in (0, 8) for p, g in ((8, 0), (0, 2), (8, 2))]
+    assert got == want
+    assert all(r["n_ubatch"] == 4 and all(t > 0 for t in r["samples_ts"]) for r in rows)
+    # Interleaved: slots 0..n-1 are the warm-ups, then repetition 1 of every row, then repetition 2.
+    n = len(rows)
+    assert [r["run_slots"] for r in rows] == [[n + i, 2 * n + i] for i in range(n)]
+
+
+def test_refusals_are_one_line_errors(mox_bin):
+    for args, needle in ((["-ngl", "99"], "-ngl 99"), (["-o", "xml"], "-o 'xml'"),
+                         (["-p", "5-1"], "backwards"), (["-p", "0", "-n", "0"], "no test")):
+        r = subprocess.run([str(mox_bin), "bench", "-m", str(TINY), *args], capture_output=True, text=True)
+        assert r.returncode == 1 and needle in r.stderr, (args, r.stderr)
