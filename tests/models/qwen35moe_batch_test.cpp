@@ -31,6 +31,9 @@ const std::string& tiny_model_path() {
         write_synthetic_model(p, o);
         return p;
     }();
+    static const struct Remover {
+        ~Remover() { std::filesystem::remove(path); }
+    } remover;
     return path;
 }
 
