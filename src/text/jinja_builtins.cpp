@@ -1,4 +1,5 @@
 #include "text/jinja_builtins.h"
+#include "text/stable_sort.h"
 
 #include "core/error.h"
 
@@ -388,7 +389,7 @@ Value f_sort(const Value& v, CallArgs& a) {
     auto key = [&](const Value& x) {
         return sort_key(attribute.is_none() ? x : attr_path(x, attribute), cs);
     };
-    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+    text::stable_sort_by_index(items, [&](const Value& x, const Value& y) {
         return rev ? compare(key(y), key(x)) < 0 : compare(key(x), key(y)) < 0;
     });
     return Value::list(std::move(items));
@@ -402,7 +403,7 @@ Value f_dictsort(const Value& v, CallArgs& a) {
     CallArgs none;
     std::vector<Value> pairs = f_items(v, none).items();
     const size_t idx = by == "key" ? 0 : 1;
-    std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
+    text::stable_sort_by_index(pairs, [&](const Value& x, const Value& y) {
         const int c = compare(sort_key(x.items()[idx], cs), sort_key(y.items()[idx], cs));
         return rev ? c > 0 : c < 0;
     });

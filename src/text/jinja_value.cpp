@@ -1,4 +1,5 @@
 #include "text/jinja_value.h"
+#include "text/stable_sort.h"
 
 #include "core/error.h"
 
@@ -532,7 +533,7 @@ struct JsonWriter {
                     return;
                 }
                 if (opt.sort_keys)
-                    std::stable_sort(entries.begin(), entries.end(), [](const auto* a, const auto* b) {
+                    text::stable_sort_by_index(entries, [](const auto* a, const auto* b) {
                         return compare(a->first, b->first) < 0;
                     });
                 out.push_back('{');
