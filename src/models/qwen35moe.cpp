@@ -108,7 +108,8 @@ std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) cons
 // ---------------------------------------------------------------------------------------------
 // Weights
 
-Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads) : hp_(read_qwen35moe_hparams(file)), pool_(n_threads) {
+Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads)
+    : hp_(read_qwen35moe_hparams(file)), pool_(n_threads, pin_threads), ctx_{&pool_, isa} {
     const int64_t d = hp_.n_embd;
     token_embd_ = bind(file, "token_embd.weight", {d, hp_.n_vocab});
     output_norm_ = load_vector(file, "output_norm.weight", {d});
@@ -178,7 +179,7 @@ void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, s
         n_tokens += static_cast<int64_t>(b.tokens.size());
     }
     const int64_t d = hp_.n_embd;
-    const ops::Context ctx{&pool_};
+    const ops::Context& ctx = ctx_;
 
     // x: the residual stream [n_tokens, n_embd]; tokens of the batch's sequences back to back.
     std::vector<float> x(static_cast<size_t>(n_tokens * d)), u(x.size()), mixed(x.size());
@@ -225,7 +226,7 @@ void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, s
 // by token through each sequence's state, then the output projection.
 void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
                          float* out) {
-    const ops::Context ctx{&pool_};
+    const ops::Context& ctx = ctx_;
     int64_t n_tokens = 0;
     for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
     const int64_t C = hp_.conv_channels(), Hk = hp_.ssm_k_heads, Hv = hp_.ssm_v_heads, dk = hp_.ssm_state;
@@ -278,7 +279,7 @@ void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const Se
 // Gated full attention (spec §3b).
 void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
                           float* out) {
-    const ops::Context ctx{&pool_};
+    const ops::Context& ctx = ctx_;
     int64_t n_tokens = 0;
     for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
@@ -332,7 +333,7 @@ void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const S
 
 // Routed experts plus the sigmoid-gated shared expert (spec §3c).
 void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t n_tokens, float* out) {
-    const ops::Context ctx{&pool_};
+    const ops::Context& ctx = ctx_;
     const int64_t d = hp_.n_embd;
     std::vector<float> router_logits(static_cast<size_t>(n_tokens * hp_.n_expert));
     ops::linear(ctx, L.router, u, n_tokens, router_logits.data());
@@ -355,6 +356,11 @@ void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t
         gate = ops::sigmoid(gate);
         for (int64_t c = 0; c < d; ++c) out[t * d + c] += gate * shared[static_cast<size_t>(t * d + c)];
     }
+}
+
+std::string Qwen35Moe::cpu_summary() const {
+    return fmt::format("{} thread{}{}, {} kernels", pool_.size(), pool_.size() == 1 ? "" : "s",
+                       pool_.pinned() ? " (pinned)" : "", quant::isa_name(ctx_.isa));
 }
 
 }  // namespace mox::models
