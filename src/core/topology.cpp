@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 namespace mox {
 
 namespace {
@@ -72,6 +74,12 @@ bool interleave_memory(void* addr, size_t len) {
     if (topology().numa_nodes <= 1 || len == 0) return true;
     Hwloc& h = hwloc();
     if (!h.topo) return false;
+    // mbind works on whole pages: widen the range to page boundaries.
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + len + page - 1) & ~(page - 1);
+    addr = reinterpret_cast<void*>(begin);
+    len = end - begin;
     std::lock_guard lock(h.mutex);
     const hwloc_const_nodeset_t all = hwloc_topology_get_topology_nodeset(h.topo);
     return hwloc_set_area_membind(h.topo, addr, len, all, HWLOC_MEMBIND_INTERLEAVE, HWLOC_MEMBIND_BYNODESET) == 0;

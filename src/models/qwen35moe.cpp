@@ -1,6 +1,7 @@
 #include "models/qwen35moe.h"
 
 #include "core/error.h"
+#include "core/topology.h"
 #include "ops/attention.h"
 #include "ops/basic.h"
 #include "ops/delta_net.h"
@@ -110,6 +111,10 @@ std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) cons
 
 Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads)
     : hp_(read_qwen35moe_hparams(file)), pool_(n_threads, pin_threads), ctx_{&pool_, isa} {
+    // Several NUMA nodes: spread the expert weights over all of them (each token's experts are read by
+    // threads on every node). One node: nothing to do.
+    for (const gguf::TensorInfo& t : file.tensors())
+        if (t.name.find("_exps.") != std::string::npos) interleave_memory(const_cast<uint8_t*>(t.data), t.n_bytes);
     const int64_t d = hp_.n_embd;
     token_embd_ = bind(file, "token_embd.weight", {d, hp_.n_vocab});
     output_norm_ = load_vector(file, "output_norm.weight", {d});
