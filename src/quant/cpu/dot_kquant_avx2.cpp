@@ -41,8 +41,12 @@ inline uint32_t u32_at(const uint8_t* p) {
     memcpy(&v, p, sizeof v);
     return v;
 }
-inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m256i load256(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m128i load128(const uint8_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
 
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -59,13 +63,13 @@ inline __m256i lane16(__m256i both, int k) {
 // int16 scales for one 32-element chunk covering 16-groups 2t and 2t+1: lanes 0-7 = s[2t], lanes 8-15 =
 // s[2t+1], from 16 int8 scales (sign-extended).
 inline __m256i pair16(__m128i s8, int t) {
-    const __m128i pick = _mm_set_epi8(static_cast<char>(2 * t + 1), static_cast<char>(2 * t + 1),
-                                      static_cast<char>(2 * t + 1), static_cast<char>(2 * t + 1),
-                                      static_cast<char>(2 * t + 1), static_cast<char>(2 * t + 1),
-                                      static_cast<char>(2 * t + 1), static_cast<char>(2 * t + 1),
-                                      static_cast<char>(2 * t), static_cast<char>(2 * t), static_cast<char>(2 * t),
-                                      static_cast<char>(2 * t), static_cast<char>(2 * t), static_cast<char>(2 * t),
-                                      static_cast<char>(2 * t), static_cast<char>(2 * t));
+    const __m128i pick =
+        _mm_set_epi8(static_cast<char>(2 * t + 1), static_cast<char>(2 * t + 1), static_cast<char>(2 * t + 1),
+                     static_cast<char>(2 * t + 1), static_cast<char>(2 * t + 1), static_cast<char>(2 * t + 1),
+                     static_cast<char>(2 * t + 1), static_cast<char>(2 * t + 1), static_cast<char>(2 * t),
+                     static_cast<char>(2 * t), static_cast<char>(2 * t), static_cast<char>(2 * t),
+                     static_cast<char>(2 * t), static_cast<char>(2 * t), static_cast<char>(2 * t),
+                     static_cast<char>(2 * t));
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s8, pick));
 }
 
@@ -85,14 +89,30 @@ void dot_cols(int64_t n, const void* w, const void* act, size_t stride, int nc, 
     const auto* wb = static_cast<const uint8_t*>(w);
     const auto* ab = static_cast<const uint8_t*>(act);
     switch (nc) {
-        case 1: K::template run<1>(n / kQKK, wb, ab, stride, out); break;
-        case 2: K::template run<2>(n / kQKK, wb, ab, stride, out); break;
-        case 3: K::template run<3>(n / kQKK, wb, ab, stride, out); break;
-        case 4: K::template run<4>(n / kQKK, wb, ab, stride, out); break;
-        case 5: K::template run<5>(n / kQKK, wb, ab, stride, out); break;
-        case 6: K::template run<6>(n / kQKK, wb, ab, stride, out); break;
-        case 7: K::template run<7>(n / kQKK, wb, ab, stride, out); break;
-        default: K::template run<8>(n / kQKK, wb, ab, stride, out); break;
+        case 1:
+            K::template run<1>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 2:
+            K::template run<2>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 3:
+            K::template run<3>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 4:
+            K::template run<4>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 5:
+            K::template run<5>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 6:
+            K::template run<6>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 7:
+            K::template run<7>(n / kQKK, wb, ab, stride, out);
+            break;
+        default:
+            K::template run<8>(n / kQKK, wb, ab, stride, out);
+            break;
     }
 }
 
@@ -189,7 +209,8 @@ struct Q5K {
 // layouts: q[8] unsigned quants per 32-element chunk, s8 the 16 group scales.
 //   sum_g s_g * sum_l (u - bias) * a = sum_g s_g * (sum_l u*a) - bias * sum_g s_g * bsum_g
 template <int NC, int kBiasShift>
-inline void g16_rows(const __m256i q[8], __m128i s8, float d, const uint8_t* a0, size_t stride, __m256 acc[NC]) {
+inline void g16_rows(const __m256i q[8], __m128i s8, float d, const uint8_t* a0, size_t stride,
+                     __m256 acc[NC]) {
     __m256i sv[8];
     for (int t = 0; t < 8; ++t) sv[t] = pair16(s8, t);
     const __m256i s16 = _mm256_cvtepi8_epi16(s8);
@@ -247,8 +268,8 @@ inline __m128i q3k_scales(const uint8_t* s) {
     const uint32_t g1 = (a1 & 0x0f0f0f0fu) | ((a2 << 2) & 0x30303030u);
     const uint32_t g2 = ((a0 >> 4) & 0x0f0f0f0fu) | (a2 & 0x30303030u);
     const uint32_t g3 = ((a1 >> 4) & 0x0f0f0f0fu) | ((a2 >> 2) & 0x30303030u);
-    const __m128i biased = _mm_set_epi32(static_cast<int>(g3), static_cast<int>(g2), static_cast<int>(g1),
-                                         static_cast<int>(g0));
+    const __m128i biased =
+        _mm_set_epi32(static_cast<int>(g3), static_cast<int>(g2), static_cast<int>(g1), static_cast<int>(g0));
     return _mm_sub_epi8(biased, _mm_set1_epi8(32));
 }
 
@@ -321,15 +342,16 @@ struct Iq4Xs {
         __m256 acc[NC];
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
         const __m256i low4 = _mm256_set1_epi8(0x0F);
-        const __m256i table = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69,
-                                               89, 113, -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
-                                               38, 53, 69, 89, 113);
+        const __m256i table =
+            _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, -127,
+                             -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
         for (int64_t i = 0; i < nb; ++i, w += 136) {
             __m256i v[8], av[8];
             for (int p = 0; p < 4; ++p) {
                 const __m256i x = load256(w + 8 + 32 * p);  // sub-blocks 2p (low 128) and 2p+1 (high 128)
                 const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(x, low4));
-                const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), low4));
+                const __m256i hi =
+                    _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), low4));
                 v[2 * p] = _mm256_permute2x128_si256(lo, hi, 0x20);
                 v[2 * p + 1] = _mm256_permute2x128_si256(lo, hi, 0x31);
                 av[2 * p] = _mm256_abs_epi8(v[2 * p]);
@@ -340,8 +362,10 @@ struct Iq4Xs {
             // ls for sub-block ib: nibble ib%2 of scales_l[ib/2] | bits 2ib..2ib+1 of scales_h << 4.
             alignas(16) int16_t ls[8];
             for (int ib = 0; ib < 8; ++ib)
-                ls[ib] = static_cast<int16_t>((((sl >> (4 * ib)) & 0x0F) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
-            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(ls)));
+                ls[ib] =
+                    static_cast<int16_t>((((sl >> (4 * ib)) & 0x0F) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
+            const __m256i sc16 =
+                _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(ls)));
             const float d = f16_at(w);
             const uint8_t* a0 = act + i * kQ8KBytes;
             for (int j = 0; j < NC; ++j) {
@@ -371,11 +395,15 @@ constexpr DotKernel kKernels[] = {
 
 }  // namespace
 
-KernelTable kquant_kernels_avx2() { return {kKernels, sizeof kKernels / sizeof kKernels[0]}; }
+KernelTable kquant_kernels_avx2() {
+    return {kKernels, sizeof kKernels / sizeof kKernels[0]};
+}
 
 #else
 
-KernelTable kquant_kernels_avx2() { return {nullptr, 0}; }
+KernelTable kquant_kernels_avx2() {
+    return {nullptr, 0};
+}
 
 #endif
 

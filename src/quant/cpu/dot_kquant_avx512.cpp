@@ -43,9 +43,15 @@ inline uint32_t u32_at(const uint8_t* p) {
     memcpy(&v, p, sizeof v);
     return v;
 }
-inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
-inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m512i load512(const uint8_t* p) {
+    return _mm512_loadu_si512(p);
+}
+inline __m256i load256(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m128i load128(const uint8_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
 
 inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -55,12 +61,14 @@ inline float hsum256(__m256 v) {
 }
 
 // 32 bytes -> zmm [x, x] (both 256-bit halves).
-inline __m512i twice(const uint8_t* p) { return _mm512_broadcast_i64x4(load256(p)); }
+inline __m512i twice(const uint8_t* p) {
+    return _mm512_broadcast_i64x4(load256(p));
+}
 
 // Per-16-bit-lane shift counts: `lo` for the low 256 bits, `hi` for the high 256 bits.
 inline __m512i counts(int lo, int hi) {
-    return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(lo)), _mm256_set1_epi16(static_cast<short>(hi)),
-                              1);
+    return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(lo)),
+                              _mm256_set1_epi16(static_cast<short>(hi)), 1);
 }
 
 // Bytes with bit `lo_bit` set (low 256 bits) / `hi_bit` set (high 256 bits), for the high-bit masks.
@@ -90,14 +98,30 @@ void dot_cols(int64_t n, const void* w, const void* act, size_t stride, int nc, 
     const auto* wb = static_cast<const uint8_t*>(w);
     const auto* ab = static_cast<const uint8_t*>(act);
     switch (nc) {
-        case 1: K::template run<1>(n / kQKK, wb, ab, stride, out); break;
-        case 2: K::template run<2>(n / kQKK, wb, ab, stride, out); break;
-        case 3: K::template run<3>(n / kQKK, wb, ab, stride, out); break;
-        case 4: K::template run<4>(n / kQKK, wb, ab, stride, out); break;
-        case 5: K::template run<5>(n / kQKK, wb, ab, stride, out); break;
-        case 6: K::template run<6>(n / kQKK, wb, ab, stride, out); break;
-        case 7: K::template run<7>(n / kQKK, wb, ab, stride, out); break;
-        default: K::template run<8>(n / kQKK, wb, ab, stride, out); break;
+        case 1:
+            K::template run<1>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 2:
+            K::template run<2>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 3:
+            K::template run<3>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 4:
+            K::template run<4>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 5:
+            K::template run<5>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 6:
+            K::template run<6>(n / kQKK, wb, ab, stride, out);
+            break;
+        case 7:
+            K::template run<7>(n / kQKK, wb, ab, stride, out);
+            break;
+        default:
+            K::template run<8>(n / kQKK, wb, ab, stride, out);
+            break;
     }
 }
 
@@ -107,8 +131,8 @@ void dot_cols(int64_t n, const void* w, const void* act, size_t stride, int nc, 
 //   else:  isum -= (madd(bsums, scales16) << kBiasShift)      (Q6_K: bias 32, Q3_K: bias 4)
 // The zmm accumulators keep 16 lanes; the min part is a separate ymm accumulator.
 template <int NC, bool kMin, int kBiasShift>
-inline void rows(const __m512i q[4], const __m512i sv[4], __m256i corr16, float d, float dmin, const uint8_t* a0,
-                 size_t stride, __m512 acc[NC], __m256 macc[NC]) {
+inline void rows(const __m512i q[4], const __m512i sv[4], __m256i corr16, float d, float dmin,
+                 const uint8_t* a0, size_t stride, __m512 acc[NC], __m256 macc[NC]) {
     for (int j = 0; j < NC; ++j) {
         const uint8_t* a = a0 + j * stride;
         const float da = f32_at(a);
@@ -172,10 +196,12 @@ struct Q4K {
         const __m512i shift = counts(0, 4);
         for (int64_t i = 0; i < nb; ++i, w += 144) {
             __m512i q[4], sv[4];
-            for (int c = 0; c < 4; ++c) q[c] = _mm512_and_si512(_mm512_srlv_epi16(twice(w + 16 + 32 * c), shift), low4);
+            for (int c = 0; c < 4; ++c)
+                q[c] = _mm512_and_si512(_mm512_srlv_epi16(twice(w + 16 + 32 * c), shift), low4);
             __m256i mins16;
             k4_scale_vectors(w + 4, sv, &mins16);
-            rows<NC, true, 0>(q, sv, mins16, f16_at(w), f16_at(w + 2), act + i * kQ8KBytes, stride, acc, macc);
+            rows<NC, true, 0>(q, sv, mins16, f16_at(w), f16_at(w + 2), act + i * kQ8KBytes, stride, acc,
+                              macc);
         }
         finish<NC>(acc, macc, out);
     }
@@ -202,7 +228,8 @@ struct Q5K {
             }
             __m256i mins16;
             k4_scale_vectors(w + 4, sv, &mins16);
-            rows<NC, true, 0>(q, sv, mins16, f16_at(w), f16_at(w + 2), act + i * kQ8KBytes, stride, acc, macc);
+            rows<NC, true, 0>(q, sv, mins16, f16_at(w), f16_at(w + 2), act + i * kQ8KBytes, stride, acc,
+                              macc);
         }
         finish<NC>(acc, macc, out);
     }
@@ -254,8 +281,8 @@ inline __m128i q3k_scales(const uint8_t* s) {
     const uint32_t g1 = (a1 & 0x0f0f0f0fu) | ((a2 << 2) & 0x30303030u);
     const uint32_t g2 = ((a0 >> 4) & 0x0f0f0f0fu) | (a2 & 0x30303030u);
     const uint32_t g3 = ((a1 >> 4) & 0x0f0f0f0fu) | ((a2 >> 2) & 0x30303030u);
-    const __m128i biased = _mm_set_epi32(static_cast<int>(g3), static_cast<int>(g2), static_cast<int>(g1),
-                                         static_cast<int>(g0));
+    const __m128i biased =
+        _mm_set_epi32(static_cast<int>(g3), static_cast<int>(g2), static_cast<int>(g1), static_cast<int>(g0));
     return _mm_sub_epi8(biased, _mm_set1_epi8(32));
 }
 
@@ -323,9 +350,9 @@ struct Iq4Xs {
         const __m512i table = _mm512_broadcast_i32x4(
             _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
         // 128-bit lanes [x0 x0 x1 x1] shifted by [0 4 0 4]: sub-block 2p in the low 256 bits, 2p+1 high.
-        const __m512i shift = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(
-                                                     _mm_set1_epi16(4), _mm_setzero_si128())),
-                                                 _mm256_set_m128i(_mm_set1_epi16(4), _mm_setzero_si128()), 1);
+        const __m512i shift = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(4), _mm_setzero_si128())),
+            _mm256_set_m128i(_mm_set1_epi16(4), _mm_setzero_si128()), 1);
         const __m512i zero8 = _mm512_setzero_si512();
         for (int64_t i = 0; i < nb; ++i, w += 136) {
             __m512i av[4], sv[4];
@@ -342,7 +369,8 @@ struct Iq4Xs {
             const uint32_t sl = u32_at(w + 4);
             alignas(16) int16_t ls[8];
             for (int ib = 0; ib < 8; ++ib)
-                ls[ib] = static_cast<int16_t>((((sl >> (4 * ib)) & 0x0F) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
+                ls[ib] =
+                    static_cast<int16_t>((((sl >> (4 * ib)) & 0x0F) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
             const __m512i ls16 = _mm512_castsi128_si512(_mm_load_si128(reinterpret_cast<const __m128i*>(ls)));
             for (int p = 0; p < 4; ++p) sv[p] = scales_per32(ls16, 2 * p);
             const float d = f16_at(w);
@@ -374,11 +402,15 @@ constexpr DotKernel kKernels[] = {
 
 }  // namespace
 
-KernelTable kquant_kernels_avx512() { return {kKernels, sizeof kKernels / sizeof kKernels[0]}; }
+KernelTable kquant_kernels_avx512() {
+    return {kKernels, sizeof kKernels / sizeof kKernels[0]};
+}
 
 #else
 
-KernelTable kquant_kernels_avx512() { return {nullptr, 0}; }
+KernelTable kquant_kernels_avx512() {
+    return {nullptr, 0};
+}
 
 #endif
 

@@ -35,7 +35,9 @@ inline uint32_t u32_at(const uint8_t* p) {
     memcpy(&v, p, sizeof v);
     return v;
 }
-inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i load256(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
 
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -53,10 +55,10 @@ inline __m256i nibbles(const uint8_t* qs) {
 
 // Bit e of the u32 qh as 0x10 in byte e (bit 4 of 5-bit quant e), 0 otherwise.
 inline __m256i high_bits(uint32_t qh) {
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(static_cast<int>(qh)),
-        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
-                         3, 3));
+    const __m256i spread =
+        _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
+                                             2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
     const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
     return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
@@ -105,9 +107,9 @@ struct Q8_0 {
 struct Iq4Nl {
     static constexpr size_t kBytes = 18;
     static float decode(const uint8_t* b, __m256i* w) {
-        const __m256i table = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69,
-                                               89, 113, -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
-                                               38, 53, 69, 89, 113);
+        const __m256i table =
+            _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, -127,
+                             -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
         *w = _mm256_shuffle_epi8(table, nibbles(b + 2));
         return f16_at(b);
     }
@@ -117,8 +119,8 @@ struct Mxfp4 {
     static float decode(const uint8_t* b, __m256i* w) {
         // E2M1 codes doubled (bit 3 = sign), so the block scale is 2^(e-128): a normal float for e >= 2,
         // the subnormals 2^-128, 2^-127 below.
-        const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2,
-                                               3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+        const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1,
+                                               2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
         *w = _mm256_shuffle_epi8(table, nibbles(b + 1));
         const uint32_t e = b[0];
         const uint32_t bits = e < 2 ? (0x00200000u << e) : ((e - 1) << 23);
@@ -142,7 +144,8 @@ void run_signed(int64_t nb, const uint8_t* w, const uint8_t* act, size_t stride,
             const uint8_t* a = a0 + j * stride;
             const __m256 t = _mm256_mul_ps(_mm256_set1_ps(d0 * f16_at(a)), signed_dot(w0, aw0, a + 2));
             const __m256 f1 = signed_dot(w1, aw1, a + kQ8_0Bytes + 2);
-            acc[j] = _mm256_add_ps(acc[j], _mm256_fmadd_ps(_mm256_set1_ps(d1 * f16_at(a + kQ8_0Bytes)), f1, t));
+            acc[j] =
+                _mm256_add_ps(acc[j], _mm256_fmadd_ps(_mm256_set1_ps(d1 * f16_at(a + kQ8_0Bytes)), f1, t));
         }
     }
     if (i < nb) {
@@ -191,7 +194,8 @@ void run_min(int64_t nb, const uint8_t* w, const uint8_t* act, size_t stride, fl
             const uint8_t* b = a + kQ8_1Bytes;
             const float da = f16_at(a), db = f16_at(b);
             const __m256 t = _mm256_mul_ps(_mm256_set1_ps(da), unsigned_dot(q0, a + 4, d0, m0));
-            acc[j] = _mm256_add_ps(acc[j], _mm256_fmadd_ps(_mm256_set1_ps(db), unsigned_dot(q1, b + 4, d1, m1), t));
+            acc[j] = _mm256_add_ps(acc[j],
+                                   _mm256_fmadd_ps(_mm256_set1_ps(db), unsigned_dot(q1, b + 4, d1, m1), t));
         }
     }
     if (i < nb) {
@@ -219,14 +223,30 @@ void dot_cols(int64_t n, const void* wv, const void* av, size_t stride, int nc, 
             run_signed<T, NC>(nb, w, a, stride, out);
     };
     switch (nc) {
-        case 1: run.template operator()<1>(); break;
-        case 2: run.template operator()<2>(); break;
-        case 3: run.template operator()<3>(); break;
-        case 4: run.template operator()<4>(); break;
-        case 5: run.template operator()<5>(); break;
-        case 6: run.template operator()<6>(); break;
-        case 7: run.template operator()<7>(); break;
-        default: run.template operator()<8>(); break;
+        case 1:
+            run.template operator()<1>();
+            break;
+        case 2:
+            run.template operator()<2>();
+            break;
+        case 3:
+            run.template operator()<3>();
+            break;
+        case 4:
+            run.template operator()<4>();
+            break;
+        case 5:
+            run.template operator()<5>();
+            break;
+        case 6:
+            run.template operator()<6>();
+            break;
+        case 7:
+            run.template operator()<7>();
+            break;
+        default:
+            run.template operator()<8>();
+            break;
     }
 }
 
@@ -242,11 +262,15 @@ constexpr DotKernel kKernels[] = {
 
 }  // namespace
 
-KernelTable legacy_kernels_avx2() { return {kKernels, sizeof kKernels / sizeof kKernels[0]}; }
+KernelTable legacy_kernels_avx2() {
+    return {kKernels, sizeof kKernels / sizeof kKernels[0]};
+}
 
 #else
 
-KernelTable legacy_kernels_avx2() { return {nullptr, 0}; }
+KernelTable legacy_kernels_avx2() {
+    return {nullptr, 0};
+}
 
 #endif
 
