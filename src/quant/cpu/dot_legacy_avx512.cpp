@@ -1,30 +1,25 @@
 // Legacy 32-element block dot kernels, avx512 tier (AVX-512 F/BW/DQ/VL + VNNI; see kernels.h for the
 // rules of ISA-flagged files, layouts in shared/spec/gguf-and-quants.md §3.1).
 //
-// Two blocks per zmm: a pair of weight blocks is unpacked once into 64 int8 values (block i in the low
-// 256 bits, block i+1 in the high), then per activation row one vpdpbusd gives both blocks' exact
-// integer dots in 16 int32 lanes (8 per block), converted and scaled by the per-block d_w * d_a.
-//   Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 x Q8_0 (34 B: d f16 @0, qs[32] @2): signed weights enter vpdpbusd as
-//     |w| (unsigned) with the activation bytes negated where w < 0 (AVX-512 has no vpsignb; a masked
-//     subtract from zero does it).
+// The avx2 tier's structure (one ymm per 32-element block, decoded once, reused for each activation
+// row) with VNNI: vpdpbusd does maddubs + madd in one instruction and cannot saturate. 256-bit vectors
+// on purpose: every 32-element block carries its own float scale, and pairing two blocks in a zmm costs
+// more lane shuffles (port 5) per row than the wider integer work saves: on the dev machine's AVX-512
+// Xeon a two-blocks-per-zmm variant ran at half this one's speed (Q8_0, one row: 11 vs 23 GB/s).
+//   Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 x Q8_0 (34 B: d f16 @0, qs[32] @2): vpdpbusd(|w|, sign(a, w)).
 //   Q4_1, Q5_1 x Q8_1 (36 B: d f16 @0, s f16 @2, qs[32] @4): d d_a sum(q_w q_a) + m d_a sum(q_a), with
 //     sum(q_a) recomputed exactly (vpdpbusd with ones) instead of read from the fp16-rounded s.
-// Pairs of pairs go per loop step: the two scaled products are added before the accumulator, so the
-// loop-carried chain per row is one add per 128 elements.
+// Blocks go in pairs: the two scaled products are added first, so the loop-carried chain per row is
+// one add per 64 elements.
 #include "quant/cpu/kernels.h"
 
-// GCC 12's AVX-512 headers initialise pass-through operands from _mm512_undefined_*(), which its
-// -Wuninitialized reports once the intrinsics are inlined (a known false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
 namespace mox::quant::cpu {
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 
 namespace {
 
@@ -53,226 +48,178 @@ inline void prefetch_weights(const uint8_t* p, size_t bytes) {
 inline __m256i load256(const uint8_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
-inline __m128i load128(const uint8_t* p) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
 }
 
-// 32 bytes at p (low 256 bits) and at q (high 256 bits).
-inline __m512i join(const uint8_t* p, const uint8_t* q) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(load256(p)), load256(q), 1);
+// 16 packed bytes -> 32 nibbles in element order: low nibbles (elements 0-15), then high (16-31).
+inline __m256i nibbles(const uint8_t* qs) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
-// Two blocks' 16 packed bytes (at p and q) -> 64 nibbles in element order: per block the low nibbles
-// (elements 0-15), then the high nibbles (16-31). 128-bit lanes [p p q q] shifted by [0 4 0 4].
-inline __m512i nibbles2(const uint8_t* p, const uint8_t* q) {
-    const __m256i lo = _mm256_broadcastsi128_si256(load128(p));
-    const __m256i hi = _mm256_broadcastsi128_si256(load128(q));
-    const __m256i shift256 = _mm256_set_m128i(_mm_set1_epi16(4), _mm_setzero_si128());
-    const __m512i shift = _mm512_inserti64x4(_mm512_castsi256_si512(shift256), shift256, 1);
-    const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    return _mm512_and_si512(_mm512_srlv_epi16(x, shift), _mm512_set1_epi8(0x0F));
+// Bit e of the u32 qh as 0x10 in byte e (bit 4 of 5-bit quant e), 0 otherwise.
+inline __m256i high_bits(uint32_t qh) {
+    const __m256i spread =
+        _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
+                                             2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
-// Bit e of the two blocks' qh words as a byte mask: bit 4 of 5-bit quant e of each block.
-inline __mmask64 high_mask(uint32_t qh0, uint32_t qh1) {
-    return _cvtu64_mask64(static_cast<uint64_t>(qh0) | (static_cast<uint64_t>(qh1) << 32));
+// The exact integer dot of 32 signed weights (w, with |w| precomputed) and 32 int8 activations, as
+// floats in 8 lanes.
+inline __m256 signed_dot(__m256i w, __m256i aw, const uint8_t* aq) {
+    const __m256i sa = _mm256_sign_epi8(load256(aq), w);
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sa));
 }
 
-// 16 lanes: x0 in the low 8, x1 in the high 8.
-inline __m512 halves(float x0, float x1) {
-    return _mm512_insertf32x8(_mm512_set1_ps(x0), _mm256_set1_ps(x1), 1);
+// d * sum(q_w q_a) + m * sum(q_a) over one block, in 8 lanes (the integer sums are exact).
+inline __m256 unsigned_dot(__m256i q, const uint8_t* aq, float d, float m) {
+    const __m256i a = load256(aq);
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i p = _mm256_dpbusd_epi32(zero, q, a);
+    const __m256i s = _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(1), a);
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p),
+                           _mm256_mul_ps(_mm256_set1_ps(m), _mm256_cvtepi32_ps(s)));
 }
 
-// Signed-weight pair decoders: write 64 int8 weights (blocks b and b + kBytes), return the two scales
-// as 16 lanes.
+// Signed-weight block decoders: write the 32 int8 weights, return the block's scale.
 struct Q4_0 {
     static constexpr size_t kBytes = 18;
-    static __m512 decode(const uint8_t* b, __m512i* w) {
-        *w = _mm512_sub_epi8(nibbles2(b + 2, b + kBytes + 2), _mm512_set1_epi8(8));
-        return halves(f16_at(b), f16_at(b + kBytes));
+    static float decode(const uint8_t* b, __m256i* w) {
+        *w = _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
+        return f16_at(b);
     }
 };
 struct Q5_0 {
     static constexpr size_t kBytes = 22;
-    static __m512 decode(const uint8_t* b, __m512i* w) {
-        const __m512i nib = nibbles2(b + 6, b + kBytes + 6);
-        const __m512i q = _mm512_mask_add_epi8(nib, high_mask(u32_at(b + 2), u32_at(b + kBytes + 2)), nib,
-                                               _mm512_set1_epi8(16));
-        *w = _mm512_sub_epi8(q, _mm512_set1_epi8(16));
-        return halves(f16_at(b), f16_at(b + kBytes));
+    static float decode(const uint8_t* b, __m256i* w) {
+        const __m256i q = _mm256_or_si256(nibbles(b + 6), high_bits(u32_at(b + 2)));
+        *w = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+        return f16_at(b);
     }
 };
 struct Q8_0 {
     static constexpr size_t kBytes = 34;
-    static __m512 decode(const uint8_t* b, __m512i* w) {
-        *w = join(b + 2, b + kBytes + 2);
-        return halves(f16_at(b), f16_at(b + kBytes));
+    static float decode(const uint8_t* b, __m256i* w) {
+        *w = load256(b + 2);
+        return f16_at(b);
     }
 };
 struct Iq4Nl {
     static constexpr size_t kBytes = 18;
-    static __m512 decode(const uint8_t* b, __m512i* w) {
-        const __m512i table = _mm512_broadcast_i32x4(
-            _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
-        *w = _mm512_shuffle_epi8(table, nibbles2(b + 2, b + kBytes + 2));
-        return halves(f16_at(b), f16_at(b + kBytes));
+    static float decode(const uint8_t* b, __m256i* w) {
+        const __m256i table =
+            _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, -127,
+                             -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+        *w = _mm256_shuffle_epi8(table, nibbles(b + 2));
+        return f16_at(b);
     }
 };
 struct Mxfp4 {
     static constexpr size_t kBytes = 17;
-    // E2M1 codes doubled (bit 3 = sign), so the block scale is 2^(e-128): a normal float for e >= 2, the
-    // subnormals 2^-128, 2^-127 below.
-    static float scale(uint32_t e) {
+    static float decode(const uint8_t* b, __m256i* w) {
+        // E2M1 codes doubled (bit 3 = sign), so the block scale is 2^(e-128): a normal float for e >= 2,
+        // the subnormals 2^-128, 2^-127 below.
+        const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1,
+                                               2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+        *w = _mm256_shuffle_epi8(table, nibbles(b + 1));
+        const uint32_t e = b[0];
         const uint32_t bits = e < 2 ? (0x00200000u << e) : ((e - 1) << 23);
         float d;
         memcpy(&d, &bits, sizeof d);
         return d;
     }
-    static __m512 decode(const uint8_t* b, __m512i* w) {
-        const __m512i table =
-            _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
-        *w = _mm512_shuffle_epi8(table, nibbles2(b + 1, b + kBytes + 1));
-        return halves(scale(b[0]), scale(b[kBytes]));
-    }
 };
-
-// The exact integer dots of a decoded block pair with a pair of Q8_0 activation blocks at a, as floats.
-inline __m512 signed_dot(__m512i aw, __mmask64 neg, const uint8_t* a) {
-    const __m512i aq = join(a + 2, a + kQ8_0Bytes + 2);
-    const __m512i sa = _mm512_mask_sub_epi8(aq, neg, _mm512_setzero_si512(), aq);
-    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), aw, sa));
-}
-inline __m512 act_scales(const uint8_t* a, size_t block_bytes) {
-    return halves(f16_at(a), f16_at(a + block_bytes));
-}
 
 template <class T, int NC>
 void run_signed(int64_t nb, const uint8_t* w, const uint8_t* act, size_t stride, float* out) {
-    __m512 acc[NC];
-    __m256 tail[NC];  // the last, unpaired block
-    for (int j = 0; j < NC; ++j) {
-        acc[j] = _mm512_setzero_ps();
-        tail[j] = _mm256_setzero_ps();
-    }
+    __m256 acc[NC];
+    for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 3 < nb; i += 4, w += 4 * T::kBytes) {
-        prefetch_weights(w, 4 * T::kBytes);
-        __m512i w0, w1;
-        const __m512 d0 = T::decode(w, &w0), d1 = T::decode(w + 2 * T::kBytes, &w1);
-        const __m512i aw0 = _mm512_abs_epi8(w0), aw1 = _mm512_abs_epi8(w1);
-        const __mmask64 n0 = _mm512_movepi8_mask(w0), n1 = _mm512_movepi8_mask(w1);
+    for (; i + 1 < nb; i += 2, w += 2 * T::kBytes) {
+        prefetch_weights(w, 2 * T::kBytes);
+        __m256i w0, w1;
+        const float d0 = T::decode(w, &w0), d1 = T::decode(w + T::kBytes, &w1);
+        const __m256i aw0 = _mm256_abs_epi8(w0), aw1 = _mm256_abs_epi8(w1);
         const uint8_t* a0 = act + i * kQ8_0Bytes;
         for (int j = 0; j < NC; ++j) {
             const uint8_t* a = a0 + j * stride;
-            const uint8_t* b = a + 2 * kQ8_0Bytes;
-            const __m512 t =
-                _mm512_mul_ps(_mm512_mul_ps(d0, act_scales(a, kQ8_0Bytes)), signed_dot(aw0, n0, a));
-            const __m512 s1 = _mm512_mul_ps(d1, act_scales(b, kQ8_0Bytes));
-            acc[j] = _mm512_add_ps(acc[j], _mm512_fmadd_ps(s1, signed_dot(aw1, n1, b), t));
-        }
-    }
-    for (; i + 1 < nb; i += 2, w += 2 * T::kBytes) {
-        prefetch_weights(w, 2 * T::kBytes);
-        __m512i w0;
-        const __m512 d0 = T::decode(w, &w0);
-        const __m512i aw0 = _mm512_abs_epi8(w0);
-        const __mmask64 n0 = _mm512_movepi8_mask(w0);
-        for (int j = 0; j < NC; ++j) {
-            const uint8_t* a = act + i * kQ8_0Bytes + j * stride;
+            const __m256 t = _mm256_mul_ps(_mm256_set1_ps(d0 * f16_at(a)), signed_dot(w0, aw0, a + 2));
+            const __m256 f1 = signed_dot(w1, aw1, a + kQ8_0Bytes + 2);
             acc[j] =
-                _mm512_fmadd_ps(_mm512_mul_ps(d0, act_scales(a, kQ8_0Bytes)), signed_dot(aw0, n0, a), acc[j]);
+                _mm256_add_ps(acc[j], _mm256_fmadd_ps(_mm256_set1_ps(d1 * f16_at(a + kQ8_0Bytes)), f1, t));
         }
     }
     if (i < nb) {
-        // One block left: decode it as the low half of a pair whose high half is ignored. The pair decoder
-        // reads kBytes past the block, so the weights are copied to a padded buffer first.
-        alignas(64) uint8_t pad[2 * T::kBytes] = {};
-        memcpy(pad, w, T::kBytes);
-        __m512i w0;
-        const __m512 d0 = T::decode(pad, &w0);
-        const __m256i wl = _mm512_castsi512_si256(w0);
-        const __m256i aw0 = _mm256_abs_epi8(wl);
-        const __mmask32 n0 = _mm256_movepi8_mask(wl);
+        __m256i w0;
+        const float d0 = T::decode(w, &w0);
+        const __m256i aw0 = _mm256_abs_epi8(w0);
         for (int j = 0; j < NC; ++j) {
             const uint8_t* a = act + i * kQ8_0Bytes + j * stride;
-            const __m256i aq = load256(a + 2);
-            const __m256i sa = _mm256_mask_sub_epi8(aq, n0, _mm256_setzero_si256(), aq);
-            const __m256 f = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), aw0, sa));
-            tail[j] = _mm256_mul_ps(_mm256_set1_ps(_mm512_cvtss_f32(d0) * f16_at(a)), f);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * f16_at(a)), signed_dot(w0, aw0, a + 2), acc[j]);
         }
     }
-    for (int j = 0; j < NC; ++j) {
-        acc[j] = _mm512_add_ps(acc[j], _mm512_zextps256_ps512(tail[j]));
-        out[j] = _mm512_reduce_add_ps(acc[j]);
-    }
+    for (int j = 0; j < NC; ++j) out[j] = hsum(acc[j]);
 }
 
-// Unsigned-with-min pair decoders: write 64 quants (0..31), return d and m of both blocks as 16 lanes.
+// Unsigned-with-min block decoders: write the 32 quants (0..31), return d and m.
 struct Q4_1 {
     static constexpr size_t kBytes = 20;
-    static void decode(const uint8_t* b, __m512i* q, __m512* d, __m512* m) {
-        *q = nibbles2(b + 4, b + kBytes + 4);
-        *d = halves(f16_at(b), f16_at(b + kBytes));
-        *m = halves(f16_at(b + 2), f16_at(b + kBytes + 2));
+    static void decode(const uint8_t* b, __m256i* q, float* d, float* m) {
+        *q = nibbles(b + 4);
+        *d = f16_at(b);
+        *m = f16_at(b + 2);
     }
 };
 struct Q5_1 {
     static constexpr size_t kBytes = 24;
-    static void decode(const uint8_t* b, __m512i* q, __m512* d, __m512* m) {
-        const __m512i nib = nibbles2(b + 8, b + kBytes + 8);
-        *q = _mm512_mask_add_epi8(nib, high_mask(u32_at(b + 4), u32_at(b + kBytes + 4)), nib,
-                                  _mm512_set1_epi8(16));
-        *d = halves(f16_at(b), f16_at(b + kBytes));
-        *m = halves(f16_at(b + 2), f16_at(b + kBytes + 2));
+    static void decode(const uint8_t* b, __m256i* q, float* d, float* m) {
+        *q = _mm256_or_si256(nibbles(b + 8), high_bits(u32_at(b + 4)));
+        *d = f16_at(b);
+        *m = f16_at(b + 2);
     }
 };
 
-// d * sum(q_w q_a) + m * sum(q_a) for a block pair against Q8_1 blocks at a, times d_a, in 16 lanes.
-inline __m512 min_dot(__m512i q, __m512 d, __m512 m, const uint8_t* a) {
-    const __m512i aq = join(a + 4, a + kQ8_1Bytes + 4);
-    const __m512i zero = _mm512_setzero_si512();
-    const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, q, aq));
-    const __m512 s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), aq));
-    return _mm512_mul_ps(act_scales(a, kQ8_1Bytes), _mm512_fmadd_ps(d, p, _mm512_mul_ps(m, s)));
-}
-
 template <class T, int NC>
 void run_min(int64_t nb, const uint8_t* w, const uint8_t* act, size_t stride, float* out) {
-    __m512 acc[NC];
-    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
+    __m256 acc[NC];
+    for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 1 < nb; i += 2, w += 2 * T::kBytes) {
         prefetch_weights(w, 2 * T::kBytes);
-        __m512i q;
-        __m512 d, m;
-        T::decode(w, &q, &d, &m);
-        for (int j = 0; j < NC; ++j)
-            acc[j] = _mm512_add_ps(acc[j], min_dot(q, d, m, act + i * kQ8_1Bytes + j * stride));
-    }
-    float tail[NC] = {};
-    if (i < nb) {
-        // One block left: the pair decoder reads kBytes past it, so it works on a padded copy, and only the
-        // low 256 bits (that block) are used.
-        alignas(64) uint8_t pad[2 * T::kBytes] = {};
-        memcpy(pad, w, T::kBytes);
-        __m512i q;
-        __m512 d, m;
-        T::decode(pad, &q, &d, &m);
-        const __m256i ql = _mm512_castsi512_si256(q);
-        const float d0 = _mm512_cvtss_f32(d), m0 = _mm512_cvtss_f32(m);
+        __m256i q0, q1;
+        float d0, m0, d1, m1;
+        T::decode(w, &q0, &d0, &m0);
+        T::decode(w + T::kBytes, &q1, &d1, &m1);
+        const uint8_t* a0 = act + i * kQ8_1Bytes;
         for (int j = 0; j < NC; ++j) {
-            const uint8_t* a = act + i * kQ8_1Bytes + j * stride;
-            const __m256i aq = load256(a + 4);
-            const __m256i zero = _mm256_setzero_si256();
-            const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(zero, ql, aq));
-            const __m256 s = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(zero, _mm256_set1_epi8(1), aq));
-            const __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(d0), p, _mm256_mul_ps(_mm256_set1_ps(m0), s));
-            const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-            const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
-            tail[j] = f16_at(a) * _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+            const uint8_t* a = a0 + j * stride;
+            const uint8_t* b = a + kQ8_1Bytes;
+            const float da = f16_at(a), db = f16_at(b);
+            const __m256 t = _mm256_mul_ps(_mm256_set1_ps(da), unsigned_dot(q0, a + 4, d0, m0));
+            acc[j] = _mm256_add_ps(acc[j],
+                                   _mm256_fmadd_ps(_mm256_set1_ps(db), unsigned_dot(q1, b + 4, d1, m1), t));
         }
     }
-    for (int j = 0; j < NC; ++j) out[j] = _mm512_reduce_add_ps(acc[j]) + tail[j];
+    if (i < nb) {
+        __m256i q0;
+        float d0, m0;
+        T::decode(w, &q0, &d0, &m0);
+        for (int j = 0; j < NC; ++j) {
+            const uint8_t* a = act + i * kQ8_1Bytes + j * stride;
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a)), unsigned_dot(q0, a + 4, d0, m0), acc[j]);
+        }
+    }
+    for (int j = 0; j < NC; ++j) out[j] = hsum(acc[j]);
 }
 
 // The column count becomes a compile-time constant so each row's accumulator stays in a register.
