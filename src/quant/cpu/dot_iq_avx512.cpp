@@ -74,25 +74,37 @@ inline const void* grid_iq3s() {
 inline const void* grid_iq1s() {
     return &iq1s_grid;
 }
-inline const uint8_t* ksigns() {
-    return reinterpret_cast<const uint8_t*>(&ksigns_iq2xs);
+
+// Eight 7-bit sign indices (bits 7l..7l+6 of a) -> 64 sign bits, group l in byte l. The 8th bit of a
+// group is the parity of its 7 stored bits (an even count of negative signs), which is what the
+// ksigns_iq2xs table holds; computed here with a byte-wise xor fold instead of 8 table loads.
+inline uint64_t signs_from_index(uint64_t a) {
+    const uint64_t t = _pdep_u64(a, 0x7F7F7F7F7F7F7F7Full);  // one 7-bit field per byte
+    uint64_t p = t ^ (t >> 4);  // bit 0 of each byte ends as the xor of that byte's 8 bits
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return t | (p & 0x0101010101010101ull) << 7;
 }
 
-// Four 7-bit sign indices (bits 7l..7l+6 of aux) -> 32 sign bits, group l in byte l.
-inline uint64_t signs_from_index(uint32_t aux) {
-    const uint8_t* ks = ksigns();
-    return static_cast<uint64_t>(ks[aux & 127]) | static_cast<uint64_t>(ks[(aux >> 7) & 127]) << 8 |
-           static_cast<uint64_t>(ks[(aux >> 14) & 127]) << 16 |
-           static_cast<uint64_t>(ks[(aux >> 21) & 127]) << 24;
+// Sign indices of two IQ2_XXS/IQ3_XXS sub-blocks: bits 0-27 of their aux words.
+inline uint64_t signs_from_aux(uint32_t a0, uint32_t a1) {
+    return signs_from_index((a0 & 0x0FFFFFFFu) | static_cast<uint64_t>(a1 & 0x0FFFFFFFu) << 28);
 }
 
-// Scales of one sub-block pair as int16 lanes: s0 for elements 0-15, s1 for 16-31, s2 for 32-47,
-// s3 for 48-63 (a 128-bit quarter each, the lanes that vpmaddubsw's pair sums land in).
-inline __m512i scales16(unsigned s0, unsigned s1, unsigned s2, unsigned s3) {
-    const __m128i four = _mm_setr_epi32(static_cast<int>(s0 * 0x10001u), static_cast<int>(s1 * 0x10001u),
-                                        static_cast<int>(s2 * 0x10001u), static_cast<int>(s3 * 0x10001u));
-    const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    return _mm512_permutexvar_epi32(quarter, _mm512_castsi128_si512(four));
+// Scales of one sub-block pair as int16 lanes, from 4 packed u16 (s0 | s1 << 16 | s2 << 32 | s3 << 48):
+// s0 for elements 0-15, s1 for 16-31, s2 for 32-47, s3 for 48-63 (a 128-bit quarter each, the lanes
+// that vpmaddubsw's pair sums land in).
+inline __m512i scales16(uint64_t packed) {
+    const __m512i quarter = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2,  //
+                                             1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_epi16(
+        quarter, _mm512_castsi128_si512(_mm_cvtsi64_si128(static_cast<long long>(packed))));
+}
+inline uint64_t pack4(unsigned s0, unsigned s1, unsigned s2, unsigned s3) {
+    return s0 | s1 << 16 | static_cast<uint64_t>(s2) << 32 | static_cast<uint64_t>(s3) << 48;
+}
+inline uint64_t pack2(unsigned s0, unsigned s1) {
+    return pack4(s0, s0, s1, s1);
 }
 
 // 8 grid indices (one per 64-bit lane) -> 8 u64 grid entries = 64 bytes.
@@ -127,9 +139,8 @@ struct Iq2xxs {
         const uint64_t idx = rd32(q) | static_cast<uint64_t>(rd32(q + 8)) << 32;
         mag = gather64(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128(static_cast<long long>(idx))), grid_iq2xxs());
         const uint32_t a0 = rd32(q + 4), a1 = rd32(q + 12);
-        neg = signs_from_index(a0) | signs_from_index(a1) << 32;
-        const unsigned s0 = 2 * (a0 >> 28) + 1, s1 = 2 * (a1 >> 28) + 1;
-        sc = scales16(s0, s0, s1, s1);
+        neg = signs_from_aux(a0, a1);
+        sc = scales16(pack2(2 * (a0 >> 28) + 1, 2 * (a1 >> 28) + 1));
     }
 };
 
@@ -141,14 +152,10 @@ struct Iq2xs {
         const uint8_t* qp = x + 2 + 16 * p;  // 8 u16: bits 0-8 grid index, 9-15 sign index
         const __m512i q = _mm512_cvtepu16_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qp)));
         mag = gather64(_mm512_and_si512(q, _mm512_set1_epi64(511)), grid_iq2xs());
-        uint16_t qs[8];
-        memcpy(qs, qp, 16);
-        const uint8_t* ks = ksigns();
-        uint64_t bits = 0;
-        for (int l = 0; l < 8; ++l) bits |= static_cast<uint64_t>(ks[qs[l] >> 9]) << (8 * l);
-        neg = bits;
+        constexpr uint64_t kSignField = 0xFE00FE00FE00FE00ull;  // bits 9-15 of each u16
+        neg = signs_from_index(_pext_u64(rd64(qp), kSignField) | _pext_u64(rd64(qp + 8), kSignField) << 28);
         const unsigned s0 = x[66 + 2 * p], s1 = x[67 + 2 * p];
-        sc = scales16(2 * (s0 & 15) + 1, 2 * (s0 >> 4) + 1, 2 * (s1 & 15) + 1, 2 * (s1 >> 4) + 1);
+        sc = scales16(pack4(2 * (s0 & 15) + 1, 2 * (s0 >> 4) + 1, 2 * (s1 & 15) + 1, 2 * (s1 >> 4) + 1));
     }
 };
 
@@ -167,7 +174,7 @@ struct Iq2s {
         mag = gather64(_mm512_or_si512(lo, hi), grid_iq2s());
         neg = rd64(x + 34 + 8 * p);
         const unsigned s0 = x[74 + 2 * p], s1 = x[75 + 2 * p];
-        sc = scales16(2 * (s0 & 15) + 1, 2 * (s0 >> 4) + 1, 2 * (s1 & 15) + 1, 2 * (s1 >> 4) + 1);
+        sc = scales16(pack4(2 * (s0 & 15) + 1, 2 * (s0 >> 4) + 1, 2 * (s1 & 15) + 1, 2 * (s1 >> 4) + 1));
     }
 };
 
@@ -181,9 +188,8 @@ struct Iq3xxs {
             _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 2 + 16 * p)));
         mag = _mm512_i32gather_epi32(idx, grid_iq3xxs(), 4);
         const uint32_t a0 = rd32(x + 66 + 8 * p), a1 = rd32(x + 70 + 8 * p);
-        neg = signs_from_index(a0) | signs_from_index(a1) << 32;
-        const unsigned s0 = 2 * (a0 >> 28) + 1, s1 = 2 * (a1 >> 28) + 1;
-        sc = scales16(s0, s0, s1, s1);
+        neg = signs_from_aux(a0, a1);
+        sc = scales16(pack2(2 * (a0 >> 28) + 1, 2 * (a1 >> 28) + 1));
     }
 };
 
@@ -200,7 +206,7 @@ struct Iq3s {
         neg = rd64(x + 74 + 8 * p);
         const unsigned nib = x[106 + p];
         const unsigned s0 = 2 * (nib & 15) + 1, s1 = 2 * (nib >> 4) + 1;
-        sc = scales16(s0, s0, s1, s1);
+        sc = scales16(pack2(s0, s1));
     }
 };
 
@@ -223,7 +229,7 @@ struct Iq1s {
             ((h0 & 0x8000u) ? 0xFFFFFFFFull : 0) | ((h1 & 0x8000u) ? 0xFFFFFFFF00000000ull : 0);
         iq1_weights(g, _mm512_mask_blend_epi8(dneg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1)), mag, neg);
         const unsigned s0 = 2 * ((h0 >> 12) & 7) + 1, s1 = 2 * ((h1 >> 12) & 7) + 1;
-        sc = scales16(s0, s0, s1, s1);
+        sc = scales16(pack2(s0, s1));
     }
 };
 
@@ -250,8 +256,8 @@ struct Iq1m {
         iq1_weights(g, _mm512_mask_blend_epi8(dneg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1)), mag, neg);
         // Both sub-blocks' 3-bit scales sit in scale word p: bits 0-2, 3-5 (sub-block 2p), 6-8, 9-11.
         const unsigned w = rd16(x + 48 + 2 * p);
-        sc =
-            scales16(2 * (w & 7) + 1, 2 * ((w >> 3) & 7) + 1, 2 * ((w >> 6) & 7) + 1, 2 * ((w >> 9) & 7) + 1);
+        sc = scales16(
+            pack4(2 * (w & 7) + 1, 2 * ((w >> 3) & 7) + 1, 2 * ((w >> 6) & 7) + 1, 2 * ((w >> 9) & 7) + 1));
     }
 };
 
