@@ -87,7 +87,7 @@ double rel_rms(const float* got, const float* ref, size_t n) {
 double tolerance(TypeId type) {
     // Float weights keep fp32 activations; quantized ones meet 8-bit activations (<= 1/254 per element).
     const TypeId act = quant::dot_kernel(type, quant::host_isa()).act;
-    return act == TypeId::f32 ? 1e-5 : 2e-2;
+    return act == TypeId::f32 ? 1e-5 : 1e-2;
 }
 
 std::vector<TypeId> weight_types() {
@@ -120,8 +120,20 @@ TEST_P(FastOpTest, LinearMatchesReference) {
                 linear(fast, w.w, x.data(), n_tokens, y_fast.data());
                 linear(ref, w.w, x.data(), n_tokens, y_ref.data());
                 ASSERT_TRUE(y_fast.guards_intact() && y_ref.guards_intact());
-                EXPECT_LE(rel_rms(y_fast.data(), y_ref.data(), static_cast<size_t>(n_tokens * n_out)), tolerance(type))
-                    << quant::type_name(type) << " n_in " << n_in << " n_out " << n_out << " tokens " << n_tokens;
+                // Per output: |fast - ref| against the magnitude sum_i |w_ri x_ti| (a single dot can
+                // cancel to near zero, so its own value is no scale).
+                std::vector<float> wf(static_cast<size_t>(n_out * n_in));
+                dequantize_rows(w.w, 0, n_out, wf.data());
+                for (int64_t t = 0; t < n_tokens; ++t)
+                    for (int64_t r = 0; r < n_out; ++r) {
+                        double mag = 0;
+                        for (int64_t i = 0; i < n_in; ++i)
+                            mag += std::fabs(wf[static_cast<size_t>(r * n_in + i)] * x[static_cast<size_t>(t * n_in + i)]);
+                        const size_t o = static_cast<size_t>(t * n_out + r);
+                        ASSERT_LE(std::fabs(y_fast.data()[o] - y_ref.data()[o]), tolerance(type) * mag + 1e-30)
+                            << quant::type_name(type) << " n_in " << n_in << " n_out " << n_out << " tokens " << n_tokens
+                            << " at " << t << "," << r;
+                    }
             }
         }
     }
@@ -168,8 +180,10 @@ TEST_P(FastOpTest, MoeMatchesReference) {
             moe_ffn(fast, stack, r, x.data(), o_fast.data());
             moe_ffn(ref, stack, r, x.data(), o_ref.data());
             ASSERT_TRUE(o_fast.guards_intact() && o_ref.guards_intact());
-            // Two quantized activation stages (x and the hidden h) compound.
-            EXPECT_LE(rel_rms(o_fast.data(), o_ref.data(), static_cast<size_t>(n_tokens * n_embd)), 2 * tolerance(type))
+            // RMS over all outputs (n_embd per token averages out cancellations); two quantized
+            // activation stages (x and the hidden h, whose 256-blocks span a wide range) compound, and
+            // random weights make the outputs small next to their terms: 2-2.5% RMS seen for 8-bit types.
+            EXPECT_LE(rel_rms(o_fast.data(), o_ref.data(), static_cast<size_t>(n_tokens * n_embd)), 4 * tolerance(type))
                 << quant::type_name(type) << " tokens " << n_tokens << (all_same ? " all on the same experts" : "");
 
             // The shared-expert FFN is the same operator with one expert.
@@ -177,7 +191,7 @@ TEST_P(FastOpTest, MoeMatchesReference) {
             swiglu_ffn(fast, gate.w.expert(0), up.w.expert(0), down.w.expert(0), x.data(), n_tokens, s_fast.data());
             swiglu_ffn(ref, gate.w.expert(0), up.w.expert(0), down.w.expert(0), x.data(), n_tokens, s_ref.data());
             ASSERT_TRUE(s_fast.guards_intact() && s_ref.guards_intact());
-            EXPECT_LE(rel_rms(s_fast.data(), s_ref.data(), static_cast<size_t>(n_tokens * n_embd)), 2 * tolerance(type));
+            EXPECT_LE(rel_rms(s_fast.data(), s_ref.data(), static_cast<size_t>(n_tokens * n_embd)), 4 * tolerance(type));
         }
     }
 }
