@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -200,6 +201,48 @@ TEST(AttentionFast, ScalarTierIsTheReference) {
     attention_reference(c.view, shape, q.data(), n, want.data());
     attention(Context{nullptr, quant::Isa::scalar}, c.view, shape, q.data(), n, got.data());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+}  // namespace mox::ops
+
+namespace mox::ops {
+
+// Timing, not a check: run with --gtest_also_run_disabled_tests --gtest_filter='*Perf*'.
+// Decode at batch 1 over the model's shape (16 heads, 2 KV heads, head dim 256).
+TEST(AttentionFast, DISABLED_PerfDecode) {
+    const int64_t H = 16, Hkv = 2, d = 256;
+    const AttentionShape shape{H, Hkv, d, 1.0f / 16};
+    std::vector<float> q(static_cast<size_t>(H * d), 0.5f), out(q.size());
+    ThreadPool pool2(2);
+    auto time_ms = [](auto&& fn) {
+        fn();
+        int reps = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        double ms = 0;
+        do {
+            fn();
+            ++reps;
+            ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        } while (ms < 300);
+        return ms / reps;
+    };
+    for (TypeId type : {TypeId::f16, TypeId::q8_0})
+        for (int64_t n : {4096, 32768}) {
+            Cache c = make_cache(type, Hkv * d, n, 1);
+            const double mb = 2.0 * static_cast<double>(c.view.k_row_bytes) * static_cast<double>(n) / 1e6;
+            const double ref = time_ms([&] { attention_reference(c.view, shape, q.data(), n, out.data()); });
+            fmt::print("{} keys={:6} ({:.0f} MB K+V): reference {:8.3f} ms", quant::type_name(type), n, mb,
+                       ref);
+            for (quant::Isa isa : simd_tiers())
+                for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+                    const double ms = time_ms([&] {
+                        attention(Context{p, isa}, c.view, shape, q.data(), n, out.data());
+                    });
+                    fmt::print(" | {} {}t {:7.3f} ms ({:.1f} GB/s)", quant::isa_name(isa), p ? 2 : 1, ms,
+                               mb / ms);
+                }
+            fmt::print("\n");
+        }
 }
 
 }  // namespace mox::ops

@@ -1,11 +1,13 @@
 // The SIMD delta-rule step and the chunked form against the token-by-token scalar reference:
 // outputs and final state, on model-like inputs (unit-norm k, q scaled by 1/sqrt(dk), beta in
 // (0, 1), decays g <= 0 including strong ones) and a non-zero starting state.
+#include "core/thread_pool.h"
 #include "ops/delta_net.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -185,6 +187,75 @@ TEST(DeltaNetFast, ChunkedAcceptsStridedRows) {
         }
     EXPECT_LE(rel_err(got, want_out), 1e-4);
     EXPECT_LE(rel_err(S, want_S), 1e-4);
+}
+
+}  // namespace mox::ops
+
+namespace mox::ops {
+
+namespace {
+
+template <typename Fn>
+double time_ms(Fn&& fn) {
+    fn();
+    int reps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double ms = 0;
+    do {
+        fn();
+        ++reps;
+        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    } while (ms < 300);
+    return ms / reps;
+}
+
+}  // namespace
+
+// Timing, not a check: run with --gtest_also_run_disabled_tests --gtest_filter='*Perf*'.
+// One decode token of a model layer (32 value heads, 128 x 128 state each), then a 512-token
+// prefill of the same heads: SIMD recurrence token by token vs the chunked form (chunk 64).
+TEST(DeltaNetFast, DISABLED_PerfStepAndPrefill) {
+    const int64_t Hv = 32, dk = 128, dv = 128, n = 512;
+    const Inputs in = make_inputs(n, dk, dv, 1);
+    std::vector<float> S(static_cast<size_t>(Hv * dk * dv)), out(static_cast<size_t>(Hv * n * dv));
+    for (size_t i = 0; i < S.size(); ++i) S[i] = in.S0[i % in.S0.size()];
+    ThreadPool pool2(2);
+    std::vector<quant::Isa> isas = {quant::Isa::scalar};
+    for (quant::Isa isa : {quant::Isa::avx2, quant::Isa::avx512})
+        if (isa <= quant::host_isa()) isas.push_back(isa);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+        const Context pctx{p};
+        fmt::print("delta step, {} heads {}x{}, {} thread(s):", Hv, dk, dv, p ? 2 : 1);
+        for (quant::Isa isa : isas) {
+            const Context ctx{nullptr, isa};
+            const double ms = time_ms([&] {
+                pctx.parallel(Hv, [&](int64_t h) {
+                    delta_rule_step(ctx, &S[static_cast<size_t>(h * dk * dv)], in.q.data(), in.k.data(),
+                                    in.v.data(), -0.1f, 0.5f, dk, dv, &out[static_cast<size_t>(h * dv)]);
+                });
+            });
+            fmt::print(" | {} {:.1f} us/token", quant::isa_name(isa), ms * 1e3);
+        }
+        fmt::print("\n");
+        fmt::print("delta prefill {} tokens, {} heads, {} thread(s):", n, Hv, p ? 2 : 1);
+        for (quant::Isa isa : isas) {
+            const Context ctx{nullptr, isa};
+            const double ms = time_ms([&] {
+                pctx.parallel(Hv, [&](int64_t h) {
+                    delta_rule_sequence(ctx, &S[static_cast<size_t>(h * dk * dv)],
+                                        seq_of(in, &out[static_cast<size_t>(h * n * dv)]));
+                });
+            });
+            fmt::print(" | recurrent {} {:.2f} ms", quant::isa_name(isa), ms);
+        }
+        const double ms = time_ms([&] {
+            pctx.parallel(Hv, [&](int64_t h) {
+                delta_rule_chunked(&S[static_cast<size_t>(h * dk * dv)],
+                                   seq_of(in, &out[static_cast<size_t>(h * n * dv)]), 64);
+            });
+        });
+        fmt::print(" | chunked(64) {:.2f} ms\n", ms);
+    }
 }
 
 }  // namespace mox::ops

@@ -108,6 +108,50 @@ __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
+// acc_a += sum_jj pa[jj] V_jj (and the same for b when given), over a tile of nt keys.
+void accumulate_pair(float* acc_a, const float* pa, float* acc_b, const float* pb, const float* const* vp,
+                     int nt, int64_t d) {
+    for (int64_t i0 = 0; i0 < d; i0 += 32) {
+        __m256 a0 = _mm256_loadu_ps(acc_a + i0), a1 = _mm256_loadu_ps(acc_a + i0 + 8);
+        __m256 a2 = _mm256_loadu_ps(acc_a + i0 + 16), a3 = _mm256_loadu_ps(acc_a + i0 + 24);
+        if (acc_b) {
+            __m256 b0 = _mm256_loadu_ps(acc_b + i0), b1 = _mm256_loadu_ps(acc_b + i0 + 8);
+            __m256 b2 = _mm256_loadu_ps(acc_b + i0 + 16), b3 = _mm256_loadu_ps(acc_b + i0 + 24);
+            for (int jj = 0; jj < nt; ++jj) {
+                const __m256 x = _mm256_set1_ps(pa[jj]), y = _mm256_set1_ps(pb[jj]);
+                const float* v = vp[jj] + i0;
+                const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+                const __m256 v2 = _mm256_loadu_ps(v + 16), v3 = _mm256_loadu_ps(v + 24);
+                a0 = _mm256_fmadd_ps(x, v0, a0);
+                a1 = _mm256_fmadd_ps(x, v1, a1);
+                a2 = _mm256_fmadd_ps(x, v2, a2);
+                a3 = _mm256_fmadd_ps(x, v3, a3);
+                b0 = _mm256_fmadd_ps(y, v0, b0);
+                b1 = _mm256_fmadd_ps(y, v1, b1);
+                b2 = _mm256_fmadd_ps(y, v2, b2);
+                b3 = _mm256_fmadd_ps(y, v3, b3);
+            }
+            _mm256_storeu_ps(acc_b + i0, b0);
+            _mm256_storeu_ps(acc_b + i0 + 8, b1);
+            _mm256_storeu_ps(acc_b + i0 + 16, b2);
+            _mm256_storeu_ps(acc_b + i0 + 24, b3);
+        } else {
+            for (int jj = 0; jj < nt; ++jj) {
+                const __m256 x = _mm256_set1_ps(pa[jj]);
+                const float* v = vp[jj] + i0;
+                a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(v), a0);
+                a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(v + 8), a1);
+                a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(v + 16), a2);
+                a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(v + 24), a3);
+            }
+        }
+        _mm256_storeu_ps(acc_a + i0, a0);
+        _mm256_storeu_ps(acc_a + i0 + 8, a1);
+        _mm256_storeu_ps(acc_a + i0 + 16, a2);
+        _mm256_storeu_ps(acc_a + i0 + 24, a3);
+    }
+}
+
 }  // namespace
 
 void attention_block_avx2(const AttnBlock& b) {
@@ -134,7 +178,34 @@ void attention_block_avx2(const AttnBlock& b) {
         int64_t r = 0;
         for (; r + 4 <= n_rows; r += 4) {
             const float* q0 = b.q + r * d;
-            for (int jj = 0; jj < nt; ++jj) {
+            int jj = 0;
+            for (; jj + 2 <= nt; jj += 2) {
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0,
+                       c3 = a0;
+                const float* k = kp[jj];
+                const float* k2 = kp[jj + 1];
+                for (int64_t i = 0; i < d; i += 8) {
+                    const __m256 x = _mm256_loadu_ps(k + i), y = _mm256_loadu_ps(k2 + i);
+                    const __m256 u0 = _mm256_loadu_ps(q0 + i), u1 = _mm256_loadu_ps(q0 + d + i);
+                    const __m256 u2 = _mm256_loadu_ps(q0 + 2 * d + i), u3 = _mm256_loadu_ps(q0 + 3 * d + i);
+                    a0 = _mm256_fmadd_ps(u0, x, a0);
+                    a1 = _mm256_fmadd_ps(u1, x, a1);
+                    a2 = _mm256_fmadd_ps(u2, x, a2);
+                    a3 = _mm256_fmadd_ps(u3, x, a3);
+                    c0 = _mm256_fmadd_ps(u0, y, c0);
+                    c1 = _mm256_fmadd_ps(u1, y, c1);
+                    c2 = _mm256_fmadd_ps(u2, y, c2);
+                    c3 = _mm256_fmadd_ps(u3, y, c3);
+                }
+                alignas(16) float t[8];
+                _mm_store_ps(t, hsum4(a0, a1, a2, a3));
+                _mm_store_ps(t + 4, hsum4(c0, c1, c2, c3));
+                for (int x = 0; x < 4; ++x) {
+                    s[r + x][jj] = t[x];
+                    s[r + x][jj + 1] = t[4 + x];
+                }
+            }
+            for (; jj < nt; ++jj) {
                 __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
                 const float* k = kp[jj];
                 for (int64_t i = 0; i < d; i += 8) {
@@ -192,27 +263,19 @@ void attention_block_avx2(const AttnBlock& b) {
             b.l[r] += hsum(_mm256_add_ps(p0, p1));
         }
 
-        // acc += p V, 64 columns of a row's accumulator in registers across the tile.
-        for (r = 0; r < n_rows; ++r) {
-            if (!live[r]) continue;
-            float* acc = b.acc + r * d;
-            const float* p = s[r];
-            const int n_use = static_cast<int>(b.key_end[r] - j0 < nt ? b.key_end[r] - j0 : nt);
-            for (int64_t i0 = 0; i0 < d; i0 += 32) {
-                __m256 o0 = _mm256_loadu_ps(acc + i0), o1 = _mm256_loadu_ps(acc + i0 + 8);
-                __m256 o2 = _mm256_loadu_ps(acc + i0 + 16), o3 = _mm256_loadu_ps(acc + i0 + 24);
-                for (int jj = 0; jj < n_use; ++jj) {
-                    const __m256 pv = _mm256_set1_ps(p[jj]);
-                    const float* v = vp[jj] + i0;
-                    o0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v), o0);
-                    o1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 8), o1);
-                    o2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 16), o2);
-                    o3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 24), o3);
-                }
-                _mm256_storeu_ps(acc + i0, o0);
-                _mm256_storeu_ps(acc + i0 + 8, o1);
-                _mm256_storeu_ps(acc + i0 + 16, o2);
-                _mm256_storeu_ps(acc + i0 + 24, o3);
+        // acc += p V: two rows share each V load, and each keeps 32 columns of its accumulator in
+        // registers across the tile (8 independent FMA chains). p is 0 past a row's key_end.
+        for (r = 0; r < n_rows;) {
+            if (!live[r]) {
+                ++r;
+                continue;
+            }
+            if (r + 1 < n_rows && live[r + 1]) {
+                accumulate_pair(b.acc + r * d, s[r], b.acc + (r + 1) * d, s[r + 1], vp, nt, d);
+                r += 2;
+            } else {
+                accumulate_pair(b.acc + r * d, s[r], nullptr, nullptr, vp, nt, d);
+                ++r;
             }
         }
     }
