@@ -87,13 +87,13 @@ std::optional<cpu::KvFormat> kv_format(quant::TypeId t) {
 
 using BlockFn = void (*)(const cpu::AttnBlock&);
 
-// The kernel for this tier and shape, or nullptr where only the reference applies. The avx512 tier
-// uses the avx2 kernel: decode is bound by reading the cache, not by vector width.
+// The kernel for this tier and shape, or nullptr where only the reference applies.
 BlockFn block_kernel(const Context& ctx, const KvView& kv, const AttentionShape& s) {
 #if defined(__x86_64__) || defined(__i386__)
     if (ctx.isa < quant::Isa::avx2) return nullptr;
     if (s.head_dim % 32 != 0 || s.head_dim > cpu::kAttnMaxDim) return nullptr;
     if (!kv_format(kv.k_type) || !kv_format(kv.v_type)) return nullptr;
+    if (ctx.isa >= quant::Isa::avx512 && s.head_dim % 64 == 0) return cpu::attention_block_avx512;
     return cpu::attention_block_avx2;
 #else
     return nullptr;

@@ -24,6 +24,27 @@ float half_to_float(const uint8_t* p) {
     return _cvtsh_ss(h);
 }
 
+// Bytes of a d-element row slice in format f.
+int64_t slice_bytes(KvFormat f, int64_t d) {
+    switch (f) {
+        case KvFormat::f32:
+            return 4 * d;
+        case KvFormat::f16:
+        case KvFormat::bf16:
+            return 2 * d;
+        case KvFormat::q8_0:
+            return d / 32 * 34;
+        case KvFormat::q4_0:
+            return d / 32 * 18;
+    }
+    return 0;
+}
+
+void prefetch_slice(const uint8_t* p, int64_t n) {
+    for (int64_t i = 0; i < n; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + n - 1), _MM_HINT_T0);
+}
+
 // Converts one row slice of d elements (d % 32 == 0) to fp32. Returns where the fp32 values are:
 // the source itself for f32 rows, else buf.
 const float* row_to_f32(KvFormat f, const uint8_t* src, int64_t d, float* buf) {
@@ -172,6 +193,12 @@ void attention_block_avx2(const AttnBlock& b) {
         for (int jj = 0; jj < nt; ++jj) {
             kp[jj] = row_to_f32(b.k_format, b.k + static_cast<size_t>(j0 + jj) * b.k_stride, d, kbuf[jj]);
             vp[jj] = row_to_f32(b.v_format, b.v + static_cast<size_t>(j0 + jj) * b.v_stride, d, vbuf[jj]);
+        }
+        // The next tile's rows are read from memory while this one is computed (the slices of one KV
+        // head are strided, which the hardware prefetchers follow poorly).
+        for (int64_t j = j0 + kTile; j < j0 + 2 * kTile && j < b.k1; ++j) {
+            prefetch_slice(b.k + static_cast<size_t>(j) * b.k_stride, slice_bytes(b.k_format, d));
+            prefetch_slice(b.v + static_cast<size_t>(j) * b.v_stride, slice_bytes(b.v_format, d));
         }
 
         // Scores: four rows at a time share each K load.
