@@ -63,19 +63,13 @@ struct Guarded {
     std::vector<float> buf;
 };
 
-// Both paths dequantize the same cache rows to fp32, so they differ only in summation order and in
-// the fast path's polynomial exp (< 2e-7 relative); outputs are convex combinations of V rows of
-// magnitude ~1..4 (q4_0's coarse values included). A per-type bound still documents that intent.
-double tolerance(TypeId t) {
-    switch (t) {
-        case TypeId::f32:
-            return 2e-5;
-        case TypeId::f16:
-        case TypeId::bf16:
-            return 2e-5;
-        default:
-            return 5e-5;  // q8_0, q4_0: larger |values| after the block scale
-    }
+// Both paths dequantize the same cache rows to fp32 (the fast one block by block in registers, the
+// reference through the type's reference dequantizer), so the KV type does not change the bound:
+// they differ only in summation order and in the fast path's polynomial exp (< 2e-7 relative).
+// Measured worst relative error over all cases: 3.4e-6 (bf16), 3.0e-6 (f32), 2.7e-6 (f16, q4_0),
+// 2.5e-6 (q8_0); the bound leaves 3x headroom.
+double tolerance(TypeId) {
+    return 1e-5;
 }
 
 std::vector<quant::Isa> simd_tiers() {
@@ -189,7 +183,7 @@ TEST(AttentionFast, MixedKAndVTypes) {
     attention_reference(kv, shape, q.data(), n, want.data());
     Guarded got(q.size());
     attention(Context{nullptr, quant::Isa::avx2}, kv, shape, q.data(), n, got.data());
-    expect_close(got.data(), want.data(), q.size(), 5e-5, "q8_0 K / bf16 V");
+    expect_close(got.data(), want.data(), q.size(), tolerance(TypeId::q8_0), "q8_0 K / bf16 V");
     EXPECT_TRUE(got.guards_intact());
 }
 
