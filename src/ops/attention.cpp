@@ -121,18 +121,27 @@ void attention_fast(const Context& ctx, BlockFn kernel, const KvView& kv, const 
     n_split = std::min(n_split, std::max<int64_t>(1, max_end / kMinKeysPerSplit));
     const int64_t n_tasks = base_tasks * n_split;
 
-    // Per task: q rows (scaled), then m, l, acc.
+    // Per task: q rows (scaled), then m, l, acc. Unsplit blocks (prefill) are finished by their task
+    // in a slot of the thread that runs it; split ones (few tasks: decode) keep every partial for the
+    // merge below.
     const int64_t slot = kRowsPerBlock * (2 * d + 2);
     thread_local std::vector<float> scratch_tl;
     std::vector<float>& scratch = scratch_tl;  // the caller's buffer, also inside the pool's tasks
-    scratch.resize(static_cast<size_t>(n_tasks * slot));
+    if (n_split > 1) scratch.resize(static_cast<size_t>(n_tasks * slot));
     const cpu::KvFormat kf = *kv_format(kv.k_type), vf = *kv_format(kv.v_type);
 
     auto block_rows = [&](int64_t blk) { return std::min(kRowsPerBlock, rows - blk * kRowsPerBlock); };
     ctx.parallel(n_tasks, [&](int64_t task) {
         const int64_t split = task % n_split, blk = (task / n_split) % n_blocks, h_kv = task / (n_split * n_blocks);
         const int64_t nr = block_rows(blk), r0 = blk * kRowsPerBlock;
-        float* qs = scratch.data() + task * slot;
+        float* qs = nullptr;
+        if (n_split == 1) {
+            thread_local std::vector<float> own;  // this worker's own slot
+            own.resize(static_cast<size_t>(slot));
+            qs = own.data();
+        } else {
+            qs = scratch.data() + task * slot;
+        }
         float* m = qs + kRowsPerBlock * d;
         float* l = m + kRowsPerBlock;
         float* acc = l + kRowsPerBlock;
@@ -155,7 +164,15 @@ void attention_fast(const Context& ctx, BlockFn kernel, const KvView& kv, const 
         const cpu::AttnBlock b{kv.k + k_off, kv.v + v_off, kv.k_row_bytes, kv.v_row_bytes, kf, vf, d, nr, qs, key_end,
                                k0, k1, m, l, acc};
         kernel(b);
+        if (n_split > 1) return;
+        for (int64_t r = 0; r < nr; ++r) {
+            const int64_t i = (r0 + r) / group, h = h_kv * group + (r0 + r) % group;
+            float* o = out + (i * H + h) * d;
+            const float inv = 1.0f / l[r];
+            for (int64_t e = 0; e < d; ++e) o[e] = acc[r * d + e] * inv;
+        }
     });
+    if (n_split == 1) return;
 
     // Merge the splits of each row: out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
     ctx.parallel(Hkv * n_blocks, [&](int64_t hb) {

@@ -240,4 +240,24 @@ TEST(AttentionFast, DISABLED_PerfDecode) {
         }
 }
 
+// A 512-token prefill block from an empty cache (causal), model shape, f16 cache.
+TEST(AttentionFast, DISABLED_PerfPrefill) {
+    const int64_t H = 16, Hkv = 2, d = 256, n = 512;
+    const AttentionShape shape{H, Hkv, d, 1.0f / 16};
+    Cache c = make_cache(TypeId::f16, Hkv * d, n, 1);
+    std::vector<float> q(static_cast<size_t>(n * H * d), 0.5f), out(q.size());
+    ThreadPool pool2(2);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+        fmt::print("prefill {} tokens, {} thread(s):", n, p ? 2 : 1);
+        for (quant::Isa isa : {quant::Isa::scalar, quant::Isa::avx2, quant::Isa::avx512}) {
+            if (isa > quant::host_isa()) continue;
+            const std::clock_t c0 = std::clock();
+            attention_batch(Context{p, isa}, c.view, shape, q.data(), n, 0, out.data());
+            fmt::print(" | {} {:.1f} ms", quant::isa_name(isa),
+                       1e3 * double(std::clock() - c0) / CLOCKS_PER_SEC);
+        }
+        fmt::print("\n");
+    }
+}
+
 }  // namespace mox::ops
