@@ -286,7 +286,7 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
                 std::none_of(bw.begin(), bw.end(), [&](const auto& b) { return b.first == r.config.threads; }))
                 bw.emplace_back(r.config.threads, r.host_read_bytes_per_s);
         std::string list;
-        for (const auto& [t, b] : bw) list += fmt::format("{}{} threads {:.1f} GB/s", list.empty() ? "" : ", ", t, b / 1e9);
+        for (const auto& [t, b] : bw) list += fmt::format("{}t={}: {:.1f} GB/s", list.empty() ? "" : ", ", t, b / 1e9);
         out += meta.bandwidth_source == "measured"
                    ? fmt::format("roofline: tg t/s x bytes per token / host read bandwidth measured in this run "
                                  "({} buffer, best pass): {}\n",
