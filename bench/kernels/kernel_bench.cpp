@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -66,9 +67,24 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// CPU seconds of the whole process. The pool's idle workers sleep, so over a timed pass this divided
+// by (wall time x threads) is the share of the cores the run actually got: on a shared machine a
+// share well below 1 means the GB/s are scaled down by other processes, not by the kernel.
+double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Wall and CPU seconds summed over timed passes.
+struct Share {
+    double wall = 0, cpu = 0;
+    double of(int threads) const { return wall > 0 ? cpu / (wall * threads) : 0; }
+};
+
 // (a) Read bandwidth: 64-bit integer sums (integer addition vectorizes without reassociation flags),
 // four independent accumulators per thread.
-Stats stream_read(mox::ThreadPool& pool, const std::vector<uint8_t>& buf, int reps) {
+Stats stream_read(mox::ThreadPool& pool, const std::vector<uint8_t>& buf, int reps, Share& share) {
     const size_t words = buf.size() / 8;
     const int64_t n_tasks = 16 * pool.size();
     std::vector<uint64_t> partial(static_cast<size_t>(n_tasks));
@@ -76,6 +92,7 @@ Stats stream_read(mox::ThreadPool& pool, const std::vector<uint8_t>& buf, int re
     uint64_t sink = 0;
     for (int r = 0; r < reps + 1; ++r) {  // the first pass warms up and is not counted
         const auto t0 = std::chrono::steady_clock::now();
+        const double c0 = process_cpu_seconds();
         pool.run(n_tasks, [&](int64_t i) {
             const size_t w0 = words * static_cast<size_t>(i) / static_cast<size_t>(n_tasks) / 4 * 4;
             const size_t w1 = i + 1 == n_tasks
@@ -92,6 +109,10 @@ Stats stream_read(mox::ThreadPool& pool, const std::vector<uint8_t>& buf, int re
             partial[static_cast<size_t>(i)] = s0 + s1 + s2 + s3;
         });
         const double s = seconds_since(t0);
+        if (r > 0) {
+            share.wall += s;
+            share.cpu += process_cpu_seconds() - c0;
+        }
         for (uint64_t v : partial) sink += v;
         if (r > 0) gbs.push_back(static_cast<double>(words / 4 * 4 * 8) / s / 1e9);
     }
@@ -143,6 +164,7 @@ struct Result {
     double bits_per_weight;
     Stats matvec_gbs, matvec_ms, prefill_gflops;
     double max_rel_err;
+    double cpu_share;  // of the matvec passes
 };
 
 // Runs kernel rows [r0, r1) of the matrix against n_cols activation rows.
@@ -154,17 +176,23 @@ void run_rows(const DotKernel& kern, const uint8_t* w, size_t rb, int64_t k, con
 
 Stats time_pass(mox::ThreadPool& pool, const DotKernel& kern, const std::vector<uint8_t>& w, size_t rb,
                 int64_t k, const std::vector<uint8_t>& act, size_t arow, int n_cols, size_t rows,
-                std::vector<float>& out, int reps) {
+                std::vector<float>& out, int reps, Share& share) {
     const int64_t n_tasks = std::min<int64_t>(static_cast<int64_t>(rows), 16 * pool.size());
     std::vector<double> secs;
     for (int r = 0; r < reps + 1; ++r) {  // first pass: warm-up
         const auto t0 = std::chrono::steady_clock::now();
+        const double c0 = process_cpu_seconds();
         pool.run(n_tasks, [&](int64_t i) {
             const size_t a = rows * static_cast<size_t>(i) / static_cast<size_t>(n_tasks);
             const size_t b = rows * static_cast<size_t>(i + 1) / static_cast<size_t>(n_tasks);
             run_rows(kern, w.data(), rb, k, act.data(), arow, n_cols, a, b, out.data());
         });
-        if (r > 0) secs.push_back(seconds_since(t0));
+        const double wall = seconds_since(t0);
+        if (r > 0) {
+            secs.push_back(wall);
+            share.wall += wall;
+            share.cpu += process_cpu_seconds() - c0;
+        }
     }
     return stats_of(secs);
 }
@@ -183,8 +211,10 @@ Result bench_kernel(mox::ThreadPool& pool, const DotKernel& kern, const Options&
         mox::quant::quantize_activations(kern.act, x.data() + j * o.k, act.data() + j * arow, o.k);
     std::vector<float> out(rows * nc);
 
-    Result res{kern.weight, kern.isa, 8.0 * static_cast<double>(rb) / static_cast<double>(o.k), {}, {},
-               {},          0};
+    Result res{};
+    res.type = kern.weight;
+    res.isa = kern.isa;
+    res.bits_per_weight = 8.0 * static_cast<double>(rb) / static_cast<double>(o.k);
     // Against the scalar kernel on the same activation bytes (it reads them as dequantized fp32 when
     // the act format is not F32, so compare through a scalar run on the dequantized activations).
     {
@@ -206,13 +236,15 @@ Result bench_kernel(mox::ThreadPool& pool, const DotKernel& kern, const Options&
             }
         }
     }
-    const Stats mv = time_pass(pool, kern, w, rb, o.k, act, arow, 1, rows, out, o.repetitions);
+    Share share, pf_share;
+    const Stats mv = time_pass(pool, kern, w, rb, o.k, act, arow, 1, rows, out, o.repetitions, share);
+    res.cpu_share = share.of(pool.size());
     const double bytes = static_cast<double>(rows * rb);
     res.matvec_gbs = {bytes / mv.median / 1e9, bytes / mv.max / 1e9, bytes / mv.min / 1e9};
     res.matvec_ms = {mv.median * 1e3, mv.min * 1e3, mv.max * 1e3};
 
     const size_t prows = std::clamp<size_t>(static_cast<size_t>(o.prefill_mib) * (1u << 20) / rb, 1, rows);
-    const Stats pf = time_pass(pool, kern, w, rb, o.k, act, arow, nc, prows, out, o.repetitions);
+    const Stats pf = time_pass(pool, kern, w, rb, o.k, act, arow, nc, prows, out, o.repetitions, pf_share);
     const double flops = 2.0 * static_cast<double>(prows) * static_cast<double>(o.k) * nc;
     res.prefill_gflops = {flops / pf.median / 1e9, flops / pf.max / 1e9, flops / pf.min / 1e9};
     return res;
@@ -261,10 +293,11 @@ int run(const Options& o) {
     mox::ThreadPool pool(o.threads);
     const size_t size = static_cast<size_t>(o.size_mib) << 20;
     Stats stream;
+    Share stream_share;
     {
         std::vector<uint8_t> buf(size);  // zero-filled: every page is touched before timing
         for (size_t i = 0; i < size; i += 4096) buf[i] = static_cast<uint8_t>(i >> 12);
-        stream = stream_read(pool, buf, o.repetitions);
+        stream = stream_read(pool, buf, o.repetitions, stream_share);
     }
 
     std::vector<Result> results;
@@ -302,6 +335,7 @@ int run(const Options& o) {
         j["k"] = o.k;
         j["repetitions"] = o.repetitions;
         j["stream_read_gbs"] = {{"median", stream.median}, {"min", stream.min}, {"max", stream.max}};
+        j["stream_cpu_share"] = stream_share.of(pool.size());
         j["missing"] = missing;
         for (const Result& r : results) {
             auto s = [](const Stats& v) {
@@ -314,7 +348,8 @@ int run(const Options& o) {
                                     {"matvec_ms", s(r.matvec_ms)},
                                     {"fraction_of_stream", r.matvec_gbs.median / stream.median},
                                     {"prefill_gflops", s(r.prefill_gflops)},
-                                    {"max_rel_err_vs_scalar", r.max_rel_err}});
+                                    {"max_rel_err_vs_scalar", r.max_rel_err},
+                                    {"matvec_cpu_share", r.cpu_share}});
         }
         std::printf("%s\n", j.dump(2).c_str());
     } else {
@@ -323,19 +358,22 @@ int run(const Options& o) {
             "[min-max])\n\n",
             cpu_name().c_str(), pool.size(), std::string(mox::quant::isa_name(host)).c_str(),
             static_cast<long long>(o.size_mib), static_cast<long long>(o.k), o.repetitions);
-        std::printf("STREAM-style read: %.1f GB/s [%.1f-%.1f]\n\n", stream.median, stream.min, stream.max);
-        std::printf(
-            "| type | isa | bpw | matvec GB/s | of STREAM | ms / matvec | prefill x%d GFLOP/s | err |\n",
+        fmt::print("STREAM-style read: {:.1f} GB/s [{:.1f}-{:.1f}], cpu share {:.0f}%\n\n", stream.median,
+                   stream.min, stream.max, 100.0 * stream_share.of(pool.size()));
+        fmt::print(
+            "| type | isa | bpw | matvec GB/s | of STREAM | ms / matvec | cpu share | prefill x{} GFLOP/s | "
+            "err |\n",
             mox::quant::kMaxDotCols);
-        std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+        fmt::print("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
         for (const Result& r : results)
-            std::printf("| %s | %s | %.2f | %.1f [%.1f-%.1f] | %.0f%% | %.2f | %.1f [%.1f-%.1f] | %.0e%s |\n",
-                        std::string(mox::quant::type_name(r.type)).c_str(),
-                        std::string(mox::quant::isa_name(r.isa)).c_str(), r.bits_per_weight,
-                        r.matvec_gbs.median, r.matvec_gbs.min, r.matvec_gbs.max,
-                        100.0 * r.matvec_gbs.median / stream.median, r.matvec_ms.median,
-                        r.prefill_gflops.median, r.prefill_gflops.min, r.prefill_gflops.max, r.max_rel_err,
-                        r.max_rel_err > 1e-2 ? " WRONG" : "");
+            fmt::print(
+                "| {} | {} | {:.2f} | {:.1f} [{:.1f}-{:.1f}] | {:.0f}% | {:.2f} | {:.0f}% | {:.1f} "
+                "[{:.1f}-{:.1f}] | {:.0e}{} |\n",
+                mox::quant::type_name(r.type), mox::quant::isa_name(r.isa), r.bits_per_weight,
+                r.matvec_gbs.median, r.matvec_gbs.min, r.matvec_gbs.max,
+                100.0 * r.matvec_gbs.median / stream.median, r.matvec_ms.median, 100.0 * r.cpu_share,
+                r.prefill_gflops.median, r.prefill_gflops.min, r.prefill_gflops.max, r.max_rel_err,
+                r.max_rel_err > 1e-2 ? " WRONG" : "");
         if (!missing.empty()) {
             std::string m;
             for (const std::string& s : missing) m += (m.empty() ? "" : ", ") + s;

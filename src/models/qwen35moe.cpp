@@ -270,7 +270,7 @@ void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const Se
                 const float g = L.ssm_a[static_cast<size_t>(h)] *
                                 ops::softplus(alpha[static_cast<size_t>(t * Hv + h)] + L.ssm_dt_bias[static_cast<size_t>(h)]);
                 float* o = &y[static_cast<size_t>(t * inner + h * dv)];
-                ops::delta_rule_step(S + h * dv * dk, q + (h % Hk) * dk, k + (h % Hk) * dk, v + h * dv, g, bt, dk, dv, o);
+                ops::delta_rule_step(ctx, S + h * dv * dk, q + (h % Hk) * dk, k + (h % Hk) * dk, v + h * dv, g, bt, dk, dv, o);
                 // Gated RMSNorm: norm(o) * silu(z) with one dv-wide weight shared by all heads.
                 ops::rms_norm(o, L.ssm_norm.data(), dv, eps, o);
                 const float* zh = &z[static_cast<size_t>(t * inner + h * dv)];
@@ -323,10 +323,11 @@ void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const S
             ops::kv_store(kv, pos, &k[static_cast<size_t>(t * Hkv * hd)], &v[static_cast<size_t>(t * Hkv * hd)]);
         }
         // Every token attends to its sequence's cache up to and including itself.
-        pool_.run(static_cast<int64_t>(b.tokens.size()), [&](int64_t i) {
+        const int64_t n = static_cast<int64_t>(b.tokens.size());
+        ops::attention_batch(ctx, kv, shape, &q[static_cast<size_t>(t0 * H * hd)], n, st.n_past_,
+                             &o[static_cast<size_t>(t0 * H * hd)]);
+        pool_.run(n, [&](int64_t i) {
             const int64_t tt = t0 + i;
-            const int64_t pos = st.n_past_ + i;
-            ops::attention(kv, shape, &q[static_cast<size_t>(tt * H * hd)], pos + 1, &o[static_cast<size_t>(tt * H * hd)]);
             for (int64_t h = 0; h < H; ++h)
                 for (int64_t j = 0; j < hd; ++j)
                     o[static_cast<size_t>((tt * H + h) * hd + j)] *=

@@ -36,6 +36,7 @@ namespace {
 // Q8_K: fp32 d @0, int8 qs[256] @4, int16 bsums[16] @260.
 constexpr size_t kQ8KBytes = 292;
 constexpr int64_t kBlockElems = 256;
+constexpr size_t kPrefetchBytes = 1024;
 
 inline uint16_t rd16(const uint8_t* p) {
     uint16_t v;
@@ -88,12 +89,18 @@ inline __m256i sign_bytes(uint32_t bits) {
     return _mm256_or_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(1));
 }
 
-// Four 7-bit sign indices (bits 7l..7l+6 of aux) -> 32 sign bits, group l in byte l.
+// Four 7-bit sign indices (bits 7l..7l+6 of aux) -> 32 sign bits, group l in byte l. The 8th bit of a
+// group is the parity of its 7 stored bits (even count of negative signs), what the ksigns_iq2xs
+// table holds; computed with shifts and a byte-wise xor fold instead of 4 table loads (no pdep: it
+// is microcoded on Zen 1/2, which run this tier).
 inline uint32_t signs_from_index(uint32_t aux) {
-    const uint8_t* ks = ksigns();
-    return static_cast<uint32_t>(ks[aux & 127]) | static_cast<uint32_t>(ks[(aux >> 7) & 127]) << 8 |
-           static_cast<uint32_t>(ks[(aux >> 14) & 127]) << 16 |
-           static_cast<uint32_t>(ks[(aux >> 21) & 127]) << 24;
+    const uint32_t a = aux & 0x0FFFFFFFu;
+    const uint32_t b = (a & 0x3FFFu) | (a & 0x0FFFC000u) << 2;      // two 14-bit fields at bits 0, 16
+    const uint32_t t = (b & 0x007F007Fu) | (b & 0x3F803F80u) << 1;  // four 7-bit fields at 0, 8, 16, 24
+    uint32_t p = t ^ (t >> 4);  // bit 0 of each byte ends as the xor of that byte's bits
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return t | (p & 0x01010101u) << 7;
 }
 
 // One int16 scale for elements 0-15 (lo) and one for 16-31 (hi) of a sub-block.
@@ -263,6 +270,12 @@ void dot_nc(int64_t n, const uint8_t* w, const uint8_t* act, size_t stride, floa
     const int64_t nb = n / kBlockElems;
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* x = w + b * D::kBytes;
+        // Decoding a block takes ~100 instructions per cache line of weights, so the out-of-order
+        // window reaches only a line or two ahead; asking for the lines kPrefetchBytes ahead keeps
+        // DRAM latency off the critical path of a one-row matvec. (A prefetch past the row's end
+        // is harmless: it never faults.)
+        _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchBytes + 64), _MM_HINT_T0);
         const size_t a_off = static_cast<size_t>(b) * kQ8KBytes;
         __m256i acc[NC];
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_si256();
