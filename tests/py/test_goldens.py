@@ -120,11 +120,14 @@ def dequantized_copy(src: Path, dst: Path):
 
 @pytest.mark.parametrize("outtype", ["q8_0", "q4_k_m"])
 def test_quantized_file_equals_its_dequantized_f32_copy(mox_bin, converted, ids_file, tmp_path, outtype):
-    """The quantized path computes exactly the function of its dequantized weights."""
+    """The reference path on quantized weights computes exactly the function of its dequantized weights.
+    (The SIMD kernels quantize activations to 8 bits, and on this random model that flips routing, so
+    they are checked op by op against the reference in tests/quant and tests/ops instead.)"""
     copy = tmp_path / "deq.gguf"
     dequantized_copy(converted[outtype], copy)
-    a = run_logits(mox_bin, converted[outtype], ids_file, tmp_path / "a.npy", "-ctk", "f32", "-ctv", "f32")
-    b = run_logits(mox_bin, copy, ids_file, tmp_path / "b.npy", "-ctk", "f32", "-ctv", "f32")
+    ref = ("-ctk", "f32", "-ctv", "f32", "--isa", "scalar")
+    a = run_logits(mox_bin, converted[outtype], ids_file, tmp_path / "a.npy", *ref)
+    b = run_logits(mox_bin, copy, ids_file, tmp_path / "b.npy", *ref)
     assert rel_err(a, b) < 1e-5
 
 
