@@ -245,38 +245,72 @@ void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const Se
     ops::linear(ctx, L.ssm_beta, u, n_tokens, beta.data());
     ops::linear(ctx, L.ssm_alpha, u, n_tokens, alpha.data());
 
+    // Per sequence, three parallel passes over its whole block of tokens (not one pool job per
+    // token): the causal conv by channel blocks, the q/k norms by token, the delta rule by value head.
     std::vector<float> y(static_cast<size_t>(n_tokens * inner));
-    std::vector<float> conv_out(static_cast<size_t>(C));
+    std::vector<float> conv_out(static_cast<size_t>(n_tokens * C));
+    std::vector<float> g(static_cast<size_t>(n_tokens * Hv)), bt(g.size());
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
     const int64_t ri = rec_index_[static_cast<size_t>(il)];
-    int64_t t = 0;
+    int64_t t0 = 0;
     for (const SequenceBatch& b : batch) {
+        const auto n = static_cast<int64_t>(b.tokens.size());
         float* conv_state = b.state->conv_[static_cast<size_t>(ri)].data();
         float* S = b.state->ssm_[static_cast<size_t>(ri)].data();
-        for (size_t i = 0; i < b.tokens.size(); ++i, ++t) {
-            ops::causal_conv_step(conv_state, L.ssm_conv1d.data(), &m[t * C], C, hp_.ssm_conv_kernel, conv_out.data());
-            for (float& v : conv_out) v = ops::silu(v);
-            float* q = conv_out.data();           // [Hk, dk]
-            float* k = conv_out.data() + Hk * dk;  // [Hk, dk]
-            const float* v = conv_out.data() + 2 * Hk * dk;  // [Hv, dv]
+        float* co = &conv_out[static_cast<size_t>(t0 * C)];
+        constexpr int64_t kConvChannels = 256;
+        ctx.parallel((C + kConvChannels - 1) / kConvChannels, [&](int64_t i) {
+            const int64_t c0 = i * kConvChannels, c1 = std::min(C, c0 + kConvChannels);
+            ops::causal_conv_sequence(conv_state, L.ssm_conv1d.data(), &m[static_cast<size_t>(t0 * C)], n, C,
+                                      hp_.ssm_conv_kernel, c0, c1, co);
+            for (int64_t t = 0; t < n; ++t)
+                for (int64_t c = c0; c < c1; ++c) co[t * C + c] = ops::silu(co[t * C + c]);
+        });
+        // conv output row: [q: Hk x dk | k: Hk x dk | v: Hv x dv]
+        ctx.parallel(n, [&](int64_t t) {
+            float* q = co + t * C;
+            float* k = q + Hk * dk;
             for (int64_t h = 0; h < Hk; ++h) {
                 ops::l2_norm(q + h * dk, dk, eps);
                 ops::l2_norm(k + h * dk, dk, eps);
                 for (int64_t j = 0; j < dk; ++j) q[h * dk + j] *= q_scale;
             }
-            // Value head h reads key/query head h mod Hk (GGUF's tiled head order, spec §2.6).
-            pool_.run(Hv, [&](int64_t h) {
-                const float bt = ops::sigmoid(beta[static_cast<size_t>(t * Hv + h)]);
-                const float g = L.ssm_a[static_cast<size_t>(h)] *
-                                ops::softplus(alpha[static_cast<size_t>(t * Hv + h)] + L.ssm_dt_bias[static_cast<size_t>(h)]);
-                float* o = &y[static_cast<size_t>(t * inner + h * dv)];
-                ops::delta_rule_step(ctx, S + h * dv * dk, q + (h % Hk) * dk, k + (h % Hk) * dk, v + h * dv, g, bt, dk, dv, o);
-                // Gated RMSNorm: norm(o) * silu(z) with one dv-wide weight shared by all heads.
+            for (int64_t h = 0; h < Hv; ++h) {
+                const size_t i = static_cast<size_t>((t0 + t) * Hv + h);
+                bt[i] = ops::sigmoid(beta[i]);
+                g[i] = L.ssm_a[static_cast<size_t>(h)] * ops::softplus(alpha[i] + L.ssm_dt_bias[static_cast<size_t>(h)]);
+            }
+        });
+        // Value head h reads key/query head h mod Hk (GGUF's tiled head order, spec §2.6).
+        ctx.parallel(Hv, [&](int64_t h) {
+            std::vector<float> gh(static_cast<size_t>(n)), bh(static_cast<size_t>(n));
+            for (int64_t t = 0; t < n; ++t) {
+                gh[static_cast<size_t>(t)] = g[static_cast<size_t>((t0 + t) * Hv + h)];
+                bh[static_cast<size_t>(t)] = bt[static_cast<size_t>((t0 + t) * Hv + h)];
+            }
+            ops::DeltaRuleSeq seq;
+            seq.q = co + (h % Hk) * dk;
+            seq.k = co + Hk * dk + (h % Hk) * dk;
+            seq.qk_stride = C;
+            seq.v = co + 2 * Hk * dk + h * dv;
+            seq.v_stride = C;
+            seq.g = gh.data();
+            seq.beta = bh.data();
+            seq.out = &y[static_cast<size_t>(t0 * inner + h * dv)];
+            seq.out_stride = inner;
+            seq.n_tokens = n;
+            seq.dk = dk;
+            seq.dv = dv;
+            ops::delta_rule_sequence(ctx, S + h * dv * dk, seq);
+            // Gated RMSNorm: norm(o) * silu(z) with one dv-wide weight shared by all heads.
+            for (int64_t t = 0; t < n; ++t) {
+                float* o = &y[static_cast<size_t>((t0 + t) * inner + h * dv)];
                 ops::rms_norm(o, L.ssm_norm.data(), dv, eps, o);
-                const float* zh = &z[static_cast<size_t>(t * inner + h * dv)];
+                const float* zh = &z[static_cast<size_t>((t0 + t) * inner + h * dv)];
                 for (int64_t j = 0; j < dv; ++j) o[j] *= ops::silu(zh[j]);
-            });
-        }
+            }
+        });
+        t0 += n;
     }
     ops::linear(ctx, L.ssm_out, y.data(), n_tokens, out);
 }

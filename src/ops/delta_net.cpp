@@ -7,6 +7,21 @@
 
 namespace mox::ops {
 
+void causal_conv_sequence(float* state, const float* weight, const float* x, int64_t n_tokens, int64_t channels,
+                          int64_t kernel, int64_t c0, int64_t c1, float* out) {
+    for (int64_t c = c0; c < c1; ++c) {
+        const float* w = weight + c * kernel;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const float xc = x[t * channels + c];
+            float sum = w[kernel - 1] * xc;
+            for (int64_t k = 0; k < kernel - 1; ++k) sum += w[k] * state[k * channels + c];
+            out[t * channels + c] = sum;
+            for (int64_t k = 0; k + 1 < kernel - 1; ++k) state[k * channels + c] = state[(k + 1) * channels + c];
+            if (kernel > 1) state[(kernel - 2) * channels + c] = xc;
+        }
+    }
+}
+
 void causal_conv_step(float* state, const float* weight, const float* x, int64_t channels, int64_t kernel, float* out) {
     for (int64_t c = 0; c < channels; ++c) {
         const float* w = weight + c * kernel;

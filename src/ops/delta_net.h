@@ -14,6 +14,12 @@ namespace mox::ops {
 // kernel-1 multiplies the current input. Writes the conv output to out and shifts x into state.
 void causal_conv_step(float* state, const float* weight, const float* x, int64_t channels, int64_t kernel, float* out);
 
+// causal_conv_step for n_tokens consecutive tokens (x and out rows of `channels`), restricted to
+// channels [c0, c1): the same arithmetic per element, so a prefill can split the conv by channel
+// blocks across threads and still equal the token-by-token result bit for bit.
+void causal_conv_sequence(float* state, const float* weight, const float* x, int64_t n_tokens, int64_t channels,
+                          int64_t kernel, int64_t c0, int64_t c1, float* out);
+
 // One delta-rule step for one value head. S is [dv][dk] (each v column contiguous over k, as
 // llama.cpp stores it); q (already scaled) and k are dk long, v and out dv long.
 //   S <- exp(g) S;  u = S^T k;  S <- S + k (beta (v - u))^T;  out = S^T q   (read-out after update)

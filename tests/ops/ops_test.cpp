@@ -66,6 +66,21 @@ TEST(Ops, CausalConvMatchesDirectConvolution) {
     }
 }
 
+TEST(Ops, CausalConvSequenceByChannelBlocksEqualsTokenSteps) {
+    const int64_t C = 37, K = 4, n = 11;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> w(static_cast<size_t>(C * K)), x(static_cast<size_t>(n * C)), s0(static_cast<size_t>((K - 1) * C));
+    for (auto* v : {&w, &x, &s0})
+        for (float& f : *v) f = gauss(rng);
+    std::vector<float> s_step = s0, s_seq = s0, out_step(x.size()), out_seq(x.size());
+    for (int64_t t = 0; t < n; ++t) causal_conv_step(s_step.data(), w.data(), &x[t * C], C, K, &out_step[t * C]);
+    for (int64_t c0 = 0; c0 < C; c0 += 10)
+        causal_conv_sequence(s_seq.data(), w.data(), x.data(), n, C, K, c0, std::min<int64_t>(C, c0 + 10), out_seq.data());
+    EXPECT_EQ(out_seq, out_step);
+    EXPECT_EQ(s_seq, s_step);
+}
+
 TEST(Ops, DeltaRuleMatchesMatrixRecurrence) {
     const int dk = 6, dv = 5, T = 12;
     std::vector<float> S(dv * dk, 0.0f), out(dv);
