@@ -15,6 +15,13 @@ echo "== tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
+echo "== kernel and op tests at the lower ISA tiers (ctest ran the CPU's best tier)"
+for isa in avx2 scalar; do
+    MOX_ISA=$isa ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        build-asan/tests/mox_tests --gtest_brief=1 \
+        --gtest_filter='*DotKernel*:*FastOp*:*Attention*:*Delta*:*Moe*:Qwen35MoeBatch.*'
+done
+
 echo "== fuzz (GGUF reader, ${MOX_FUZZ_SECONDS:-60}s)"
 scripts/fuzz.sh "${MOX_FUZZ_SECONDS:-60}"
 
