@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "quant/dot.h"
 #include "quant/types.h"
 
 #include <fmt/format.h>
@@ -275,9 +276,9 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
         out += md_row(cells);
     }
     out += fmt::format(
-        "\nmox {} | {} ({} logical CPUs) | backend {} (CPU reference path; -b, -ncmoe, -fa are "
-        "recorded, not acted on) | prompts: {}\n",
-        meta.build_commit, meta.cpu_info, meta.cpu_cores, meta.backends, meta.corpus);
+        "\nmox {} | {} ({} logical CPUs) | backend {} ({} kernels; -b, -ncmoe, -fa are recorded, not acted "
+        "on) | prompts: {}\n",
+        meta.build_commit, meta.cpu_info, meta.cpu_cores, meta.backends, quant::isa_name(quant::host_isa()), meta.corpus);
     if (show_roofline) {
         // One bandwidth per thread count; rows with equal threads share one measurement.
         std::vector<std::pair<int, double>> bw;
