@@ -23,6 +23,11 @@ void set_device(int device);
 // Waits for all work on the current device.
 void device_synchronize();
 
+// Copies between host memory and any device pointer (a buffer, an arena slice). copy_to_device is
+// asynchronous on `stream`; copy_to_host returns once the bytes are on the host.
+void copy_to_device(void* device, const void* host, size_t bytes, StreamHandle stream = nullptr);
+void copy_to_host(void* host, const void* device, size_t bytes, StreamHandle stream = nullptr);
+
 // One cudaMalloc'ed range, freed on destruction. Move-only. Sizes are in bytes.
 class DeviceBuffer {
 public:

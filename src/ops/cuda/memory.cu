@@ -24,6 +24,17 @@ void device_synchronize() {
     MOX_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void copy_to_device(void* device, const void* host, size_t bytes, StreamHandle stream) {
+    if (bytes == 0) return;
+    MOX_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+void copy_to_host(void* host, const void* device, size_t bytes, StreamHandle stream) {
+    if (bytes == 0) return;
+    MOX_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
+    MOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 // ---- DeviceBuffer
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
