@@ -11,100 +11,63 @@ namespace mox::cuda {
 namespace {
 
 inline constexpr int kMaxK = 32;
-inline constexpr int kRouterThreads = 256;
-inline constexpr int kRouterPerThread = 4;  // n_expert <= 1024
-
-// Block-wide reductions over kRouterThreads threads; `red` holds one slot per warp.
-__device__ float block_max(float v, float* red) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    v = red[0];
-    for (int w = 1; w < kRouterThreads / kWarp; ++w) v = fmaxf(v, red[w]);
-    return v;
-}
-
-__device__ float block_sum(float v, float* red) {
-    v = warp_sum(v);
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    v = 0.0f;
-    for (int w = 0; w < kRouterThreads / kWarp; ++w) v += red[w];
-    return v;
-}
+inline constexpr int kRouterPerLane = 32;  // one warp per token: n_expert <= 1024
 
 // (p, id) pairs: the better one has the larger p, ties go to the lower id.
 __device__ __forceinline__ bool better(float pa, int ia, float pb, int ib) {
     return pa > pb || (pa == pb && ia < ib);
 }
 
-// One block per token.
-__global__ void __launch_bounds__(kRouterThreads)
+// One warp per token (no block-wide barriers: k rounds of a shuffle argmax). Lane l holds experts
+// l, l + 32, l + 64, ... in registers.
+__global__ void __launch_bounds__(kWarp)
     router_kernel(const float* __restrict__ logits, int n_expert, int k, bool renormalize,
                   int32_t* __restrict__ ids, float* __restrict__ weights) {
-    __shared__ float red[kRouterThreads / kWarp];
-    __shared__ float red_p[kRouterThreads / kWarp];
-    __shared__ int red_i[kRouterThreads / kWarp];
     __shared__ float chosen_p[kMaxK];
+    const int lane = threadIdx.x;
     const float* l = logits + static_cast<int64_t>(blockIdx.x) * n_expert;
-    float p[kRouterPerThread];
+    float p[kRouterPerLane];
     float mx = -FLT_MAX;
 #pragma unroll
-    for (int s = 0; s < kRouterPerThread; ++s) {
-        const int e = threadIdx.x + s * kRouterThreads;
+    for (int s = 0; s < kRouterPerLane; ++s) {
+        const int e = lane + s * kWarp;
         p[s] = e < n_expert ? l[e] : -FLT_MAX;
         mx = fmaxf(mx, p[s]);
     }
-    mx = block_max(mx, red);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
     float sum = 0.0f;
 #pragma unroll
-    for (int s = 0; s < kRouterPerThread; ++s) {
-        const int e = threadIdx.x + s * kRouterThreads;
-        p[s] = e < n_expert ? expf(p[s] - mx) : 0.0f;
+    for (int s = 0; s < kRouterPerLane; ++s) {
+        p[s] = lane + s * kWarp < n_expert ? expf(p[s] - mx) : 0.0f;
         sum += p[s];
     }
-    sum = block_sum(sum, red);
+    sum = warp_sum(sum);
     const float inv = 1.0f / sum;
-    bool taken[kRouterPerThread];
+    uint32_t taken = 0;  // bit s: expert lane + 32 s is chosen (or does not exist)
 #pragma unroll
-    for (int s = 0; s < kRouterPerThread; ++s) {
+    for (int s = 0; s < kRouterPerLane; ++s) {
         p[s] *= inv;
-        taken[s] = threadIdx.x + s * kRouterThreads >= n_expert;
+        if (lane + s * kWarp >= n_expert) taken |= 1u << s;
     }
-    // k rounds of a block-wide argmax over the experts not yet chosen.
     for (int round = 0; round < k; ++round) {
         float bp = -1.0f;
         int bi = INT_MAX;
 #pragma unroll
-        for (int s = 0; s < kRouterPerThread; ++s) {
-            const int e = threadIdx.x + s * kRouterThreads;
-            if (!taken[s] && better(p[s], e, bp, bi)) bp = p[s], bi = e;
-        }
+        for (int s = 0; s < kRouterPerLane; ++s)
+            if (!((taken >> s) & 1u) && better(p[s], lane + s * kWarp, bp, bi))
+                bp = p[s], bi = lane + s * kWarp;
         for (int o = 16; o > 0; o >>= 1) {
             const float op = __shfl_xor_sync(0xFFFFFFFFu, bp, o);
             const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
             if (better(op, oi, bp, bi)) bp = op, bi = oi;
         }
-        const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-        __syncthreads();
-        if (lane == 0) red_p[warp] = bp, red_i[warp] = bi;
-        __syncthreads();
-        bp = red_p[0], bi = red_i[0];
-        for (int w = 1; w < kRouterThreads / kWarp; ++w)
-            if (better(red_p[w], red_i[w], bp, bi)) bp = red_p[w], bi = red_i[w];
-#pragma unroll
-        for (int s = 0; s < kRouterPerThread; ++s)
-            if (threadIdx.x + s * kRouterThreads == bi) taken[s] = true;
-        if (threadIdx.x == 0) {
+        if ((bi & (kWarp - 1)) == lane) taken |= 1u << (bi / kWarp);
+        if (lane == 0) {
             chosen_p[round] = bp;
             ids[static_cast<int64_t>(blockIdx.x) * k + round] = bi;
         }
     }
-    if (threadIdx.x == 0) {
+    if (lane == 0) {
         float total = 0.0f;
         for (int i = 0; i < k; ++i) total += chosen_p[i];
         const float norm = renormalize ? 1.0f / fmaxf(total, 6.1035e-5f) : 1.0f;
@@ -147,9 +110,10 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// Each warp owns kRows output rows and loops over the k experts, so the weighted sum over experts
-// happens in registers: out[r] = sum_i w_i * dot(down_e[r], h_i).
-template <class T>
+// Each group of L lanes owns kRows output rows and loops over the k experts, so the weighted sum over
+// experts happens in registers: out[r] = sum_i w_i * dot(down_e[r], h_i). Down rows are short
+// (n_ff = 512: 16 segments), so L = 16 keeps every lane busy there.
+template <class T, int L>
 __global__ void __launch_bounds__(kThreads)
     down_kernel(const uint8_t* __restrict__ down, size_t row_bytes, int64_t n_ff, int64_t n_embd,
                 int64_t n_expert, const int32_t* __restrict__ ids, const float* __restrict__ weights, int k,
@@ -163,15 +127,19 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t xs_stride = n_units(n_segs) * 256;
     stage_table<T>(tbl);
     for (int i = 0; i < k; ++i) stage_x<T>(xs + i * xs_stride, h + i * n_ff, n_ff, n_segs);
-    if (threadIdx.x < k) {
+    if (static_cast<int>(threadIdx.x) < k) {
         e_s[threadIdx.x] = checked_expert(ids, threadIdx.x, n_expert);
         w_s[threadIdx.x] = weights[threadIdx.x];
     }
     __syncthreads();
+    constexpr int kGroups = kWarp / L;          // row groups per warp
+    constexpr int kWarpRows = kGroups * kRows;  // rows per warp and step
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int64_t warps_total = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
-    for (int64_t r0 = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + warp) * kRows; r0 < n_embd;
-         r0 += warps_total * kRows) {
+    // The loop runs per warp (not per group) so that every lane reaches the shuffles in warp_sum.
+    for (int64_t rw = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + warp) * kWarpRows; rw < n_embd;
+         rw += warps_total * kWarpRows) {
+        const int64_t r0 = rw + (lane / L) * kRows;
         float tot[kRows] = {};
         for (int i = 0; i < k; ++i) {
             const uint8_t* base = down + static_cast<size_t>(e_s[i] * n_embd) * row_bytes;
@@ -180,16 +148,30 @@ __global__ void __launch_bounds__(kThreads)
             for (int r = 0; r < kRows; ++r)
                 rows[r] = base + static_cast<size_t>(min(r0 + r, n_embd - 1)) * row_bytes;
             float acc[kRows][1] = {};
-            warp_dot<T, kRows, 1>(rows, xs + i * xs_stride, 0, n_ff, n_segs, tbl, acc);
+            warp_dot<T, kRows, 1, L>(rows, xs + i * xs_stride, 0, n_ff, n_segs, tbl, acc);
 #pragma unroll
             for (int r = 0; r < kRows; ++r) tot[r] = fmaf(w_s[i], acc[r][0], tot[r]);
         }
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const float v = warp_sum(tot[r]);
-            if (lane == 0 && r0 + r < n_embd) out[r0 + r] = v;
+            const float v = warp_sum<L>(tot[r]);
+            if (lane % L == 0 && r0 + r < n_embd) out[r0 + r] = v;
         }
     }
+}
+
+template <class T, int L>
+void launch_down(const ops::Weight& down, const int32_t* ids, const float* weights, int64_t k, const float* h,
+                 float* out, StreamHandle stream) {
+    const auto kernel = down_kernel<T, L>;
+    const size_t smem = static_cast<size_t>(k * n_units(n_segments<T>(down.n_in)) * 256) * sizeof(float);
+    prepare_smem(reinterpret_cast<const void*>(kernel), smem, "MoE down");
+    const int64_t rows_per_block = (kThreads / L) * kRows;
+    const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
+                                   (down.n_out + rows_per_block - 1) / rows_per_block);
+    kernel<<<blocks, kThreads, smem, stream>>>(down.data, down.row_bytes, down.n_in, down.n_out,
+                                               down.n_expert, ids, weights, static_cast<int>(k), h, out);
+    MOX_CUDA_CHECK_LAUNCH("down_kernel");
 }
 
 void check_stack(const ops::Weight& w, const char* name) {
@@ -203,11 +185,11 @@ void check_stack(const ops::Weight& w, const char* name) {
 
 void route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool renormalize,
                         int32_t* ids, float* weights, StreamHandle stream) {
-    if (n_expert < 1 || n_expert > kRouterThreads * kRouterPerThread || k < 1 || k > kMaxK || k > n_expert)
+    if (n_expert < 1 || n_expert > kWarp * kRouterPerLane || k < 1 || k > kMaxK || k > n_expert)
         fail("CUDA router: {} experts, top {} (supported: up to {} experts, k <= {})", n_expert, k,
-             kRouterThreads * kRouterPerThread, kMaxK);
+             kWarp * kRouterPerLane, kMaxK);
     if (n_tokens == 0) return;
-    router_kernel<<<static_cast<unsigned>(n_tokens), kRouterThreads, 0, stream>>>(
+    router_kernel<<<static_cast<unsigned>(n_tokens), kWarp, 0, stream>>>(
         logits, static_cast<int>(n_expert), static_cast<int>(k), renormalize, ids, weights);
     MOX_CUDA_CHECK_LAUNCH("router_kernel");
 }
@@ -241,15 +223,10 @@ void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights,
     MOX_CHECK(k >= 1 && k <= kMaxK, "MoE k {}", k);
     dispatch_type(down.type, [&](auto tag) {
         using T = decltype(tag);
-        const auto kernel = down_kernel<T>;
-        const size_t smem = static_cast<size_t>(k * n_units(n_segments<T>(down.n_in)) * 256) * sizeof(float);
-        prepare_smem(reinterpret_cast<const void*>(kernel), smem, "MoE down");
-        const int64_t rows_per_block = (kThreads / kWarp) * kRows;
-        const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
-                                       (down.n_out + rows_per_block - 1) / rows_per_block);
-        kernel<<<blocks, kThreads, smem, stream>>>(down.data, down.row_bytes, down.n_in, down.n_out,
-                                                   down.n_expert, ids, weights, static_cast<int>(k), h, out);
-        MOX_CUDA_CHECK_LAUNCH("down_kernel");
+        if (n_segments<T>(down.n_in) <= 16)
+            launch_down<T, 16>(down, ids, weights, k, h, out, stream);
+        else
+            launch_down<T, 32>(down, ids, weights, k, h, out, stream);
     });
 }
 

@@ -90,15 +90,16 @@ __device__ __forceinline__ float seg_dot(const seg::Seg& s, const float (&xr)[32
     return acc;
 }
 
-// One warp: acc[r][c] += this lane's share of dot(row r, activation column c), for R rows and NC
-// staged columns (column c at xs + c * xs_stride). Reduce across the warp afterwards.
-template <class T, int R, int NC>
+// A group of L lanes (a warp, or half of one for short rows): acc[r][c] += this lane's share of
+// dot(row r, activation column c), for R rows and NC staged columns (column c at xs + c * xs_stride).
+// Reduce across the L lanes afterwards (warp_sum<L>).
+template <class T, int R, int NC, int L = kWarp>
 __device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const float* xs, int64_t xs_stride,
                                          int64_t n_in, int64_t n_segs, const float* tbl,
                                          float (&acc)[R][NC]) {
-    const int lane = threadIdx.x & (kWarp - 1);
+    const int lane = threadIdx.x & (L - 1);
 #pragma unroll 1
-    for (int64_t g = lane; g < n_segs; g += kWarp) {
+    for (int64_t g = lane; g < n_segs; g += L) {
         if constexpr (NC == 1) {
             float xr[32];
             load_x(xs, g, xr);
@@ -124,9 +125,11 @@ __device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const 
     }
 }
 
+// Sum over each aligned group of L lanes; every lane of the warp must call it.
+template <int L = kWarp>
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-    for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
     return v;
 }
 

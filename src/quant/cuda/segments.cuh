@@ -45,10 +45,6 @@ __device__ __forceinline__ float table_value(int table, int i) {
 // below say which alignment they need and every type uses the widest one its layout guarantees
 // (device allocations are 256-byte aligned and rows are whole blocks).
 
-__device__ __forceinline__ uint32_t ld32_a1(const uint8_t* p) {
-    return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-           (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
-}
 __device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
     const auto* h = reinterpret_cast<const uint16_t*>(p);
     return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
@@ -61,6 +57,27 @@ __device__ __forceinline__ uint4 ld128_a16(const uint8_t* p) {
 }
 __device__ __forceinline__ uint2 ld64_a8(const uint8_t* p) {
     return __ldg(reinterpret_cast<const uint2*>(p));
+}
+
+// N little-endian words of the bytes at p (any alignment) from aligned 4-byte loads: one load per
+// word plus one when p is unaligned, instead of byte or 16-bit loads. An unaligned p reads up to 3
+// bytes past p + 4N, inside the aligned word holding p + 4N (allocations from upload_weight are
+// padded by 16 bytes, so the last row's last block stays inside its allocation).
+template <int N>
+__device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[N]) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const auto* base = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+    const uint32_t sh = static_cast<uint32_t>(a & 3) * 8;
+    uint32_t raw[N + 1];
+#pragma unroll
+    for (int i = 0; i < N; ++i) raw[i] = __ldg(base + i);
+    raw[N] = sh ? __ldg(base + N) : 0u;
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], sh);
+}
+
+__device__ __forceinline__ float f16_bits(uint32_t h) {
+    return __half2float(__ushort_as_half(static_cast<uint16_t>(h)));
 }
 
 __device__ __forceinline__ float f16_at(const uint8_t* p) {
@@ -165,9 +182,11 @@ struct Q4_0 {  // 18 B: d f16, qs[16]
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
         set_d(s, f16_at(b));
+        uint32_t w[4];
+        load_words(b + 2, w);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint32_t v = ld32_a2(b + 2 + 4 * k);
+            const uint32_t v = w[k];
             put4(s.q + 4 * k, v & 0x0F0F0F0Fu, kMagic + 8.0f);
             put4(s.q + 16 + 4 * k, (v >> 4) & 0x0F0F0F0Fu, kMagic + 8.0f);
         }
@@ -181,9 +200,11 @@ struct IQ4_NL {  // 18 B: d f16, qs[16]; value d * kvalues_iq4nl[nibble]
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float* tbl) {
         const uint8_t* b = row + g * kBlockBytes;
         set_d(s, f16_at(b));
+        uint32_t w[4];
+        load_words(b + 2, w);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint32_t v = ld32_a2(b + 2 + 4 * k);
+            const uint32_t v = w[k];
             put4_table(s.q + 4 * k, v, tbl);
             put4_table(s.q + 16 + 4 * k, v >> 4, tbl);
         }
@@ -200,9 +221,11 @@ struct MXFP4 {  // 17 B: e (E8M0) u8, qs[16]; value kvalues_mxfp4[nibble] * 2^(e
         // 2^(e-128) from its bits: a normal float for e >= 2, the denormals 2^-127, 2^-128 below.
         const float d = e >= 2 ? __uint_as_float((e - 1) << 23) : __uint_as_float(0x00200000u << e);
         set_d(s, d);
+        uint32_t w[4];
+        load_words(b + 1, w);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint32_t v = ld32_a1(b + 1 + 4 * k);
+            const uint32_t v = w[k];
             put4_table(s.q + 4 * k, v, tbl);
             put4_table(s.q + 16 + 4 * k, v >> 4, tbl);
         }
@@ -216,21 +239,27 @@ struct Q8_0 {  // 34 B: d f16, qs[32] int8
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
         set_d(s, f16_at(b));
+        uint32_t w[8];
+        load_words(b + 2, w);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, ld32_a2(b + 2 + 4 * k) ^ 0x80808080u, kMagic + 128.0f);
+        for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k] ^ 0x80808080u, kMagic + 128.0f);
     }
 };
 
 // ---- K-quants: 256-element super-blocks, 8 segments each.
 
-// 6-bit scale and min of sub-block sb (0..7) from Q4_K/Q5_K's 12 packed bytes (spec §3.3).
-__device__ __forceinline__ void scale_min_k4(const uint8_t* s, int sb, int& sc, int& m) {
+// 6-bit scale and min of sub-block sb (0..7) from Q4_K/Q5_K's 12 packed bytes, given as three
+// little-endian words w0..w2 (spec §3.3): for sb < 4 byte sb of w0 / w1; above, the low 4 bits in
+// byte sb-4 of w2 and the top 2 bits in bits 6-7 of byte sb-4 of w0 / w1.
+__device__ __forceinline__ void scale_min_k4(uint32_t w0, uint32_t w1, uint32_t w2, int sb, int& sc, int& m) {
     if (sb < 4) {
-        sc = s[sb] & 63;
-        m = s[sb + 4] & 63;
+        const int sh = 8 * sb;
+        sc = static_cast<int>((w0 >> sh) & 63);
+        m = static_cast<int>((w1 >> sh) & 63);
     } else {
-        sc = (s[sb + 4] & 15) | ((s[sb - 4] >> 6) << 4);
-        m = (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4);
+        const int sh = 8 * (sb - 4);
+        sc = static_cast<int>(((w2 >> sh) & 15) | (((w0 >> (sh + 6)) & 3) << 4));
+        m = static_cast<int>(((w2 >> (sh + 4)) & 15) | (((w1 >> (sh + 6)) & 3) << 4));
     }
 }
 
@@ -242,11 +271,14 @@ __host__ __device__ constexpr int k4_elem_of(int sb, int j) {
 }
 
 __device__ __forceinline__ void k4_scales(const uint8_t* b, int sb, Seg& s) {
-    const float d = f16_at(b), dmin = f16_at(b + 2);
+    // The 16-byte header (d, dmin, scales[12]) in four 4-byte loads; blocks are 16-byte aligned.
+    const auto* hw = reinterpret_cast<const uint32_t*>(b);
+    const uint32_t h0 = __ldg(hw), w0 = __ldg(hw + 1), w1 = __ldg(hw + 2), w2 = __ldg(hw + 3);
+    const float d = f16_bits(h0 & 0xFFFFu), dmin = f16_bits(h0 >> 16);
     const int c = sb >> 1;
     int sc0, m0, sc1, m1;
-    scale_min_k4(b + 4, 2 * c, sc0, m0);
-    scale_min_k4(b + 4, 2 * c + 1, sc1, m1);
+    scale_min_k4(w0, w1, w2, 2 * c, sc0, m0);
+    scale_min_k4(w0, w1, w2, 2 * c + 1, sc1, m1);
     s.d[0] = s.d[1] = d * static_cast<float>(sc0);
     s.m[0] = s.m[1] = dmin * static_cast<float>(m0);
     s.d[2] = s.d[3] = d * static_cast<float>(sc1);
