@@ -23,6 +23,8 @@ bool matvec_supported(quant::TypeId type);
 // y[c * n_out + r] = sum_i W[r, i] * x[c * n_in + i] for r < n_out, c < n_cols (1..8).
 // w: n_out rows of row_bytes (= quant::row_bytes(type, n_in)) on the device, 16-byte aligned (any
 // cudaMalloc'ed base; for F32/F16/BF16 any n_in works, otherwise n_in is a multiple of the block).
+// The 17/18/34-byte block types are read with aligned 4-byte loads, which may touch up to 3 bytes
+// past the last row: keep 16 bytes of slack after it (cuda::upload_weight does).
 // x, y: device fp32. Asynchronous on `stream`; throws mox::Error for an unsupported type or a shape
 // whose activations exceed the shared memory of a block.
 void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
