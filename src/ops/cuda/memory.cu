@@ -1,0 +1,211 @@
+#include "ops/cuda_memory.h"
+#include "quant/cuda/check.cuh"
+
+#include <algorithm>
+#include <utility>
+
+namespace mox::cuda {
+
+int device_count() {
+    int count = 0;
+    // No driver / no device are normal states on CPU-only machines: report 0 and clear the error.
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
+void set_device(int device) {
+    MOX_CUDA_CHECK(cudaSetDevice(device));
+}
+
+void device_synchronize() {
+    MOX_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void copy_to_device(void* device, const void* host, size_t bytes, StreamHandle stream) {
+    if (bytes == 0) return;
+    MOX_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+void copy_to_host(void* host, const void* device, size_t bytes, StreamHandle stream) {
+    if (bytes == 0) return;
+    MOX_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
+    MOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+// ---- DeviceBuffer
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes == 0) return;
+    MOX_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    // Destructors must not throw; a failing cudaFree means the context is already broken.
+    if (ptr_) (void)cudaFree(ptr_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+        if (ptr_) (void)cudaFree(ptr_);
+        ptr_ = std::exchange(other.ptr_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+}
+
+void DeviceBuffer::upload(const void* host, size_t bytes, size_t offset, StreamHandle stream) {
+    MOX_CHECK(offset + bytes <= bytes_, "upload of {} bytes at {} into a buffer of {}", bytes, offset,
+              bytes_);
+    if (bytes == 0) return;
+    MOX_CUDA_CHECK(
+        cudaMemcpyAsync(static_cast<char*>(ptr_) + offset, host, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+void DeviceBuffer::download(void* host, size_t bytes, size_t offset, StreamHandle stream) const {
+    MOX_CHECK(offset + bytes <= bytes_, "download of {} bytes at {} from a buffer of {}", bytes, offset,
+              bytes_);
+    if (bytes == 0) return;
+    MOX_CUDA_CHECK(cudaMemcpyAsync(host, static_cast<const char*>(ptr_) + offset, bytes,
+                                   cudaMemcpyDeviceToHost, stream));
+    MOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void DeviceBuffer::zero(StreamHandle stream) {
+    if (bytes_ == 0) return;
+    MOX_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes_, stream));
+}
+
+// ---- ScratchArena
+
+void* ScratchArena::alloc(size_t bytes, size_t align) {
+    MOX_CHECK(align >= 16 && (align & (align - 1)) == 0, "alignment {}", align);
+    const size_t start = (used_ + align - 1) & ~(align - 1);
+    if (start + bytes > buffer_.size())
+        fail("CUDA scratch arena: {} bytes requested with {} of {} in use", bytes, used_, buffer_.size());
+    used_ = start + bytes;
+    high_water_ = std::max(high_water_, used_);
+    return static_cast<char*>(buffer_.data()) + start;
+}
+
+// ---- PinnedBuffer
+
+PinnedBuffer::~PinnedBuffer() {
+    if (ptr_) (void)cudaFreeHost(ptr_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+    if (this != &other) {
+        if (ptr_) (void)cudaFreeHost(ptr_);
+        ptr_ = std::exchange(other.ptr_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+}
+
+PinnedBuffer PinnedBuffer::try_alloc(size_t bytes, std::string* why) {
+    PinnedBuffer out;
+    if (bytes == 0) return out;
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky: clear it so later calls do not see it
+        if (why) *why = fmt::format("cudaHostAlloc of {} bytes: {}", bytes, cudaGetErrorString(err));
+        return out;
+    }
+    out.ptr_ = p;
+    out.bytes_ = bytes;
+    return out;
+}
+
+// ---- Stream
+
+Stream::Stream() {
+    MOX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+Stream::~Stream() {
+    if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+    if (this != &other) {
+        if (stream_) (void)cudaStreamDestroy(stream_);
+        stream_ = std::exchange(other.stream_, nullptr);
+    }
+    return *this;
+}
+
+void Stream::synchronize() const {
+    MOX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Stream::wait(EventHandle event) const {
+    MOX_CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0));
+}
+
+// ---- Event
+
+Event::Event() {
+    MOX_CUDA_CHECK(cudaEventCreate(&event_));
+}
+
+Event::~Event() {
+    if (event_) (void)cudaEventDestroy(event_);
+}
+
+Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+    if (this != &other) {
+        if (event_) (void)cudaEventDestroy(event_);
+        event_ = std::exchange(other.event_, nullptr);
+    }
+    return *this;
+}
+
+void Event::record(StreamHandle stream) {
+    MOX_CUDA_CHECK(cudaEventRecord(event_, stream));
+}
+
+void Event::synchronize() const {
+    MOX_CUDA_CHECK(cudaEventSynchronize(event_));
+}
+
+float Event::elapsed_ms(const Event& start, const Event& end) {
+    float ms = 0;
+    MOX_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, end.event_));
+    return ms;
+}
+
+// ---- weights
+
+size_t weight_bytes(const ops::Weight& w) {
+    return static_cast<size_t>(w.n_expert * w.n_out) * w.row_bytes;
+}
+
+DeviceWeight upload_weight(const ops::Weight& host, StreamHandle stream) {
+    MOX_CHECK(host.valid(), "upload of an empty weight");
+    const size_t bytes = weight_bytes(host);
+    DeviceWeight out;
+    out.buffer = DeviceBuffer(bytes + 16);
+    out.buffer.upload(host.data, bytes, 0, stream);
+    // The pad is zeroed so that a vector load past the last row reads defined bytes.
+    MOX_CUDA_CHECK(cudaMemsetAsync(out.buffer.as<char>() + bytes, 0, 16, stream));
+    MOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    out.view = host;
+    out.view.data = out.buffer.as<const uint8_t>();
+    return out;
+}
+
+}  // namespace mox::cuda

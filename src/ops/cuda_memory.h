@@ -1,0 +1,167 @@
+// Device memory, pinned host memory, streams and events for the CUDA backend (issue 5). Plain C++:
+// the rest of mox never includes CUDA headers; the implementation is ops/cuda/memory.cu, linked only
+// with -DMOX_CUDA=ON. Every CUDA call behind these types is checked and throws mox::Error naming the
+// call, file:line and CUDA's description.
+#pragma once
+
+#include "ops/weight.h"
+#include "quant/cuda_stream.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace mox::cuda {
+
+// Number of usable CUDA devices; 0 (never throws) when there is no driver or no device, so tests
+// can skip cleanly on GPU-less machines.
+int device_count();
+
+// Makes `device` current for the calling thread.
+void set_device(int device);
+
+// Waits for all work on the current device.
+void device_synchronize();
+
+// Copies between host memory and any device pointer (a buffer, an arena slice). copy_to_device is
+// asynchronous on `stream`; copy_to_host returns once the bytes are on the host.
+void copy_to_device(void* device, const void* host, size_t bytes, StreamHandle stream = nullptr);
+void copy_to_host(void* host, const void* device, size_t bytes, StreamHandle stream = nullptr);
+
+// One cudaMalloc'ed range, freed on destruction. Move-only. Sizes are in bytes.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t bytes);
+    ~DeviceBuffer();
+    DeviceBuffer(DeviceBuffer&& other) noexcept;
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    void* data() const { return ptr_; }
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(ptr_);
+    }
+    size_t size() const { return bytes_; }
+    bool empty() const { return ptr_ == nullptr; }
+
+    // Asynchronous on `stream` (host memory should be pinned for real overlap; pageable works too).
+    void upload(const void* host, size_t bytes, size_t offset = 0, StreamHandle stream = nullptr);
+    void download(void* host, size_t bytes, size_t offset = 0, StreamHandle stream = nullptr) const;
+    void zero(StreamHandle stream = nullptr);
+
+private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// Per-step scratch: one device allocation made up front, handed out by bumping an offset, reset
+// wholesale between steps, so the decode loop never calls cudaMalloc per token. Running out is an
+// error that names the request (the caller sized the arena wrongly), never a silent allocation.
+class ScratchArena {
+public:
+    ScratchArena() = default;
+    explicit ScratchArena(size_t bytes) : buffer_(bytes) {}
+
+    // `bytes` rounded up to `align` (a power of two, at least 16 so vector loads stay aligned).
+    void* alloc(size_t bytes, size_t align = 256);
+    template <typename T>
+    T* alloc(size_t count) {
+        return static_cast<T*>(alloc(count * sizeof(T)));
+    }
+    void reset() { used_ = 0; }
+    size_t used() const { return used_; }
+    size_t capacity() const { return buffer_.size(); }
+    size_t high_water() const { return high_water_; }
+
+private:
+    DeviceBuffer buffer_;
+    size_t used_ = 0;
+    size_t high_water_ = 0;
+};
+
+// Page-locked host memory (cudaHostAlloc). Pinning can fail on a machine with little lockable
+// memory; try_alloc then returns an empty buffer and the reason, and the caller falls back to
+// pageable memory (slower transfers, same results).
+class PinnedBuffer {
+public:
+    PinnedBuffer() = default;
+    ~PinnedBuffer();
+    PinnedBuffer(PinnedBuffer&& other) noexcept;
+    PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+    // Never throws for an allocation failure; `why` (if given) receives CUDA's message.
+    static PinnedBuffer try_alloc(size_t bytes, std::string* why = nullptr);
+
+    void* data() const { return ptr_; }
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(ptr_);
+    }
+    size_t size() const { return bytes_; }
+    bool empty() const { return ptr_ == nullptr; }
+
+private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// A non-blocking stream (does not synchronise with the legacy default stream).
+class Stream {
+public:
+    Stream();
+    ~Stream();
+    Stream(Stream&& other) noexcept;
+    Stream& operator=(Stream&& other) noexcept;
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+
+    StreamHandle handle() const { return stream_; }
+    void synchronize() const;
+    // Later work on this stream waits for `event` (recorded on any stream).
+    void wait(EventHandle event) const;
+
+private:
+    StreamHandle stream_ = nullptr;
+};
+
+// A timing-capable event.
+class Event {
+public:
+    Event();
+    ~Event();
+    Event(Event&& other) noexcept;
+    Event& operator=(Event&& other) noexcept;
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+
+    EventHandle handle() const { return event_; }
+    void record(StreamHandle stream = nullptr);
+    void synchronize() const;
+    // Milliseconds between two recorded (and completed) events.
+    static float elapsed_ms(const Event& start, const Event& end);
+
+private:
+    EventHandle event_ = nullptr;
+};
+
+// A weight matrix (or expert stack) copied to the device: `view` is the same ops::Weight with its
+// data pointer in device memory, for the CUDA launchers. The allocation is padded by 16 bytes so
+// that 16-byte vector loads at the end of the last row never leave it.
+struct DeviceWeight {
+    DeviceBuffer buffer;
+    ops::Weight view;
+};
+
+// Bytes of the whole weight (all experts, all rows).
+size_t weight_bytes(const ops::Weight& w);
+
+// Copies a host weight (e.g. an mmapped GGUF tensor) to a new device allocation; synchronous with
+// respect to `stream` (returns after the copy finished, so the host bytes may go away).
+DeviceWeight upload_weight(const ops::Weight& host, StreamHandle stream = nullptr);
+
+}  // namespace mox::cuda

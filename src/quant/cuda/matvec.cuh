@@ -1,0 +1,200 @@
+// The building blocks of the CUDA matvec and MoE kernels. Only .cu files include this header.
+//
+// Scheme (batch 1..8, memory-bound): activations stay fp32 and are staged once per thread block in
+// shared memory; each warp owns kRows weight rows at a time and each lane decodes 32-element
+// segments of them (segments.cuh) with wide, coalesced loads: consecutive lanes read consecutive
+// segments, so a warp streams contiguous bytes of the row. Partial sums are reduced with shuffles.
+//
+// Shared-memory layout of one activation row (the "permuted" order): the row's segments are grouped
+// in units of 8 (one K-quant super-block, or 8 consecutive 32-element blocks). Inside a unit,
+// value j of segment s sits at float (j / 4) * 32 + s * 4 + j % 4. Lanes 8u..8u+7 of a warp work on
+// the 8 segments of one unit, so each float4 read of theirs covers 128 consecutive bytes: no bank
+// conflicts, and each lane's x values come in the order its segment decodes (no shuffles). Values
+// past n_in (a partial last segment or unit) are zero.
+#pragma once
+
+#include "quant/cuda/check.cuh"
+#include "quant/cuda/segments.cuh"
+#include "quant/types.h"
+
+#include <cstdint>
+
+namespace mox::cuda {
+
+inline constexpr int kWarp = 32;
+inline constexpr int kThreads = 256;  // 8 warps per block
+inline constexpr int kRows = 2;       // rows per warp: one x load serves both (halves shared-memory reads)
+
+// Segments per row and 256-float units per staged activation row.
+template <class T>
+__host__ __device__ inline int64_t n_segments(int64_t n_in) {
+    return (n_in + T::kBlockElems - 1) / T::kBlockElems * T::kSegs;
+}
+__host__ __device__ inline int64_t n_units(int64_t n_segs) {
+    return (n_segs + 7) / 8;
+}
+
+// Stages x[0..n_in) into xs (n_units * 256 floats) in the permuted order; all threads of the block.
+template <class T>
+__device__ void stage_x(float* xs, const float* __restrict__ x, int64_t n_in, int64_t n_segs) {
+    const int64_t total = n_units(n_segs) * 256;
+    for (int64_t p = threadIdx.x; p < total; p += blockDim.x) {
+        const int64_t u = p >> 8;
+        const int rem = static_cast<int>(p & 255);
+        const int s = (rem >> 2) & 7, j = ((rem >> 5) << 2) | (rem & 3);
+        const int64_t g = u * 8 + s;
+        float v = 0.0f;
+        if (g < n_segs) {
+            const int64_t e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
+            if (e < n_in) v = x[e];
+        }
+        xs[p] = v;
+    }
+}
+
+// The 16-entry value table of table-driven types, into shared memory.
+template <class T>
+__device__ void stage_table(float* tbl) {
+    if constexpr (T::kTable != seg::kNoTable) {
+        if (threadIdx.x < 16) tbl[threadIdx.x] = seg::table_value(T::kTable, threadIdx.x);
+    }
+}
+
+// 32 staged activations of segment g (in decode order) into registers.
+__device__ __forceinline__ void load_x(const float* xs, int64_t g, float (&xr)[32]) {
+    const float4* p = reinterpret_cast<const float4*>(xs) + (g >> 3) * 64 + (g & 7);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const float4 v = p[8 * k];
+        xr[4 * k] = v.x, xr[4 * k + 1] = v.y, xr[4 * k + 2] = v.z, xr[4 * k + 3] = v.w;
+    }
+}
+
+// Sum over j of (d[j/8] q[j] - m[j/8]) x[j], grouped so each scale multiplies once per 8 values.
+template <class T>
+__device__ __forceinline__ float seg_dot(const seg::Seg& s, const float (&xr)[32]) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int grp = 0; grp < 4; ++grp) {
+        float p = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) p = fmaf(s.q[8 * grp + i], xr[8 * grp + i], p);
+        acc = fmaf(s.d[grp], p, acc);
+        if constexpr (T::kHasMin) {
+            float sx = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) sx += xr[8 * grp + i];
+            acc = fmaf(-s.m[grp], sx, acc);
+        }
+    }
+    return acc;
+}
+
+// A group of L lanes (a warp, or half of one for short rows): acc[r][c] += this lane's share of
+// dot(row r, activation column c), for R rows and NC staged columns (column c at xs + c * xs_stride).
+// Reduce across the L lanes afterwards (warp_sum<L>).
+template <class T, int R, int NC, int L = kWarp>
+__device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const float* xs, int64_t xs_stride,
+                                         int64_t n_in, int64_t n_segs, const float* tbl,
+                                         float (&acc)[R][NC]) {
+    const int lane = threadIdx.x & (L - 1);
+#pragma unroll 1
+    for (int64_t g = lane; g < n_segs; g += L) {
+        if constexpr (NC == 1) {
+            float xr[32];
+            load_x(xs, g, xr);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                seg::Seg s;
+                T::load(rows[r], g, n_in, s, tbl);
+                acc[r][0] += seg_dot<T>(s, xr);
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                seg::Seg s;
+                T::load(rows[r], g, n_in, s, tbl);
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    float xr[32];
+                    load_x(xs + c * xs_stride, g, xr);
+                    acc[r][c] += seg_dot<T>(s, xr);
+                }
+            }
+        }
+    }
+}
+
+// Sum over each aligned group of L lanes; every lane of the warp must call it.
+template <int L = kWarp>
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+// Calls fn(T{}) with the segment decoder of `type`; false when the type has no CUDA kernel.
+template <class Fn>
+bool dispatch_type(quant::TypeId type, Fn&& fn) {
+    using quant::TypeId;
+    switch (type) {
+        case TypeId::f32:
+            fn(seg::F32{});
+            return true;
+        case TypeId::f16:
+            fn(seg::F16{});
+            return true;
+        case TypeId::bf16:
+            fn(seg::BF16{});
+            return true;
+        case TypeId::q4_0:
+            fn(seg::Q4_0{});
+            return true;
+        case TypeId::q8_0:
+            fn(seg::Q8_0{});
+            return true;
+        case TypeId::iq4_nl:
+            fn(seg::IQ4_NL{});
+            return true;
+        case TypeId::mxfp4:
+            fn(seg::MXFP4{});
+            return true;
+        case TypeId::q2_k:
+            fn(seg::Q2_K{});
+            return true;
+        case TypeId::q3_k:
+            fn(seg::Q3_K{});
+            return true;
+        case TypeId::q4_k:
+            fn(seg::Q4_K{});
+            return true;
+        case TypeId::q5_k:
+            fn(seg::Q5_K{});
+            return true;
+        case TypeId::q6_k:
+            fn(seg::Q6_K{});
+            return true;
+        case TypeId::iq4_xs:
+            fn(seg::IQ4_XS{});
+            return true;
+        default:
+            return false;
+    }
+}
+
+// Properties of the current device that launch sizing needs, read once.
+struct LaunchLimits {
+    int sm_count = 0;
+    int max_smem_optin = 0;  // bytes of dynamic shared memory a block may opt in to
+};
+const LaunchLimits& launch_limits();
+
+// Raises the kernel's dynamic shared-memory limit when `bytes` exceeds the default 48 KiB, and fails
+// with a clear message past what the device allows.
+void prepare_smem(const void* kernel, size_t bytes, const char* what);
+
+// Blocks to launch: enough for `work_blocks`, capped at what fits on the device at once (the kernels
+// loop over the rest, so each block stages its activations once).
+int grid_blocks(const void* kernel, size_t smem_bytes, int64_t work_blocks);
+
+}  // namespace mox::cuda

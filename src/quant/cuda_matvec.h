@@ -1,0 +1,33 @@
+// Quantized matrix-vector products on the GPU (issue 5): y = W x for 1..8 activation columns, with
+// W in its GGUF block format in device memory. Plain C++ (no CUDA headers); kernels in
+// quant/cuda/matvec.cu, linked only with -DMOX_CUDA=ON.
+//
+// Activations are fp32 (staged in shared memory; no quantization of x), so results match the CPU
+// reference dot product up to fp32 summation order.
+#pragma once
+
+#include "quant/cuda_stream.h"
+#include "quant/types.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mox::cuda {
+
+inline constexpr int kMaxMatvecCols = 8;
+
+// Whether `type` has a CUDA matvec kernel: F32, F16, BF16, Q4_0, Q8_0, IQ4_NL, MXFP4, Q2_K..Q6_K,
+// IQ4_XS.
+bool matvec_supported(quant::TypeId type);
+
+// y[c * n_out + r] = sum_i W[r, i] * x[c * n_in + i] for r < n_out, c < n_cols (1..8).
+// w: n_out rows of row_bytes (= quant::row_bytes(type, n_in)) on the device, 16-byte aligned (any
+// cudaMalloc'ed base; for F32/F16/BF16 any n_in works, otherwise n_in is a multiple of the block).
+// The 17/18/34-byte block types are read with aligned 4-byte loads, which may touch up to 3 bytes
+// past the last row: keep 16 bytes of slack after it (cuda::upload_weight does).
+// x, y: device fp32. Asynchronous on `stream`; throws mox::Error for an unsupported type or a shape
+// whose activations exceed the shared memory of a block.
+void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
+            int n_cols, float* y, StreamHandle stream = nullptr);
+
+}  // namespace mox::cuda

@@ -1,0 +1,147 @@
+// CUDA MoE decode kernels against the CPU operators (ops::route_softmax_topk, ops::moe_ffn with the
+// scalar reference kernels: dequantize + fp32 dot).
+#include "cuda_test_util.h"
+
+#include "ops/context.h"
+#include "ops/cuda_moe.h"
+#include "ops/moe.h"
+#include "quant/types.h"
+
+#include <cmath>
+
+namespace mox::cuda {
+
+namespace {
+
+using quant::TypeId;
+
+// A {n_in, n_out, n_expert} stack quantized by the reference quantizer; host bytes stay alive here.
+struct HostStack {
+    std::vector<uint8_t> bytes;
+    ops::Weight w;
+};
+
+HostStack make_stack(TypeId type, int64_t n_in, int64_t n_out, int64_t n_expert, uint32_t seed, float scale) {
+    const auto& tr = quant::traits(type);
+    HostStack s;
+    const size_t rb = quant::row_bytes(type, n_in);
+    s.bytes.resize(rb * static_cast<size_t>(n_out * n_expert));
+    const auto f = test::randn(static_cast<size_t>(n_in * n_out * n_expert), seed, scale);
+    for (int64_t r = 0; r < n_out * n_expert; ++r)
+        tr.quantize(f.data() + r * n_in, s.bytes.data() + r * rb, n_in);
+    s.w = ops::Weight{.data = s.bytes.data(),
+                      .type = type,
+                      .n_in = n_in,
+                      .n_out = n_out,
+                      .n_expert = n_expert,
+                      .row_bytes = rb};
+    return s;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double rel) {
+    ASSERT_EQ(got.size(), ref.size());
+    double err2 = 0, ref2 = 0, ref_max = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        err2 += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+        ref2 += double(ref[i]) * ref[i];
+        ref_max = std::max(ref_max, std::fabs(double(ref[i])));
+    }
+    EXPECT_LT(std::sqrt(err2 / ref2), rel);
+    int bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+        if (!(std::fabs(double(got[i]) - ref[i]) <= 20 * rel * ref_max) && bad++ < 5)
+            ADD_FAILURE() << "element " << i << ": got " << got[i] << ", reference " << ref[i];
+}
+
+// Routes `n_tokens` random logit rows on the GPU and the CPU.
+void check_router(int64_t n_tokens, int64_t n_expert, int64_t k, bool renormalize, uint32_t seed) {
+    SCOPED_TRACE(fmt::format("n_expert={} k={} renorm={}", n_expert, k, renormalize));
+    const auto logits = test::randn(static_cast<size_t>(n_tokens * n_expert), seed, 2.0f);
+    ops::Routing cpu;
+    ops::route_softmax_topk(logits.data(), n_tokens, n_expert, k, renormalize, cpu);
+    DeviceBuffer dl = test::to_device(logits);
+    DeviceBuffer ids(static_cast<size_t>(n_tokens * k) * 4), weights(static_cast<size_t>(n_tokens * k) * 4);
+    route_softmax_topk(dl.as<float>(), n_tokens, n_expert, k, renormalize, ids.as<int32_t>(),
+                       weights.as<float>());
+    const auto gi = test::to_host<int32_t>(ids, static_cast<size_t>(n_tokens * k));
+    const auto gw = test::to_host<float>(weights, static_cast<size_t>(n_tokens * k));
+    EXPECT_EQ(gi, cpu.ids);
+    for (size_t i = 0; i < gw.size(); ++i)
+        EXPECT_NEAR(gw[i], cpu.weights[i], 2e-6f * std::max(1.0f, cpu.weights[i]));
+}
+
+}  // namespace
+
+TEST(CudaMoe, RouterMatchesCpu) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    check_router(5, 256, 8, true, 1);  // Qwen3.5-MoE: 256 experts, top 8, renormalised
+    check_router(3, 256, 8, false, 2);
+    check_router(4, 60, 4, true, 3);     // fewer experts than threads
+    check_router(2, 1000, 32, true, 4);  // most experts per thread, largest k
+    check_router(1, 7, 7, true, 5);      // k = n_expert
+}
+
+TEST(CudaMoe, RouterTiesGoToLowerId) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const std::vector<float> logits(64, 0.5f);  // all equal
+    DeviceBuffer dl = test::to_device(logits);
+    DeviceBuffer ids(4 * 4), weights(4 * 4);
+    route_softmax_topk(dl.as<float>(), 1, 64, 4, true, ids.as<int32_t>(), weights.as<float>());
+    EXPECT_EQ(test::to_host<int32_t>(ids, 4), (std::vector<int32_t>{0, 1, 2, 3}));
+    for (float w : test::to_host<float>(weights, 4)) EXPECT_NEAR(w, 0.25f, 1e-6f);
+}
+
+// Router -> gate/up -> down on the device, no host round trip in between, against ops::moe_ffn.
+void check_moe(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_ff, int64_t n_expert,
+               int64_t k, uint32_t seed) {
+    SCOPED_TRACE(fmt::format("gate/up {} down {} n_embd={} n_ff={} experts={} k={}",
+                             quant::type_name(gate_up_type), quant::type_name(down_type), n_embd, n_ff,
+                             n_expert, k));
+    HostStack gate = make_stack(gate_up_type, n_embd, n_ff, n_expert, seed, 0.05f);
+    HostStack up = make_stack(gate_up_type, n_embd, n_ff, n_expert, seed + 1, 0.05f);
+    HostStack down = make_stack(down_type, n_ff, n_embd, n_expert, seed + 2, 0.05f);
+    const auto x = test::randn(static_cast<size_t>(n_embd), seed + 3);
+    const auto logits = test::randn(static_cast<size_t>(n_expert), seed + 4, 2.0f);
+
+    ops::Routing routing;
+    ops::route_softmax_topk(logits.data(), 1, n_expert, k, true, routing);
+    ops::Context ctx;
+    ctx.isa = quant::Isa::scalar;  // the reference dot kernels: dequantize, fp32 dot
+    std::vector<float> ref(static_cast<size_t>(n_embd));
+    ops::moe_ffn(ctx, ops::ExpertStack{gate.w, up.w, down.w}, routing, x.data(), ref.data());
+
+    Stream stream;
+    const StreamHandle st = stream.handle();
+    DeviceWeight dg = upload_weight(gate.w, st), du = upload_weight(up.w, st), dd = upload_weight(down.w, st);
+    // Per-step buffers come from one arena, as in the decode loop.
+    ScratchArena arena(1 << 20);
+    auto* d_logits = arena.alloc<float>(static_cast<size_t>(n_expert));
+    auto* d_x = arena.alloc<float>(static_cast<size_t>(n_embd));
+    auto* d_ids = arena.alloc<int32_t>(static_cast<size_t>(k));
+    auto* d_w = arena.alloc<float>(static_cast<size_t>(k));
+    auto* d_h = arena.alloc<float>(static_cast<size_t>(k * n_ff));
+    auto* d_out = arena.alloc<float>(static_cast<size_t>(n_embd));
+    copy_to_device(d_logits, logits.data(), logits.size() * 4, st);
+    copy_to_device(d_x, x.data(), x.size() * 4, st);
+    route_softmax_topk(d_logits, 1, n_expert, k, true, d_ids, d_w, st);
+    moe_gate_up(dg.view, du.view, d_ids, k, d_x, d_h, st);
+    moe_down(dd.view, d_ids, d_w, k, d_h, d_out, st);
+    std::vector<float> got(static_cast<size_t>(n_embd));
+    std::vector<int32_t> got_ids(static_cast<size_t>(k));
+    copy_to_host(got.data(), d_out, got.size() * 4, st);
+    copy_to_host(got_ids.data(), d_ids, got_ids.size() * 4, st);
+    EXPECT_EQ(got_ids, routing.ids);
+    expect_close(got, ref, 1e-4);
+}
+
+TEST(CudaMoe, DecodeMatchesCpuMoeFfn) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    check_moe(TypeId::q4_k, TypeId::q6_k, 512, 256, 32, 8, 10);  // a typical Q4_K_M mix
+    check_moe(TypeId::q8_0, TypeId::q8_0, 256, 96, 16, 4, 20);
+    check_moe(TypeId::mxfp4, TypeId::mxfp4, 256, 64, 8, 2, 30);
+    check_moe(TypeId::iq4_xs, TypeId::q5_k, 256, 512, 12, 3, 40);
+    check_moe(TypeId::q2_k, TypeId::q3_k, 256, 256, 10, 1, 50);
+    check_moe(TypeId::f16, TypeId::bf16, 96, 40, 6, 6, 60);  // odd float sizes, k = n_expert
+}
+
+}  // namespace mox::cuda
