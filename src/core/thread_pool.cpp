@@ -1,68 +1,120 @@
 #include "core/thread_pool.h"
 
-#include "core/parallel.h"
+#include "core/error.h"
+#include "core/topology.h"
+
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MOX_CPU_RELAX() _mm_pause()
+#else
+#define MOX_CPU_RELAX() std::this_thread::yield()
+#endif
 
 namespace mox {
 
-ThreadPool::ThreadPool(int n_threads) {
-    if (n_threads <= 0) n_threads = hardware_threads();
-    for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+namespace {
+
+// How long an idle worker spins before sleeping: longer than the serial gaps between the ops of a
+// decode step, short enough not to burn a core between requests.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+uint64_t generation_of(uint64_t state) { return state >> 32; }
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads, bool pin) {
+    const Topology& topo = topology();
+    if (n_threads <= 0) n_threads = topo.physical_cores;
+    MOX_CHECK(n_threads < 4096, "{} threads", n_threads);
+    // Workers take cores 1..n-1; the caller is left unbound (threads it creates later inherit its
+    // mask) and the scheduler finds it the one free core.
+    pinned_ = pin && n_threads <= topo.physical_cores && n_threads > 1;
+    for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
     {
         std::lock_guard lock(mutex_);
-        stop_ = true;
+        stop_.store(true);
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
 }
 
-// Takes tasks of the current job until none is left.
-void ThreadPool::drain() {
-    std::unique_lock lock(mutex_);
-    while (job_ && next_ < n_tasks_) {
-        const int64_t i = next_++;
-        const auto* job = job_;
-        lock.unlock();
-        (*job)(i);
-        lock.lock();
-        if (++finished_ == n_tasks_) done_.notify_all();
+// Claims and runs tasks of `generation` until none is left.
+void ThreadPool::work(uint64_t generation) {
+    const auto* job = job_.load(std::memory_order_acquire);
+    const int64_t n = n_tasks_.load(std::memory_order_acquire);
+    uint64_t s = state_.load(std::memory_order_acquire);
+    for (;;) {
+        if (generation_of(s) != generation || static_cast<int64_t>(s & 0xffffffffu) >= n) return;
+        if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
+        try {
+            (*job)(static_cast<int64_t>(s & 0xffffffffu));
+        } catch (...) {
+            std::lock_guard lock(error_mutex_);
+            if (!error_) error_ = std::current_exception();
+        }
+        finished_.fetch_add(1, std::memory_order_acq_rel);
+        s = state_.load(std::memory_order_acquire);
     }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int index) {
+    if (pinned_) pin_current_thread_to_core(index);
     uint64_t seen = 0;
     for (;;) {
-        {
-            std::unique_lock lock(mutex_);
-            wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-            if (stop_) return;
-            seen = generation_;
+        uint64_t g = generation_of(state_.load(std::memory_order_acquire));
+        if (g == seen && !stop_.load(std::memory_order_acquire)) {
+            const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
+            for (int i = 0; g == seen && !stop_.load(std::memory_order_relaxed); ++i) {
+                MOX_CPU_RELAX();
+                g = generation_of(state_.load(std::memory_order_acquire));
+                if ((i & 63) == 63 && g == seen && std::chrono::steady_clock::now() > spin_until) {
+                    std::unique_lock lock(mutex_);
+                    sleepers_.fetch_add(1);
+                    wake_.wait(lock, [&] { return stop_.load() || generation_of(state_.load()) != seen; });
+                    sleepers_.fetch_sub(1);
+                    g = generation_of(state_.load(std::memory_order_acquire));
+                }
+            }
         }
-        drain();
+        if (stop_.load(std::memory_order_acquire)) return;
+        seen = g;
+        work(g);
     }
 }
 
 void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
     if (n_tasks <= 0) return;
+    MOX_CHECK(n_tasks < (int64_t{1} << 32), "{} tasks", n_tasks);
     if (workers_.empty() || n_tasks == 1) {
         for (int64_t i = 0; i < n_tasks; ++i) fn(i);
         return;
     }
-    {
+    job_.store(&fn, std::memory_order_relaxed);
+    n_tasks_.store(n_tasks, std::memory_order_relaxed);
+    finished_.store(0, std::memory_order_relaxed);
+    const uint64_t generation = generation_of(state_.load()) + 1;
+    state_.store(generation << 32);  // seq_cst: publishes the job, ordered before the sleepers_ check
+    if (sleepers_.load() > 0) {
         std::lock_guard lock(mutex_);
-        job_ = &fn;
-        n_tasks_ = n_tasks;
-        next_ = 0;
-        finished_ = 0;
-        ++generation_;
+        wake_.notify_all();
     }
-    wake_.notify_all();
-    drain();
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return finished_ == n_tasks_; });
-    job_ = nullptr;
+    work(generation);
+    for (int i = 0; finished_.load(std::memory_order_acquire) < n_tasks; ++i) {
+        if (i < 4096) MOX_CPU_RELAX();
+        else std::this_thread::yield();
+    }
+    job_.store(nullptr, std::memory_order_relaxed);
+    std::exception_ptr error;
+    {
+        std::lock_guard lock(error_mutex_);
+        std::swap(error, error_);
+    }
+    if (error) std::rethrow_exception(error);
 }
 
 }  // namespace mox

@@ -1,6 +1,7 @@
 #include "engine/bench_options.h"
 
 #include "core/error.h"
+#include "core/units.h"
 
 #include <charconv>
 
@@ -93,6 +94,24 @@ int flash_attn_value(std::string_view text) {
     fail("-fa '{}': expected on, off or auto", text);
 }
 
+std::string plan_value(std::string_view text) {
+    if (text == "manual" || text == "auto") return std::string(text);
+    fail("--plan '{}': expected manual or auto", text);
+}
+
+void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda) {
+    const char* why = have_cuda ? "the GPU path and the planner are not wired into mox bench yet (issues 5, 6)"
+                                : "CUDA backend not built, and the planner does not exist yet (issues 5, 6)";
+    for (const auto& c : configs) {
+        if (c.n_gpu_layers != 0)
+            fail("-ngl {}: {}; this mox runs models on the CPU only (use -ngl 0)", c.n_gpu_layers, why);
+        if (c.vram_budget != 0)
+            fail("--vram-budget {}: {}; a budget cannot be honoured (leave it out, or 0)",
+                 format_bytes(c.vram_budget), why);
+        if (c.plan != "manual") fail("--plan {}: {}; only --plan manual (the CPU placement) runs", c.plan, why);
+    }
+}
+
 std::vector<BenchConfig> expand_configs(const BenchParams& p) {
     if (p.models.empty()) fail("no model given (-m)");
     if (p.repetitions < 1) fail("-r {}: at least one repetition is needed", p.repetitions);
@@ -110,6 +129,8 @@ std::vector<BenchConfig> expand_configs(const BenchParams& p) {
     check_min(p.n_gpu_layers, -1, "-ngl");
     check_min(p.n_cpu_moe, 0, "-ncmoe");
     check_min(p.flash_attn, -1, "-fa");
+    if (p.vram_budget.empty()) fail("--vram-budget has no value");
+    if (p.plan.empty()) fail("--plan has no value");
 
     std::vector<BenchTest> tests;  // without depth
     for (int64_t n : p.n_prompt)
@@ -128,30 +149,45 @@ std::vector<BenchConfig> expand_configs(const BenchParams& p) {
                         for (int64_t t : p.threads)
                             for (int64_t ngl : p.n_gpu_layers)
                                 for (int64_t ncmoe : p.n_cpu_moe)
-                                    for (int64_t fa : p.flash_attn)
-                                        for (int64_t depth : p.n_depth)
-                                            for (BenchTest test : tests) {
-                                                test.n_depth = depth;
-                                                out.push_back({.model = model,
-                                                               .threads = static_cast<int>(t),
-                                                               .type_k = tk,
-                                                               .type_v = tv,
-                                                               .n_batch = nb,
-                                                               .n_ubatch = nub,
-                                                               .n_gpu_layers = static_cast<int>(ngl),
-                                                               .n_cpu_moe = static_cast<int>(ncmoe),
-                                                               .flash_attn = static_cast<int>(fa),
-                                                               .test = test});
-                                            }
+                                    for (uint64_t budget : p.vram_budget)
+                                        for (const auto& plan : p.plan)
+                                            for (int64_t fa : p.flash_attn)
+                                                for (int64_t depth : p.n_depth)
+                                                    for (BenchTest test : tests) {
+                                                        test.n_depth = depth;
+                                                        out.push_back({.model = model,
+                                                                       .threads = static_cast<int>(t),
+                                                                       .type_k = tk,
+                                                                       .type_v = tv,
+                                                                       .n_batch = nb,
+                                                                       .n_ubatch = nub,
+                                                                       .n_gpu_layers = static_cast<int>(ngl),
+                                                                       .n_cpu_moe = static_cast<int>(ncmoe),
+                                                                       .flash_attn = static_cast<int>(fa),
+                                                                       .vram_budget = budget,
+                                                                       .plan = plan_value(plan),
+                                                                       .test = test});
+                                                    }
     return out;
 }
 
-std::vector<ScheduleEntry> interleaved_schedule(size_t n_configs, int repetitions) {
+std::vector<ScheduleEntry> interleaved_schedule(size_t n_configs, int repetitions, bool compare) {
     std::vector<ScheduleEntry> out;
-    out.reserve(n_configs * static_cast<size_t>(repetitions + 1));
+    out.reserve(n_configs * static_cast<size_t>(repetitions * (compare ? 2 : 1) + 1));
     for (size_t c = 0; c < n_configs; ++c) out.push_back({.config = c, .repetition = 0, .warmup = true});
     for (int r = 1; r <= repetitions; ++r)
-        for (size_t c = 0; c < n_configs; ++c) out.push_back({.config = c, .repetition = r, .warmup = false});
+        for (size_t c = 0; c < n_configs; ++c) {
+            const ScheduleEntry mox{.config = c, .repetition = r, .warmup = false, .engine = BenchEngine::mox};
+            if (!compare) {
+                out.push_back(mox);
+                continue;
+            }
+            ScheduleEntry llama = mox;
+            llama.engine = BenchEngine::llama;
+            const bool mox_first = r % 2 == 1;
+            out.push_back(mox_first ? mox : llama);
+            out.push_back(mox_first ? llama : mox);
+        }
     return out;
 }
 

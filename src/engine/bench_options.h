@@ -38,6 +38,8 @@ struct BenchConfig {
     int n_gpu_layers = 0;
     int n_cpu_moe = 0;
     int flash_attn = -1;
+    uint64_t vram_budget = 0;      // bytes of GPU memory the planner may use; 0: no budget given
+    std::string plan = "manual";  // "manual": placement from the flags (-ngl, -ncmoe); "auto": planner
     BenchTest test;
 };
 
@@ -51,22 +53,39 @@ struct BenchParams {
     std::vector<int64_t> n_batch{2048}, n_ubatch{512};
     std::vector<int64_t> n_gpu_layers{0}, n_cpu_moe{0};
     std::vector<int64_t> flash_attn{-1};
+    std::vector<uint64_t> vram_budget{0};
+    std::vector<std::string> plan{"manual"};
     int repetitions = 5;
 };
 
-// All configurations: model outermost, then batch, ubatch, type_k, type_v, threads, ngl, ncmoe, fa,
-// depth, and the tests innermost (every -p, then every -n, then every -pg), like llama-bench's rows.
+// All configurations: model outermost, then batch, ubatch, type_k, type_v, threads, ngl, ncmoe,
+// vram budget, plan, fa, depth, and the tests innermost (every -p, then every -n, then every -pg), like llama-bench's rows.
 // -p 0 / -n 0 add no pp / tg test. Throws if there is no test or a value is out of range.
 std::vector<BenchConfig> expand_configs(const BenchParams& params);
 
-// The run order. Round 0 warms every configuration up once (not recorded); round r = 1..R runs
-// repetition r of every configuration in order, so slow drift (heat, other load) spreads over all
-// configurations instead of biasing the ones that ran last.
+// "--plan" values: manual or auto. Throws on anything else.
+std::string plan_value(std::string_view text);
+
+// Refuses configurations this build cannot run, with one clear message instead of silently running
+// something else: -ngl != 0, a --vram-budget and --plan auto all need the CUDA backend and the
+// planner (issues 5 and 6), which do not exist yet. `--plan manual`, -ngl 0 and no budget is the CPU
+// case. `have_cuda` only changes the wording.
+void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda);
+
+enum class BenchEngine { mox, llama };
+
+// The run order. Round 0 warms every configuration up once (mox only, not recorded: each
+// llama-bench invocation warms itself up); round r = 1..R runs repetition r of every configuration
+// in order, so slow drift (heat, other load) spreads over all configurations instead of biasing the
+// ones that ran last. With `compare`, every timed mox run is paired with one llama-bench run of the
+// same configuration; odd rounds run mox first, even rounds llama-bench first, so neither engine
+// always runs right after the other.
 struct ScheduleEntry {
     size_t config = 0;
     int repetition = 0;  // 0 for the warm-up
     bool warmup = false;
+    BenchEngine engine = BenchEngine::mox;
 };
-std::vector<ScheduleEntry> interleaved_schedule(size_t n_configs, int repetitions);
+std::vector<ScheduleEntry> interleaved_schedule(size_t n_configs, int repetitions, bool compare = false);
 
 }  // namespace mox::engine

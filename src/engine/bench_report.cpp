@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "quant/types.h"
 
 #include <fmt/format.h>
 
@@ -29,6 +30,40 @@ SampleStats sample_stats(std::span<const double> values) {
     }
     return s;
 }
+
+double decode_bytes_per_token(const BenchModelInfo& m, const BenchConfig& c) {
+    if (c.test.n_gen <= 0) return 0;
+    auto bytes_per_elem = [](const std::string& name) {
+        const auto t = quant::type_from_name(name);
+        if (!t) fail("unknown KV cache type '{}'", name);
+        const quant::TypeTraits& tr = quant::traits(*t);
+        return static_cast<double>(tr.block_bytes) / static_cast<double>(tr.block_elems);
+    };
+    // Token i of n (0-based) attends to depth + prompt + i + 1 positions; the mean over i.
+    const double mean_ctx = static_cast<double>(c.test.n_depth + c.test.n_prompt) +
+                            static_cast<double>(c.test.n_gen + 1) / 2.0;
+    const double kv = m.kv_k_elems_per_token * bytes_per_elem(c.type_k) +
+                      m.kv_v_elems_per_token * bytes_per_elem(c.type_v);
+    return m.weight_bytes_per_token + kv * mean_ctx + 2.0 * static_cast<double>(m.recurrent_state_bytes);
+}
+
+namespace {
+
+// Decode roofline fraction of a pure tg row: achieved t/s x bytes per token / measured bandwidth.
+std::optional<double> roofline_fraction(const BenchResult& r, double median_ts) {
+    const BenchTest& t = r.config.test;
+    if (t.n_prompt != 0 || t.n_gen <= 0 || r.host_read_bytes_per_s <= 0) return std::nullopt;
+    const double bytes = decode_bytes_per_token(r.model, r.config);
+    if (bytes <= 0) return std::nullopt;
+    return median_ts * bytes / r.host_read_bytes_per_s;
+}
+
+template <typename T>
+nlohmann::ordered_json or_null(const std::optional<T>& v) {
+    return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+}
+
+}  // namespace
 
 nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta) {
     const BenchConfig& c = r.config;
@@ -74,6 +109,36 @@ nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta
     j["cpu_cores"] = meta.cpu_cores;
     j["model_sha256"] = r.model.sha256;
     j["prompt_corpus"] = meta.corpus;
+    j["vram_budget"] = c.vram_budget;
+    j["plan"] = c.plan;
+    // Decode roofline: bandwidth in decimal GB/s, as datasheets and `mox inspect --bandwidth` give it.
+    j["host_read_gbps"] = r.host_read_bytes_per_s > 0 ? nlohmann::ordered_json(r.host_read_bytes_per_s / 1e9)
+                                                      : nlohmann::ordered_json(nullptr);
+    j["host_read_source"] = meta.bandwidth_source;
+    j["host_read_buffer_bytes"] = meta.bandwidth_buffer;
+    const double bpt = decode_bytes_per_token(r.model, c);
+    j["decode_bytes_per_token"] = bpt > 0 ? nlohmann::ordered_json(bpt) : nlohmann::ordered_json(nullptr);
+    j["roofline_fraction"] = or_null(roofline_fraction(r, ts.median));
+    j["vram_bytes"] = or_null(r.vram_bytes);
+    j["pcie_bytes"] = or_null(r.pcie_bytes);
+    j["expert_cache_hit_rate"] = or_null(r.expert_cache_hit_rate);
+    if (meta.compare) {
+        // Same statistics over llama-bench's samples; ratio of medians (mox / llama.cpp).
+        const bool have = r.llama && !r.llama->samples_ts.empty();
+        const SampleStats l = have ? sample_stats(r.llama->samples_ts) : SampleStats{};
+        auto num = [&](double v) { return have ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
+        j["llama_build_commit"] = r.llama ? r.llama->build_commit : "";
+        j["llama_avg_ts"] = num(l.mean);
+        j["llama_stddev_ts"] = num(l.stddev);
+        j["llama_median_ts"] = num(l.median);
+        j["llama_min_ts"] = num(l.min);
+        j["llama_max_ts"] = num(l.max);
+        j["llama_samples_ns"] = r.llama ? r.llama->samples_ns : std::vector<double>{};
+        j["llama_samples_ts"] = r.llama ? r.llama->samples_ts : std::vector<double>{};
+        j["llama_run_slots"] = r.llama ? r.llama->run_slots : std::vector<int64_t>{};
+        j["ratio_median_ts"] = have && l.median > 0 ? nlohmann::ordered_json(ts.median / l.median)
+                                                    : nlohmann::ordered_json(nullptr);
+    }
     return j;
 }
 
@@ -91,7 +156,9 @@ std::string md_row(const std::vector<std::string>& cells) {
 
 std::string csv_cell(const nlohmann::ordered_json& v) {
     std::string text;
-    if (v.is_string()) {
+    if (v.is_null()) {
+        text = "";
+    } else if (v.is_string()) {
         text = v.get<std::string>();
     } else if (v.is_array()) {  // samples: "a;b;c" keeps one cell per field
         for (size_t i = 0; i < v.size(); ++i) text += (i ? ";" : "") + v[i].dump();
@@ -104,6 +171,7 @@ std::string csv_cell(const nlohmann::ordered_json& v) {
 }
 
 std::string sql_value(const nlohmann::ordered_json& v) {
+    if (v.is_null()) return "NULL";
     if (v.is_number()) return v.dump();
     if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
     const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
@@ -114,7 +182,7 @@ std::string sql_value(const nlohmann::ordered_json& v) {
 
 const char* sql_type(const nlohmann::ordered_json& v) {
     if (v.is_number_integer() || v.is_boolean()) return "INTEGER";
-    if (v.is_number()) return "REAL";
+    if (v.is_number() || v.is_null()) return "REAL";  // the nullable fields are measurements
     return "TEXT";
 }
 
@@ -131,6 +199,12 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
     const bool show_ngl = varies([](const BenchConfig& c) { return c.n_gpu_layers; }, 0);
     const bool show_ncmoe = varies([](const BenchConfig& c) { return c.n_cpu_moe; }, 0);
     const bool show_fa = varies([](const BenchConfig& c) { return c.flash_attn; }, -1);
+    const bool show_budget = varies([](const BenchConfig& c) { return c.vram_budget; }, uint64_t{0});
+    const bool show_plan = varies([](const BenchConfig& c) { return c.plan; }, std::string("manual"));
+    auto any = [&](auto has) { return std::any_of(rows.begin(), rows.end(), has); };
+    const bool show_pcie = any([](const BenchResult& r) { return r.pcie_bytes.has_value(); });
+    const bool show_hit = any([](const BenchResult& r) { return r.expert_cache_hit_rate.has_value(); });
+    const bool show_roofline = any([](const BenchResult& r) { return r.host_read_bytes_per_s > 0; });
 
     std::vector<std::string> head{"model", "size", "params", "backend", "threads", "type_k", "type_v"};
     std::vector<std::string> align{":--", "--:", "--:", ":--", "--:", ":--", ":--"};
@@ -143,11 +217,22 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
     if (show_ngl) add("ngl", "--:");
     if (show_ncmoe) add("n_cpu_moe", "--:");
     if (show_fa) add("fa", "--:");
+    if (show_budget) add("vram_budget", "--:");
+    if (show_plan) add("plan", ":--");
     add("test", "--:");
     add("t/s", "--:");
     add("median t/s", "--:");
     add("min..max t/s", "--:");
+    if (meta.compare) {
+        add("llama.cpp median t/s", "--:");
+        add("llama.cpp min..max", "--:");
+        add("mox/llama", "--:");
+    }
     add("RSS", "--:");
+    add("VRAM", "--:");
+    if (show_pcie) add("PCIe", "--:");
+    if (show_hit) add("cache hit", "--:");
+    if (show_roofline) add("roofline", "--:");
 
     std::string out = md_row(head) + md_row(align);
     for (const auto& r : rows) {
@@ -162,17 +247,63 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
         if (show_ngl) cells.push_back(std::to_string(c.n_gpu_layers));
         if (show_ncmoe) cells.push_back(std::to_string(c.n_cpu_moe));
         if (show_fa) cells.push_back(std::to_string(c.flash_attn));
+        if (show_budget) cells.push_back(c.vram_budget ? format_bytes(c.vram_budget) : "-");
+        if (show_plan) cells.push_back(c.plan);
         cells.push_back(c.test.name());
         cells.push_back(fmt::format("{:.2f} ± {:.2f}", ts.mean, ts.stddev));
         cells.push_back(fmt::format("{:.2f}", ts.median));
         cells.push_back(fmt::format("{:.2f}..{:.2f}", ts.min, ts.max));
+        if (meta.compare) {
+            if (r.llama && !r.llama->samples_ts.empty()) {
+                const SampleStats l = sample_stats(r.llama->samples_ts);
+                cells.push_back(fmt::format("{:.2f}", l.median));
+                cells.push_back(fmt::format("{:.2f}..{:.2f}", l.min, l.max));
+                cells.push_back(l.median > 0 ? fmt::format("{:.2f}", ts.median / l.median) : "-");
+            } else {
+                cells.insert(cells.end(), {"-", "-", "-"});
+            }
+        }
         cells.push_back(format_bytes(r.host_rss_bytes));
+        cells.push_back(r.vram_bytes ? format_bytes(*r.vram_bytes) : "-");
+        if (show_pcie) cells.push_back(r.pcie_bytes ? format_bytes(*r.pcie_bytes) : "-");
+        if (show_hit)
+            cells.push_back(r.expert_cache_hit_rate ? fmt::format("{:.1f}%", 100 * *r.expert_cache_hit_rate) : "-");
+        if (show_roofline) {
+            const auto f = roofline_fraction(r, ts.median);
+            cells.push_back(f ? fmt::format("{:.1f}%", 100 * *f) : "-");
+        }
         out += md_row(cells);
     }
     out += fmt::format(
         "\nmox {} | {} ({} logical CPUs) | backend {} (CPU reference path; -b, -ncmoe, -fa are "
         "recorded, not acted on) | prompts: {}\n",
         meta.build_commit, meta.cpu_info, meta.cpu_cores, meta.backends, meta.corpus);
+    if (show_roofline) {
+        // One bandwidth per thread count; rows with equal threads share one measurement.
+        std::vector<std::pair<int, double>> bw;
+        for (const auto& r : rows)
+            if (r.host_read_bytes_per_s > 0 &&
+                std::none_of(bw.begin(), bw.end(), [&](const auto& b) { return b.first == r.config.threads; }))
+                bw.emplace_back(r.config.threads, r.host_read_bytes_per_s);
+        std::string list;
+        for (const auto& [t, b] : bw) list += fmt::format("{}t={}: {:.1f} GB/s", list.empty() ? "" : ", ", t, b / 1e9);
+        out += meta.bandwidth_source == "measured"
+                   ? fmt::format("roofline: tg t/s x bytes per token / host read bandwidth measured in this run "
+                                 "({} buffer, best pass): {}\n",
+                                 format_bytes(meta.bandwidth_buffer), list)
+                   : fmt::format("roofline: tg t/s x bytes per token / host read bandwidth given (--host-bandwidth): "
+                                 "{}\n",
+                                 list);
+    }
+    if (!any([](const BenchResult& r) { return r.vram_bytes.has_value(); })) out += "VRAM: - (no GPU used)\n";
+    if (meta.compare) {
+        std::string commit;
+        for (const auto& r : rows)
+            if (r.llama && !r.llama->build_commit.empty()) commit = r.llama->build_commit;
+        out += fmt::format("llama.cpp: llama-bench {} run alternately with mox, one repetition per invocation; "
+                           "mox/llama is the ratio of medians\n",
+                           commit.empty() ? "(unknown commit)" : commit);
+    }
     std::vector<std::string> seen;
     for (const auto& r : rows) {
         if (std::find(seen.begin(), seen.end(), r.model.filename) != seen.end()) continue;

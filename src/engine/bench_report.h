@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ struct BenchMeta {
     int cpu_cores = 0;     // logical CPUs online
     std::string backends = "CPU";
     std::string corpus;  // where the prompt text came from
+    std::string bandwidth_source;  // "measured" (in this run), "given" (--host-bandwidth) or "" (none)
+    uint64_t bandwidth_buffer = 0;  // bytes the measurement read (measured only)
+    bool compare = false;           // --compare: rows carry llama-bench's numbers too (llama_* fields)
 };
 
 // Model facts, per -m file.
@@ -35,6 +39,23 @@ struct BenchModelInfo {
     uint64_t size = 0;  // bytes of tensor data
     uint64_t n_params = 0;
     std::string sha256;  // of (first 16 MiB of the file, then the file size as 8 bytes little-endian)
+    // For the decode roofline (models/summary, as `mox inspect` prints it):
+    double weight_bytes_per_token = 0;  // weight bytes read per generated token at batch 1
+    double kv_k_elems_per_token = 0;    // K elements per context token, all attention layers
+    double kv_v_elems_per_token = 0;    // V elements likewise
+    uint64_t recurrent_state_bytes = 0;  // per sequence; read and written once per token
+};
+
+// Bytes one generated token reads in a tg test: the active weights, the K/V cache at the test's
+// mean context (depth + prompt + half the generated tokens) in the row's cache types, and the
+// recurrent state read and written once. 0 for rows without generation.
+double decode_bytes_per_token(const BenchModelInfo& model, const BenchConfig& config);
+
+// llama-bench's numbers for one row under --compare (one sample per llama-bench invocation).
+struct OtherEngineSamples {
+    std::vector<double> samples_ns, samples_ts;
+    std::vector<int64_t> run_slots;
+    std::string build_commit;
 };
 
 struct BenchResult {
@@ -46,6 +67,12 @@ struct BenchResult {
     std::vector<int64_t> run_slots;  // each repetition's position in the whole run (warm-ups included)
     uint64_t host_rss_bytes = 0;     // VmRSS right after the row's last repetition
     uint64_t host_peak_bytes = 0;    // VmHWM (process peak) at that moment
+    double host_read_bytes_per_s = 0;  // host read bandwidth for this row's threads; 0: not measured
+    // GPU and hybrid facts; empty while no GPU is used (there is no CUDA path in mox bench yet).
+    std::optional<uint64_t> vram_bytes;             // from the driver, after the row's last repetition
+    std::optional<uint64_t> pcie_bytes;             // host<->device bytes moved per repetition
+    std::optional<double> expert_cache_hit_rate;    // of the GPU expert cache
+    std::optional<OtherEngineSamples> llama;        // --compare
 };
 
 // One row as ordered (name, value) fields; every format prints exactly these.

@@ -5,6 +5,8 @@
 #include "engine/bench_machine.h"
 #include "gguf/reader.h"
 #include "models/qwen35moe.h"
+#include "models/qwen35moe_hparams.h"
+#include "models/summary.h"
 #include "text/tokenizer.h"
 #include "text/vocab_io.h"
 
@@ -55,6 +57,14 @@ BenchRunner::Loaded& BenchRunner::load(const std::string& path) {
     info.type =
         fmt::format("{} {} {}", m->file.get_string_or("general.architecture", "unknown"), params, dominant);
     info.sha256 = model_fingerprint(path);
+    // Decode roofline inputs: the same accounting `mox inspect` prints.
+    const models::ModelSummary summary = models::summarize(m->file);
+    info.weight_bytes_per_token = summary.bytes_per_token;
+    info.recurrent_state_bytes = summary.recurrent_state_bytes;
+    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(m->file);
+    const double kv_heads = static_cast<double>(hp.n_attention_layers() * hp.n_head_kv);
+    info.kv_k_elems_per_token = kv_heads * static_cast<double>(hp.head_dim_k);
+    info.kv_v_elems_per_token = kv_heads * static_cast<double>(hp.head_dim_v);
     return *models_.emplace(path, std::move(m)).first->second;
 }
 

@@ -1,6 +1,7 @@
 #include "models/qwen35moe.h"
 
 #include "core/error.h"
+#include "core/topology.h"
 #include "ops/attention.h"
 #include "ops/basic.h"
 #include "ops/delta_net.h"
@@ -108,7 +109,12 @@ std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) cons
 // ---------------------------------------------------------------------------------------------
 // Weights
 
-Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads) : hp_(read_qwen35moe_hparams(file)), pool_(n_threads) {
+Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads)
+    : hp_(read_qwen35moe_hparams(file)), pool_(n_threads, pin_threads), ctx_{&pool_, isa} {
+    // Several NUMA nodes: spread the expert weights over all of them (each token's experts are read by
+    // threads on every node). One node: nothing to do.
+    for (const gguf::TensorInfo& t : file.tensors())
+        if (t.name.find("_exps.") != std::string::npos) interleave_memory(const_cast<uint8_t*>(t.data), t.n_bytes);
     const int64_t d = hp_.n_embd;
     token_embd_ = bind(file, "token_embd.weight", {d, hp_.n_vocab});
     output_norm_ = load_vector(file, "output_norm.weight", {d});
@@ -178,7 +184,7 @@ void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, s
         n_tokens += static_cast<int64_t>(b.tokens.size());
     }
     const int64_t d = hp_.n_embd;
-    const ops::Context ctx{&pool_};
+    const ops::Context& ctx = ctx_;
 
     // x: the residual stream [n_tokens, n_embd]; tokens of the batch's sequences back to back.
     std::vector<float> x(static_cast<size_t>(n_tokens * d)), u(x.size()), mixed(x.size());
@@ -225,7 +231,7 @@ void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, s
 // by token through each sequence's state, then the output projection.
 void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
                          float* out) {
-    const ops::Context ctx{&pool_};
+    const ops::Context& ctx = ctx_;
     int64_t n_tokens = 0;
     for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
     const int64_t C = hp_.conv_channels(), Hk = hp_.ssm_k_heads, Hv = hp_.ssm_v_heads, dk = hp_.ssm_state;
@@ -264,7 +270,7 @@ void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const Se
                 const float g = L.ssm_a[static_cast<size_t>(h)] *
                                 ops::softplus(alpha[static_cast<size_t>(t * Hv + h)] + L.ssm_dt_bias[static_cast<size_t>(h)]);
                 float* o = &y[static_cast<size_t>(t * inner + h * dv)];
-                ops::delta_rule_step(S + h * dv * dk, q + (h % Hk) * dk, k + (h % Hk) * dk, v + h * dv, g, bt, dk, dv, o);
+                ops::delta_rule_step(ctx, S + h * dv * dk, q + (h % Hk) * dk, k + (h % Hk) * dk, v + h * dv, g, bt, dk, dv, o);
                 // Gated RMSNorm: norm(o) * silu(z) with one dv-wide weight shared by all heads.
                 ops::rms_norm(o, L.ssm_norm.data(), dv, eps, o);
                 const float* zh = &z[static_cast<size_t>(t * inner + h * dv)];
@@ -278,7 +284,7 @@ void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const Se
 // Gated full attention (spec §3b).
 void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
                           float* out) {
-    const ops::Context ctx{&pool_};
+    const ops::Context& ctx = ctx_;
     int64_t n_tokens = 0;
     for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
@@ -317,10 +323,11 @@ void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const S
             ops::kv_store(kv, pos, &k[static_cast<size_t>(t * Hkv * hd)], &v[static_cast<size_t>(t * Hkv * hd)]);
         }
         // Every token attends to its sequence's cache up to and including itself.
-        pool_.run(static_cast<int64_t>(b.tokens.size()), [&](int64_t i) {
+        const int64_t n = static_cast<int64_t>(b.tokens.size());
+        ops::attention_batch(ctx, kv, shape, &q[static_cast<size_t>(t0 * H * hd)], n, st.n_past_,
+                             &o[static_cast<size_t>(t0 * H * hd)]);
+        pool_.run(n, [&](int64_t i) {
             const int64_t tt = t0 + i;
-            const int64_t pos = st.n_past_ + i;
-            ops::attention(kv, shape, &q[static_cast<size_t>(tt * H * hd)], pos + 1, &o[static_cast<size_t>(tt * H * hd)]);
             for (int64_t h = 0; h < H; ++h)
                 for (int64_t j = 0; j < hd; ++j)
                     o[static_cast<size_t>((tt * H + h) * hd + j)] *=
@@ -332,7 +339,7 @@ void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const S
 
 // Routed experts plus the sigmoid-gated shared expert (spec §3c).
 void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t n_tokens, float* out) {
-    const ops::Context ctx{&pool_};
+    const ops::Context& ctx = ctx_;
     const int64_t d = hp_.n_embd;
     std::vector<float> router_logits(static_cast<size_t>(n_tokens * hp_.n_expert));
     ops::linear(ctx, L.router, u, n_tokens, router_logits.data());
@@ -355,6 +362,11 @@ void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t
         gate = ops::sigmoid(gate);
         for (int64_t c = 0; c < d; ++c) out[t * d + c] += gate * shared[static_cast<size_t>(t * d + c)];
     }
+}
+
+std::string Qwen35Moe::cpu_summary() const {
+    return fmt::format("{} thread{}{}, {} kernels", pool_.size(), pool_.size() == 1 ? "" : "s",
+                       pool_.pinned() ? " (pinned)" : "", quant::isa_name(ctx_.isa));
 }
 
 }  // namespace mox::models

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace mox::models {
@@ -64,7 +65,9 @@ struct SequenceBatch {
 class Qwen35Moe {
 public:
     // Binds every tensor of the file (checking names, shapes and that its type is supported).
-    Qwen35Moe(const gguf::File& file, int n_threads);
+    // n_threads <= 0: one per physical core. isa caps the CPU kernels (Isa::scalar: the reference
+    // path); pin_threads binds the pool's workers to cores.
+    Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa = quant::host_isa(), bool pin_threads = true);
 
     const Qwen35MoeHparams& hparams() const { return hp_; }
     int64_t n_vocab() const { return hp_.n_vocab; }
@@ -82,6 +85,8 @@ public:
 
     // When on, every forward appends each token's selected experts: trace[layer] holds
     // [n_tokens_seen, n_expert_used] ids in batch order (for routing statistics).
+    // "2 threads (pinned), avx512 kernels": what the CPU path runs with.
+    std::string cpu_summary() const;
     void set_routing_trace(bool on) { trace_routing_ = on; }
     const std::vector<std::vector<int32_t>>& routing_trace() const { return routing_trace_; }
 
@@ -92,6 +97,7 @@ private:
 
     Qwen35MoeHparams hp_;
     ThreadPool pool_;
+    ops::Context ctx_;
     ops::Weight token_embd_, output_;
     std::vector<float> output_norm_;
     std::vector<Qwen35MoeLayer> layers_;

@@ -1,5 +1,7 @@
 #include "ops/delta_net.h"
 
+#include "ops/cpu/kernels.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -18,8 +20,8 @@ void causal_conv_step(float* state, const float* weight, const float* x, int64_t
     }
 }
 
-void delta_rule_step(float* S, const float* q, const float* k, const float* v, float g, float beta, int64_t dk,
-                     int64_t dv, float* out) {
+void delta_rule_step_reference(float* S, const float* q, const float* k, const float* v, float g, float beta,
+                               int64_t dk, int64_t dv, float* out) {
     const float decay = std::exp(g);
     for (int64_t j = 0; j < dv; ++j) {
         float* col = S + j * dk;
@@ -36,6 +38,23 @@ void delta_rule_step(float* S, const float* q, const float* k, const float* v, f
         }
         out[j] = o;
     }
+}
+
+void delta_rule_step(const Context& ctx, float* S, const float* q, const float* k, const float* v, float g, float beta,
+                     int64_t dk, int64_t dv, float* out) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (ctx.isa >= quant::Isa::avx512 && dk % 16 == 0)
+        return cpu::delta_rule_step_avx512(S, q, k, v, std::exp(g), beta, dk, dv, out);
+    if (ctx.isa >= quant::Isa::avx2 && dk % 8 == 0)
+        return cpu::delta_rule_step_avx2(S, q, k, v, std::exp(g), beta, dk, dv, out);
+#endif
+    delta_rule_step_reference(S, q, k, v, g, beta, dk, dv, out);
+}
+
+void delta_rule_sequence(const Context& ctx, float* S, const DeltaRuleSeq& s) {
+    for (int64_t t = 0; t < s.n_tokens; ++t)
+        delta_rule_step(ctx, S, s.q + t * s.qk_stride, s.k + t * s.qk_stride, s.v + t * s.v_stride, s.g[t], s.beta[t],
+                        s.dk, s.dv, s.out + t * s.out_stride);
 }
 
 }  // namespace mox::ops

@@ -1,6 +1,9 @@
 // Mixture-of-experts: routing and the routed-expert FFN as one operator per layer
-// (shared/spec/qwen35moe.md §3c). The selected experts of all tokens are grouped by expert, so
-// each expert's weights are read once per batch.
+// (shared/spec/qwen35moe.md §3c). The selected experts of all tokens are grouped by expert, so each
+// expert's weights are read once per batch: one parallel pass computes gate and up of every active
+// expert with SiLU fused (tasks = expert x block of rows), a second computes down (tasks = blocks of
+// output rows across all experts) and sums the routing-weighted results per token in ascending expert
+// order, as the reference does. Decode is two pool jobs per layer, whatever k is.
 #pragma once
 
 #include "ops/context.h"

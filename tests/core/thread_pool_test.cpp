@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "core/topology.h"
+
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace mox {
@@ -23,6 +28,46 @@ TEST(ThreadPool, SingleThreadPoolRunsInline) {
     int sum = 0;
     pool.run(10, [&](int64_t i) { sum += static_cast<int>(i); });
     EXPECT_EQ(sum, 45);
+}
+
+TEST(ThreadPool, RethrowsTheFirstTaskExceptionAfterAllTasks) {
+    ThreadPool pool(3);
+    std::atomic<int> ran{0};
+    EXPECT_THROW(pool.run(64,
+                          [&](int64_t i) {
+                              ran++;
+                              if (i % 7 == 3) throw std::runtime_error("task failed");
+                          }),
+                 std::runtime_error);
+    EXPECT_EQ(ran.load(), 64);
+    // The pool is still usable afterwards.
+    std::atomic<int> again{0};
+    pool.run(10, [&](int64_t) { again++; });
+    EXPECT_EQ(again.load(), 10);
+}
+
+TEST(ThreadPool, ManyTinyJobsAcrossSleepAndSpin) {
+    // Alternates back-to-back jobs (workers spinning) with pauses long enough for them to sleep, to
+    // exercise both hand-over paths.
+    ThreadPool pool(4, /*pin=*/false);
+    int64_t total = 0;
+    for (int job = 0; job < 2000; ++job) {
+        std::atomic<int64_t> sum{0};
+        pool.run(job % 9 + 2, [&](int64_t i) { sum += i + 1; });
+        const int64_t n = job % 9 + 2;
+        ASSERT_EQ(sum.load(), n * (n + 1) / 2);
+        total += sum.load();
+        if (job % 500 == 499) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_GT(total, 0);
+}
+
+TEST(Topology, CountsAreSane) {
+    const Topology& t = topology();
+    EXPECT_GE(t.physical_cores, 1);
+    EXPECT_GE(t.logical_cpus, t.physical_cores);
+    EXPECT_GE(t.numa_nodes, 1);
+    EXPECT_TRUE(interleave_memory(nullptr, 0));
 }
 
 }  // namespace mox

@@ -1,13 +1,17 @@
 #include "core/error.h"
+#include "engine/bench_bandwidth.h"
+#include "engine/bench_compare.h"
 #include "engine/bench_machine.h"
 #include "engine/bench_options.h"
 #include "engine/bench_report.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -96,6 +100,63 @@ TEST(BenchOptions, InterleavedSchedule) {
         EXPECT_EQ(s[i].repetition, want[i].second) << i;
         EXPECT_EQ(s[i].warmup, want[i].second == 0) << i;
     }
+}
+
+TEST(BenchOptions, VramBudgetAndPlanAreSweptAndRefusedWithoutGpu) {
+    BenchParams p;
+    p.models = {"a.gguf"};
+    p.n_prompt = {0};
+    p.n_gen = {4};
+    p.vram_budget = {24ull << 30, 0};
+    p.plan = {"auto", "manual"};
+    const auto c = expand_configs(p);
+    ASSERT_EQ(c.size(), 4u);
+    EXPECT_EQ(c[0].vram_budget, 24ull << 30);
+    EXPECT_EQ(c[0].plan, "auto");
+    EXPECT_EQ(c[1].plan, "manual");
+    EXPECT_EQ(c[2].vram_budget, 0u);
+    p.plan = {"fast"};
+    EXPECT_THROW(expand_configs(p), Error);
+
+    auto message = [](const BenchConfig& one) {
+        try {
+            check_supported({one}, false);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_EQ(message(c[3]), "");  // plan manual, no budget: the CPU case runs
+    EXPECT_NE(message(c[2]).find("--plan auto"), std::string::npos);
+    EXPECT_NE(message(c[1]).find("--vram-budget 24.00 GiB"), std::string::npos);
+    BenchConfig gpu = c[3];
+    gpu.n_gpu_layers = 99;
+    EXPECT_NE(message(gpu).find("-ngl 99"), std::string::npos);
+    EXPECT_NE(message(gpu).find("CUDA backend not built"), std::string::npos);
+}
+
+TEST(BenchOptions, CompareScheduleAlternatesEngines) {
+    using E = BenchEngine;
+    const auto s = interleaved_schedule(2, 3, true);
+    // Warm-ups (mox only), then per round each configuration on both engines; round 1 mox first,
+    // round 2 llama-bench first, round 3 mox first again.
+    struct W {
+        size_t config;
+        int rep;
+        E engine;
+    };
+    const std::vector<W> want{{0, 0, E::mox},   {1, 0, E::mox},   {0, 1, E::mox},   {0, 1, E::llama},
+                              {1, 1, E::mox},   {1, 1, E::llama}, {0, 2, E::llama}, {0, 2, E::mox},
+                              {1, 2, E::llama}, {1, 2, E::mox},   {0, 3, E::mox},   {0, 3, E::llama},
+                              {1, 3, E::mox},   {1, 3, E::llama}};
+    ASSERT_EQ(s.size(), want.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+        EXPECT_EQ(s[i].config, want[i].config) << i;
+        EXPECT_EQ(s[i].repetition, want[i].rep) << i;
+        EXPECT_EQ(s[i].engine, want[i].engine) << i;
+        EXPECT_EQ(s[i].warmup, want[i].rep == 0) << i;
+    }
+    for (const auto& e : interleaved_schedule(3, 2)) EXPECT_EQ(e.engine, E::mox);
 }
 
 TEST(BenchStats, HandComputed) {
@@ -275,6 +336,162 @@ TEST(BenchReport, MarkdownTable) {
     EXPECT_NE(table[3].find("tg4 @ d8"), std::string::npos);
     EXPECT_NE(md.find("sha256"), std::string::npos);
     EXPECT_THROW(format_results("xml", rows, meta()), Error);
+}
+
+TEST(BenchReport, RooflineAndNullableColumns) {
+    auto rows = two_rows();  // rows[1]: tg4 at depth 8, type_k q8_0, type_v f16, t/s {100, 200}
+    for (auto& r : rows) {
+        r.model.weight_bytes_per_token = 1e6;
+        r.model.kv_k_elems_per_token = 100;
+        r.model.kv_v_elems_per_token = 100;
+        r.model.recurrent_state_bytes = 1000;
+        r.host_read_bytes_per_s = 1e9;
+    }
+    // Mean context 8 + (4 + 1) / 2 = 10.5 positions; K in q8_0 (34 bytes per 32), V in f16 (2 bytes).
+    const double bytes = 1e6 + (100 * 34.0 / 32.0 + 100 * 2.0) * 10.5 + 2 * 1000;
+    EXPECT_DOUBLE_EQ(decode_bytes_per_token(rows[1].model, rows[1].config), bytes);
+    EXPECT_EQ(decode_bytes_per_token(rows[0].model, rows[0].config), 0.0);  // pp row: no decode
+
+    BenchMeta m = meta();
+    m.bandwidth_source = "measured";
+    m.bandwidth_buffer = 1 << 28;
+    const auto j = nlohmann::json::parse(format_json(rows, m));
+    EXPECT_NEAR(j[1]["roofline_fraction"].get<double>(), 150 * bytes / 1e9, 1e-12);  // median 150 t/s
+    EXPECT_DOUBLE_EQ(j[1]["host_read_gbps"].get<double>(), 1.0);
+    EXPECT_EQ(j[1]["host_read_source"], "measured");
+    EXPECT_TRUE(j[0]["roofline_fraction"].is_null());
+    EXPECT_TRUE(j[0]["decode_bytes_per_token"].is_null());
+    for (const char* key : {"vram_bytes", "pcie_bytes", "expert_cache_hit_rate"}) {
+        EXPECT_TRUE(j[0].contains(key) && j[0][key].is_null()) << key;
+    }
+    EXPECT_EQ(j[0]["plan"], "manual");
+    EXPECT_EQ(j[0]["vram_budget"], 0);
+    EXPECT_FALSE(j[0].contains("llama_median_ts"));  // compare fields only with --compare
+
+    const std::string md = format_markdown(rows, m);
+    EXPECT_NE(md.find("| VRAM |"), std::string::npos);
+    EXPECT_NE(md.find("| roofline |"), std::string::npos);
+    EXPECT_NE(md.find(fmt::format("{:.1f}%", 100 * 150 * bytes / 1e9)), std::string::npos);
+    EXPECT_NE(md.find("VRAM: - (no GPU used)"), std::string::npos);
+    EXPECT_EQ(md.find("| PCIe |"), std::string::npos);  // shown once a row has a value
+
+    const std::string sql = format_sql(rows, m);
+    EXPECT_NE(sql.find("vram_bytes REAL"), std::string::npos);
+    EXPECT_NE(sql.find("NULL"), std::string::npos);
+}
+
+TEST(BenchReport, CompareFieldsAndRatio) {
+    auto rows = two_rows();
+    rows[0].llama = OtherEngineSamples{
+        .samples_ns = {1e6, 3e6, 2e6}, .samples_ts = {16000, 5333, 8000}, .run_slots = {3, 6, 9}, .build_commit = "0c1e"};
+    rows[1].llama = OtherEngineSamples{};  // no sample: nulls, not a crash
+    BenchMeta m = meta();
+    m.compare = true;
+    const auto j = nlohmann::json::parse(format_json(rows, m));
+    EXPECT_DOUBLE_EQ(j[0]["llama_median_ts"].get<double>(), 8000.0);
+    EXPECT_DOUBLE_EQ(j[0]["llama_min_ts"].get<double>(), 5333.0);
+    EXPECT_DOUBLE_EQ(j[0]["ratio_median_ts"].get<double>(), 6000.0 / 8000.0);  // mox median 6000
+    EXPECT_EQ(j[0]["llama_run_slots"], nlohmann::json::array({3, 6, 9}));
+    EXPECT_EQ(j[0]["llama_build_commit"], "0c1e");
+    EXPECT_TRUE(j[1]["ratio_median_ts"].is_null());
+    const std::string md = format_markdown(rows, m);
+    EXPECT_NE(md.find("| mox/llama |"), std::string::npos);
+    EXPECT_NE(md.find("| 0.75 |"), std::string::npos);
+    EXPECT_NE(md.find("llama-bench 0c1e"), std::string::npos);
+}
+
+std::string read_data(const std::string& name) {
+    std::ifstream in(std::string(MOX_TEST_DATA_DIR) + "/bench/" + name, std::ios::binary);
+    EXPECT_TRUE(in.good()) << name;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+TEST(BenchCompare, LlamaBenchArguments) {
+    BenchConfig c;
+    c.model = "m.gguf";
+    c.threads = 2;
+    c.type_k = "q8_0";
+    c.n_ubatch = 64;
+    c.flash_attn = 0;
+    c.test = {.n_prompt = 16, .n_depth = 8};
+    using S = std::vector<std::string>;
+    EXPECT_EQ(llama_bench_args(c, {"--repack", "0"}),
+              S({"-m", "m.gguf", "-r", "1", "-o", "json", "-p", "16", "-n", "0", "-d", "8", "-t", "2", "-ctk",
+                 "q8_0", "-ctv", "f16", "-b", "2048", "-ub", "64", "-ngl", "0", "-ncmoe", "0", "-fa", "off",
+                 "--repack", "0"}));
+    c.test = {.n_prompt = 8, .n_gen = 4};
+    c.flash_attn = -1;
+    const S pg = llama_bench_args(c, {});
+    const S want_head{"-m", "m.gguf", "-r", "1", "-o", "json", "-p", "0", "-n", "0", "-pg", "8,4", "-d", "0"};
+    EXPECT_EQ(S(pg.begin(), pg.begin() + static_cast<long>(want_head.size())), want_head);
+    EXPECT_EQ(pg.back(), "auto");
+    EXPECT_EQ(split_args("  --repack 0\t-nopo  1 "), S({"--repack", "0", "-nopo", "1"}));
+    EXPECT_TRUE(split_args("   ").empty());
+}
+
+TEST(BenchCompare, ParsesRealLlamaBenchJson) {
+    // Captured from llama.cpp 0c1e57098's llama-bench (tests/data/bench/README.md).
+    BenchConfig pp;
+    pp.test = {.n_prompt = 16, .n_depth = 8};
+    const std::string pp_text = read_data("llama_bench_pp16_d8_q8_0.json");
+    const LlamaBenchSample a = parse_llama_bench_json(pp_text, pp);
+    EXPECT_DOUBLE_EQ(a.ns, 27343475.0);
+    EXPECT_DOUBLE_EQ(a.tokens_per_s, 585.149);
+    EXPECT_EQ(a.build_commit, "0c1e57098");
+
+    BenchConfig pg;
+    pg.test = {.n_prompt = 8, .n_gen = 4};
+    const LlamaBenchSample b = parse_llama_bench_json(read_data("llama_bench_pg8_4.json"), pg);
+    EXPECT_DOUBLE_EQ(b.ns, 76408069.0);
+    EXPECT_DOUBLE_EQ(b.tokens_per_s, 157.051);
+    // The rate is llama-bench's (n_prompt + n_gen) / time, the same definition mox uses.
+    EXPECT_NEAR(b.tokens_per_s, 12 * 1e9 / b.ns, 0.01);
+
+    // The row must be the test that was asked for.
+    EXPECT_THROW(parse_llama_bench_json(pp_text, pg), Error);
+    BenchConfig other_depth = pp;
+    other_depth.test.n_depth = 0;
+    EXPECT_THROW(parse_llama_bench_json(pp_text, other_depth), Error);
+    // Without samples the averages are used; malformed or multi-row output is refused.
+    auto j = nlohmann::json::parse(pp_text);
+    j[0].erase("samples_ts");
+    j[0].erase("samples_ns");
+    const LlamaBenchSample c = parse_llama_bench_json(j.dump(), pp);
+    EXPECT_DOUBLE_EQ(c.tokens_per_s, 585.148742);
+    EXPECT_THROW(parse_llama_bench_json("not json", pp), Error);
+    EXPECT_THROW(parse_llama_bench_json("[]", pp), Error);
+    auto two = nlohmann::json::parse(pp_text);
+    two.push_back(two[0]);
+    EXPECT_THROW(parse_llama_bench_json(two.dump(), pp), Error);
+    j[0]["avg_ts"] = 0;
+    EXPECT_THROW(parse_llama_bench_json(j.dump(), pp), Error);
+}
+
+TEST(BenchCompare, RunProcessCapturesBothStreams) {
+    const ProcessResult r = run_process("/bin/sh", {"-c", "echo out; echo err >&2; exit 3"});
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_EQ(r.out, "out\n");
+    EXPECT_EQ(r.err, "err\n");
+    // Far more stderr than a pipe holds, before any stdout: must not deadlock.
+    const ProcessResult big =
+        run_process("/bin/sh", {"-c", "head -c 300000 /dev/zero | tr '\\0' x >&2; echo done"});
+    EXPECT_EQ(big.exit_code, 0);
+    EXPECT_EQ(big.err.size(), 300000u);
+    EXPECT_EQ(big.out, "done\n");
+    EXPECT_THROW(run_process("/nonexistent/llama-bench", {}), Error);
+}
+
+TEST(BenchBandwidth, MeasuresSomethingPlausible) {
+    // A small buffer (it fits in cache, so this checks the mechanics, not DRAM speed).
+    const ReadBandwidth bw = measure_read_bandwidth(2, 8 << 20, 2);
+    EXPECT_GT(bw.bytes_per_s, 1e8);   // > 0.1 GB/s on any machine
+    EXPECT_LT(bw.bytes_per_s, 1e13);  // < 10 TB/s
+    EXPECT_EQ(bw.buffer_bytes, 8u << 20);
+    EXPECT_GE(bandwidth_buffer_bytes(), 256u << 20);
+    EXPECT_GE(bandwidth_buffer_bytes(), 2 * last_level_cache_bytes());
+    EXPECT_THROW(measure_read_bandwidth(0, 8 << 20), Error);
 }
 
 }  // namespace

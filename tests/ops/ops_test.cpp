@@ -73,7 +73,7 @@ TEST(Ops, DeltaRuleMatchesMatrixRecurrence) {
     for (int t = 0; t < T; ++t) {
         auto q = randn(dk, 100 + t), k = randn(dk, 200 + t), v = randn(dv, 300 + t);
         const float g = -0.3f * (t % 3), beta = 0.2f + 0.05f * t;
-        delta_rule_step(S.data(), q.data(), k.data(), v.data(), g, beta, dk, dv, out.data());
+        delta_rule_step_reference(S.data(), q.data(), k.data(), v.data(), g, beta, dk, dv, out.data());
         for (double& r : R) r *= std::exp(double(g));
         for (int j = 0; j < dv; ++j) {
             double u = 0;
@@ -116,7 +116,7 @@ TEST(Ops, AttentionOverF32CacheMatchesSoftmaxFormula) {
     auto q = randn(H * d, 30);
     std::vector<float> out(H * d);
     const float scale = 1.0f / std::sqrt(float(d));
-    attention(kv, {H, Hkv, d, scale}, q.data(), n, out.data());
+    attention_reference(kv, {H, Hkv, d, scale}, q.data(), n, out.data());
     for (int h = 0; h < H; ++h) {
         const int g = h / (H / Hkv);
         std::vector<double> s(n);

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 TINY = Path(__file__).resolve().parents[2] / "assets" / "mox-tiny" / "mox-tiny-f16.gguf"
-SMALL = ["-p", "16", "-n", "4", "-r", "2", "-t", "2"]
+SMALL = ["-p", "16", "-n", "4", "-r", "2", "-t", "2", "--host-bandwidth", "10GB/s"]
 
 
 def bench(mox_bin, *args):
@@ -77,7 +77,8 @@ def test_every_format_has_the_same_rows(mox_bin, json_rows):
 
 def test_sweep_rows_and_depth(mox_bin):
     rows = json.loads(bench(mox_bin, "-p", "8", "-n", "2", "-r", "2", "-t", "2", "-ctk", "f16,q8_0", "-d", "0,8",
-                            "-pg", "8,2", "-ub", "4", "-o", "json"))
+                            "-pg", "8,2", "-ub", "4", "--plan", "manual", "--vram-budget", "0", "--host-bandwidth", "0",
+                            "-o", "json"))
     got = [(r["type_k"], r["n_depth"], r["n_prompt"], r["n_gen"]) for r in rows]
     want = [(k, d, p, g) for k in ("f16", "q8_0") for d in (0, 8) for p, g in ((8, 0), (0, 2), (8, 2))]
     assert got == want
@@ -89,6 +90,29 @@ def test_sweep_rows_and_depth(mox_bin):
 
 def test_refusals_are_one_line_errors(mox_bin):
     for args, needle in ((["-ngl", "99"], "-ngl 99"), (["-o", "xml"], "-o 'xml'"),
-                         (["-p", "5-1"], "backwards"), (["-p", "0", "-n", "0"], "no test")):
+                         (["-p", "5-1"], "backwards"), (["-p", "0", "-n", "0"], "no test"),
+                         (["--vram-budget", "24G,16G"], "--vram-budget 24.00 GiB"), (["--plan", "manual,auto"], "--plan auto"),
+                         (["--plan", "best"], "--plan 'best'"), (["--plot", "x.pdf"], ".svg or .png"),
+                         (["--compare", "/nonexistent/llama-bench"], "not an executable"),
+                         (["--compare-args", "--repack 0"], "needs --compare")):
         r = subprocess.run([str(mox_bin), "bench", "-m", str(TINY), *args], capture_output=True, text=True)
         assert r.returncode == 1 and needle in r.stderr, (args, r.stderr)
+
+
+def test_roofline_from_bandwidth_measured_in_the_run(mox_bin):
+    rows = json.loads(bench(mox_bin, "-p", "0", "-n", "2", "-r", "1", "-t", "1", "-o", "json"))
+    (r,) = rows
+    assert r["host_read_source"] == "measured" and r["host_read_buffer_bytes"] >= 256 << 20
+    assert 0.1 < r["host_read_gbps"] < 10000
+    # fraction = median t/s x bytes per token / bandwidth, from the recorded fields
+    assert r["roofline_fraction"] == pytest.approx(r["median_ts"] * r["decode_bytes_per_token"] / (r["host_read_gbps"] * 1e9))
+    assert r["decode_bytes_per_token"] > 0 and r["vram_bytes"] is None and r["pcie_bytes"] is None
+    assert r["plan"] == "manual" and r["vram_budget"] == 0
+
+
+def test_json_rows_carry_nullable_gpu_fields(json_rows):
+    for r in json_rows:
+        assert r["vram_bytes"] is None and r["pcie_bytes"] is None and r["expert_cache_hit_rate"] is None
+        assert r["host_read_source"] == "given" and r["host_read_gbps"] == pytest.approx(10.0)
+    pp, tg = json_rows
+    assert pp["roofline_fraction"] is None and tg["roofline_fraction"] > 0

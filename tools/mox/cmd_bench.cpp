@@ -3,6 +3,9 @@
 // lives in src/engine/bench_*; this file parses flags, drives the schedule and prints.
 #include "commands.h"
 #include "core/error.h"
+#include "core/units.h"
+#include "engine/bench_bandwidth.h"
+#include "engine/bench_compare.h"
 #include "engine/bench_machine.h"
 #include "engine/bench_options.h"
 #include "engine/bench_report.h"
@@ -12,7 +15,11 @@
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -22,6 +29,9 @@
 #ifndef MOX_BENCH_CORPUS
 #define MOX_BENCH_CORPUS ""
 #endif
+#ifndef MOX_BENCH_PLOT_SCRIPT
+#define MOX_BENCH_PLOT_SCRIPT ""
+#endif
 
 namespace mox::cli {
 
@@ -29,11 +39,33 @@ namespace {
 
 struct BenchFlags {
     std::vector<std::string> models, n_prompt, n_gen, pg, n_depth, threads, type_k, type_v, n_batch, n_ubatch,
-        n_gpu_layers, n_cpu_moe, flash_attn;
+        n_gpu_layers, n_cpu_moe, flash_attn, vram_budget, plan;
     int repetitions = 5;
     std::string output = "md";
+    std::string output_err;  // -oe: a second format, on stderr (llama-bench's option)
     std::string corpus = MOX_BENCH_CORPUS;
+    std::string compare, compare_args;  // llama-bench path, extra llama-bench arguments
+    std::vector<std::string> plots;     // .svg / .png files
+    std::string plot_x;                 // field on the x axis (default: the first swept one)
+    std::string host_bandwidth;         // given instead of measured; "0": no roofline
 };
+
+// The plotting script and interpreter; the environment overrides the build's defaults.
+std::string plot_script() {
+    const char* env = std::getenv("MOX_BENCH_PLOT_SCRIPT");
+    return env && *env ? env : MOX_BENCH_PLOT_SCRIPT;
+}
+std::string python() {
+    const char* env = std::getenv("MOX_PYTHON");
+    return env && *env ? env : "python3";
+}
+
+std::vector<std::string> plot_args(const BenchFlags& f, const std::string& json_path) {
+    std::vector<std::string> a{plot_script(), json_path};
+    for (const auto& p : f.plots) a.push_back(p);
+    if (!f.plot_x.empty()) a.insert(a.end(), {"--x", f.plot_x});
+    return a;
+}
 
 // Every occurrence of a flag may hold a list or range; occurrences add up (llama-bench's rule).
 std::vector<int64_t> int_values(const std::vector<std::string>& specs, std::vector<int64_t> fallback) {
@@ -73,32 +105,151 @@ engine::BenchParams params_from(const BenchFlags& f) {
     p.flash_attn.clear();
     for (const auto& v : string_values(f.flash_attn, {"auto"}))
         p.flash_attn.push_back(engine::flash_attn_value(v));
+    p.vram_budget.clear();
+    for (const auto& v : string_values(f.vram_budget, {"0"}))
+        for (const auto& item : engine::parse_string_values(v)) p.vram_budget.push_back(parse_size(item));
+    p.plan = string_values(f.plan, p.plan);
     p.repetitions = f.repetitions;
     return p;
-}
-
-// Only the CPU path exists; a GPU request is refused rather than silently run on the CPU.
-void check_backend(const std::vector<engine::BenchConfig>& configs) {
-    for (const auto& c : configs) {
-        if (c.n_gpu_layers == 0) continue;
-#ifdef MOX_HAVE_CUDA
-        fail("-ngl {}: mox bench runs the CPU path only so far (use -ngl 0)", c.n_gpu_layers);
-#else
-        fail("-ngl {}: CUDA backend not built; this mox runs models on the CPU only (use -ngl 0)",
-             c.n_gpu_layers);
-#endif
-    }
 }
 
 void progress(size_t done, size_t total, const engine::BenchConfig& c, const engine::ScheduleEntry& e,
               int reps) {
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / std::max<size_t>(total, 1));
-    const std::string what = e.warmup ? "warm-up" : fmt::format("rep {}/{}", e.repetition, reps);
+    const std::string what = e.warmup ? "warm-up"
+                                      : fmt::format("{} rep {}/{}",
+                                                    e.engine == engine::BenchEngine::mox ? "mox" : "llama-bench",
+                                                    e.repetition, reps);
     fmt::print(stderr, "\r\033[K[{}{}] {}/{} {} t={} ctk={} ctv={} {}", std::string(filled, '#'),
                std::string(kWidth - filled, '.'), done, total, c.test.name(), c.threads, c.type_k, c.type_v,
                what);
     std::fflush(stderr);
+}
+
+
+// Writes text to a fresh temporary file and returns its path (the plot script reads the results).
+std::string write_temp(const std::string& text) {
+    std::string path = (std::filesystem::temp_directory_path() / "mox-bench-XXXXXX.json").string();
+    const int fd = mkstemps(path.data(), 5);
+    if (fd < 0) fail("cannot create a temporary file in {}", std::filesystem::temp_directory_path().string());
+    close(fd);
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+}
+
+void check_plot_setup(const BenchFlags& f) {
+    for (const auto& p : f.plots) {
+        const std::string ext = std::filesystem::path(p).extension().string();
+        if (ext != ".svg" && ext != ".png") fail("--plot '{}': the file must end in .svg or .png", p);
+    }
+    if (plot_script().empty() || !std::filesystem::exists(plot_script()))
+        fail("--plot: plotting script '{}' not found (set MOX_BENCH_PLOT_SCRIPT)", plot_script());
+    // Fails now, not after a long run, when matplotlib is missing.
+    const engine::ProcessResult r = engine::run_process(python(), {plot_script(), "--check"});
+    if (r.exit_code != 0) fail("--plot: '{} {} --check' failed:\n{}", python(), plot_script(), r.err + r.out);
+}
+
+// Host read bandwidth per thread count used by the sweep (measured once each, before the runs).
+std::map<int, double> host_bandwidths(const BenchFlags& f, const std::vector<engine::BenchConfig>& configs,
+                                      engine::BenchMeta& meta, bool tty) {
+    std::map<int, double> bw;
+    if (!f.host_bandwidth.empty()) {
+        if (f.host_bandwidth == "0" || f.host_bandwidth == "off") return bw;  // no roofline
+        const double given = parse_bandwidth(f.host_bandwidth);
+        for (const auto& c : configs) bw[c.threads] = given;
+        meta.bandwidth_source = "given";
+        return bw;
+    }
+    if (std::none_of(configs.begin(), configs.end(), [](const auto& c) { return c.test.n_gen > 0; })) return bw;
+    meta.bandwidth_source = "measured";
+    meta.bandwidth_buffer = engine::bandwidth_buffer_bytes();
+    for (const auto& c : configs) {
+        if (bw.count(c.threads)) continue;
+        if (tty)
+            fmt::print(stderr, "\r\033[Kmeasuring host read bandwidth ({} threads, {})", c.threads,
+                       format_bytes(meta.bandwidth_buffer));
+        bw[c.threads] = engine::measure_read_bandwidth(c.threads, meta.bandwidth_buffer).bytes_per_s;
+    }
+    return bw;
+}
+
+void run_bench(const BenchFlags& f) {
+    const engine::BenchParams params = params_from(f);
+    const std::vector<engine::BenchConfig> configs = engine::expand_configs(params);
+#ifdef MOX_HAVE_CUDA
+    engine::check_supported(configs, true);
+#else
+    engine::check_supported(configs, false);
+#endif
+    engine::format_results(f.output, {}, {});  // an unknown -o fails now, not after the run
+    if (!f.output_err.empty()) engine::format_results(f.output_err, {}, {});
+    if (!f.plots.empty()) check_plot_setup(f);
+    const std::vector<std::string> compare_extra = engine::split_args(f.compare_args);
+    if (!f.compare.empty() && access(f.compare.c_str(), X_OK) != 0)
+        fail("--compare '{}': not an executable file", f.compare);
+    if (f.compare.empty() && !f.compare_args.empty()) fail("--compare-args needs --compare");
+
+    std::ifstream in(f.corpus, std::ios::binary);
+    if (!in) fail("cannot read the benchmark corpus '{}' (--corpus)", f.corpus);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    engine::BenchRunner runner(ss.str());
+
+    engine::BenchMeta meta;
+    meta.build_commit = MOX_BUILD_COMMIT;
+    meta.cpu_info = engine::cpu_model_name();
+    meta.cpu_cores = engine::logical_cpus();
+    meta.corpus = f.corpus;
+    meta.compare = !f.compare.empty();
+
+    std::vector<engine::BenchResult> results(configs.size());
+    for (size_t i = 0; i < configs.size(); ++i) {
+        results[i].config = configs[i];
+        results[i].model = runner.model_info(configs[i].model);
+        if (meta.compare) results[i].llama.emplace();
+    }
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    const std::map<int, double> bw = host_bandwidths(f, configs, meta, tty);
+    for (auto& r : results)
+        if (auto it = bw.find(r.config.threads); it != bw.end()) r.host_read_bytes_per_s = it->second;
+
+    const auto schedule = engine::interleaved_schedule(configs.size(), params.repetitions, meta.compare);
+    for (size_t k = 0; k < schedule.size(); ++k) {
+        const auto& e = schedule[k];
+        if (tty) progress(k, schedule.size(), configs[e.config], e, params.repetitions);
+        auto& r = results[e.config];
+        if (!e.warmup && r.test_time.empty()) r.test_time = engine::utc_now_iso8601();
+        if (e.engine == engine::BenchEngine::llama) {
+            const engine::LlamaBenchSample s = engine::run_llama_bench(f.compare, configs[e.config], compare_extra);
+            r.llama->samples_ns.push_back(s.ns);
+            r.llama->samples_ts.push_back(s.tokens_per_s);
+            r.llama->run_slots.push_back(static_cast<int64_t>(k));
+            r.llama->build_commit = s.build_commit;
+            continue;
+        }
+        const engine::BenchSample s = runner.run(configs[e.config]);
+        if (e.warmup) continue;
+        r.samples_ns.push_back(s.ns);
+        r.samples_ts.push_back(s.tokens_per_s);
+        r.run_slots.push_back(static_cast<int64_t>(k));
+        if (e.repetition == params.repetitions) {
+            const engine::MemoryUse mem = engine::process_memory();
+            r.host_rss_bytes = mem.rss_bytes;
+            r.host_peak_bytes = mem.peak_bytes;
+        }
+    }
+    if (tty) fmt::print(stderr, "\r\033[K");
+    fmt::print("{}", engine::format_results(f.output, results, meta));
+    std::fflush(stdout);
+    if (!f.output_err.empty()) fmt::print(stderr, "{}", engine::format_results(f.output_err, results, meta));
+
+    if (f.plots.empty()) return;
+    const std::string json_path = write_temp(engine::format_json(results, meta));
+    const engine::ProcessResult p = engine::run_process(python(), plot_args(f, json_path));
+    std::filesystem::remove(json_path);
+    if (p.exit_code != 0) fail("--plot failed:\n{}", p.err + p.out);
+    if (tty && !p.out.empty()) fmt::print(stderr, "{}", p.out);
 }
 
 }  // namespace
@@ -133,51 +284,21 @@ void register_bench(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("-o,--output", f->output, "Output format: md, csv, json, jsonl, sql")
         ->capture_default_str();
+    cmd->add_option("--output-err", f->output_err, "Also print this format on stderr (-oe)");
+    multi("--vram-budget", f->vram_budget,
+          "GPU memory budget(s) for the planner, e.g. 24G,16G (needs the CUDA backend; 0: none)");
+    multi("--plan", f->plan, "manual (placement from -ngl/-ncmoe) or auto (the planner; not built yet)");
     cmd->add_option("--corpus", f->corpus, "Text file prompts are made of (default: bench/corpus)");
-    cmd->callback([f] {
-        const engine::BenchParams params = params_from(*f);
-        const std::vector<engine::BenchConfig> configs = engine::expand_configs(params);
-        check_backend(configs);
-        engine::format_results(f->output, {}, {});  // an unknown -o fails now, not after the run
-
-        std::ifstream in(f->corpus, std::ios::binary);
-        if (!in) fail("cannot read the benchmark corpus '{}' (--corpus)", f->corpus);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        engine::BenchRunner runner(ss.str());
-
-        engine::BenchMeta meta;
-        meta.build_commit = MOX_BUILD_COMMIT;
-        meta.cpu_info = engine::cpu_model_name();
-        meta.cpu_cores = engine::logical_cpus();
-        meta.corpus = f->corpus;
-
-        std::vector<engine::BenchResult> results(configs.size());
-        for (size_t i = 0; i < configs.size(); ++i) {
-            results[i].config = configs[i];
-            results[i].model = runner.model_info(configs[i].model);
-        }
-        const auto schedule = engine::interleaved_schedule(configs.size(), params.repetitions);
-        const bool tty = isatty(STDERR_FILENO) != 0;
-        for (size_t k = 0; k < schedule.size(); ++k) {
-            const auto& e = schedule[k];
-            if (tty) progress(k, schedule.size(), configs[e.config], e, params.repetitions);
-            auto& r = results[e.config];
-            if (!e.warmup && r.test_time.empty()) r.test_time = engine::utc_now_iso8601();
-            const engine::BenchSample s = runner.run(configs[e.config]);
-            if (e.warmup) continue;
-            r.samples_ns.push_back(s.ns);
-            r.samples_ts.push_back(s.tokens_per_s);
-            r.run_slots.push_back(static_cast<int64_t>(k));
-            if (e.repetition == params.repetitions) {
-                const engine::MemoryUse mem = engine::process_memory();
-                r.host_rss_bytes = mem.rss_bytes;
-                r.host_peak_bytes = mem.peak_bytes;
-            }
-        }
-        if (tty) fmt::print(stderr, "\r\033[K");
-        fmt::print("{}", engine::format_results(f->output, results, meta));
-    });
+    cmd->add_option("--compare", f->compare,
+                    "llama.cpp's llama-bench: run it on the same file and options, interleaved with mox");
+    cmd->add_option("--compare-args", f->compare_args,
+                    "Extra llama-bench arguments, split on spaces (e.g. \"--repack 0\")");
+    cmd->add_option("--plot", f->plots, "Plot t/s and memory against the swept option (.svg or .png)")
+        ->allow_extra_args(false);
+    cmd->add_option("--plot-x", f->plot_x, "Field on the plot's x axis (default: the first swept option)");
+    cmd->add_option("--host-bandwidth", f->host_bandwidth,
+                    "Host read bandwidth for the roofline, e.g. 80GB/s, instead of measuring it (0: none)");
+    cmd->callback([f] { run_bench(*f); });
 }
 
 }  // namespace mox::cli

@@ -68,7 +68,7 @@ void register_logits(CLI::App& app) {
     cmd->callback([o] {
         const std::vector<int32_t> ids = parse_token_list(o->tokens);
         const gguf::File file = gguf::File::open(o->model.path);
-        models::Qwen35Moe model(file, o->model.threads);
+        models::Qwen35Moe model(file, o->model.threads, o->model.cpu_isa(), !o->model.no_pin);
         models::StateOptions so = state_options(o->model, model.hparams(), static_cast<int64_t>(ids.size()));
         auto state = model.new_state(so);
         const int64_t n = static_cast<int64_t>(ids.size());

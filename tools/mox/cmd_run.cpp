@@ -71,7 +71,8 @@ struct LoadedModel {
 LoadedModel load(const ModelOptions& o) {
     LoadedModel m;
     m.file = std::make_unique<gguf::File>(gguf::File::open(o.path));
-    m.model = std::make_unique<models::Qwen35Moe>(*m.file, o.threads);
+    m.model = o.load(*m.file);
+    fmt::print(stderr, "mox: cpu: {}\n", m.model->cpu_summary());
     m.tokenizer = std::make_unique<text::Tokenizer>(text::vocab_from_gguf(*m.file));
     return m;
 }

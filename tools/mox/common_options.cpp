@@ -11,12 +11,27 @@ namespace mox::cli {
 void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
     auto* m = cmd->add_option("-m,--model", o.path, "GGUF model file (first shard of a split model)");
     if (model_required) m->required();
-    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: all)");
+    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: one per physical core)");
+    cmd->add_option("--isa", o.isa, "CPU kernel tier: auto, avx512, avx2, scalar (the reference path)")->capture_default_str();
+    cmd->add_flag("--no-pin", o.no_pin, "Do not pin worker threads to cores");
     cmd->add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (default: what the job needs)");
     cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0")
         ->capture_default_str();
     cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0")
         ->capture_default_str();
+}
+
+quant::Isa ModelOptions::cpu_isa() const {
+    if (isa == "auto") return quant::host_isa();
+    const auto want = quant::isa_from_name(isa);
+    if (!want) fail("--isa {}: expected auto, avx512, avx2 or scalar", isa);
+    if (*want > quant::host_isa())
+        fail("--isa {}: this CPU supports up to {}", isa, quant::isa_name(quant::host_isa()));
+    return *want;
+}
+
+std::unique_ptr<models::Qwen35Moe> ModelOptions::load(const gguf::File& file) const {
+    return std::make_unique<models::Qwen35Moe>(file, threads, cpu_isa(), !no_pin);
 }
 
 models::StateOptions state_options(const ModelOptions& o, const models::Qwen35MoeHparams& hp, int64_t n_needed) {

@@ -3,6 +3,7 @@
 
 #include "models/qwen35moe.h"
 
+#include <memory>
 #include <string>
 
 namespace CLI {
@@ -17,6 +18,11 @@ struct ModelOptions {
     int64_t n_ctx = 0;  // 0: enough for the job, capped by the model's trained context
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
+    std::string isa = "auto";  // CPU kernel tier cap: auto, avx512, avx2, scalar (reference)
+    bool no_pin = false;
+
+    quant::Isa cpu_isa() const;  // throws on an unknown or unsupported name
+    std::unique_ptr<models::Qwen35Moe> load(const gguf::File& file) const;
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required = true);

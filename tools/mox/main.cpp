@@ -19,7 +19,7 @@ std::vector<std::string> expand_llama_style_options(int argc, char** argv) {
     static const std::pair<const char*, const char*> kAliases[] = {
         {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ngl", "--n-gpu-layers"},
         {"-ncmoe", "--n-cpu-moe"},  {"-ub", "--ubatch-size"},   {"-fa", "--flash-attn"},
-        {"-ot", "--override-tensor"}, {"-pg", "--pg"}};
+        {"-ot", "--override-tensor"}, {"-pg", "--pg"}, {"-oe", "--output-err"}};
     std::vector<std::string> args(argv, argv + argc);
     for (size_t i = 1; i < args.size(); ++i)
         for (const auto& [short_name, long_name] : kAliases)
