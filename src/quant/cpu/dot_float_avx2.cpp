@@ -100,6 +100,12 @@ template <class W>
 void dot(int64_t n, const void* w, const void* act, size_t stride, int n_cols, float* out) {
     const auto* wb = static_cast<const uint8_t*>(w);
     const auto* ab = static_cast<const uint8_t*>(act);
+    if (n_cols > 4) {  // two passes: 4 rows, then the rest (same per-row order, so same bits)
+        dot_nc<W, 4>(n, wb, ab, stride, out);
+        n_cols -= 4;
+        ab += 4 * stride;
+        out += 4;
+    }
     switch (n_cols) {
         case 1:
             return dot_nc<W, 1>(n, wb, ab, stride, out);
@@ -107,16 +113,8 @@ void dot(int64_t n, const void* w, const void* act, size_t stride, int n_cols, f
             return dot_nc<W, 2>(n, wb, ab, stride, out);
         case 3:
             return dot_nc<W, 3>(n, wb, ab, stride, out);
-        case 4:
-            return dot_nc<W, 4>(n, wb, ab, stride, out);
-        case 5:
-            return dot_nc<W, 5>(n, wb, ab, stride, out);
-        case 6:
-            return dot_nc<W, 6>(n, wb, ab, stride, out);
-        case 7:
-            return dot_nc<W, 7>(n, wb, ab, stride, out);
         default:
-            return dot_nc<W, 8>(n, wb, ab, stride, out);
+            return dot_nc<W, 4>(n, wb, ab, stride, out);
     }
 }
 
