@@ -5,9 +5,12 @@
 // decode is memory bound, so the wider activation reads cost nothing that matters. Weights widen to
 // fp32 on load: F16 through F16C's vcvtph2ps, BF16 by moving its 16 bits to the top of an fp32.
 //
-// Each 8-element weight vector is loaded once and used for all NC activation rows. With few rows the
-// loop unrolls U vectors with separate accumulators, so FMA latency (4 cycles) does not cap a single
-// row's matvec below memory bandwidth. Rows of any length: the last n % 8 elements run scalar.
+// Each 8-element weight vector is loaded once and used for up to 4 activation rows; 5-8 rows run as
+// two passes of at most 4 (8 accumulators + weights fit the 16 registers; the second pass finds the
+// row in L1). Every row sums in U = 2 interleaved accumulators, so FMA latency (4 cycles) does not
+// cap a one-row matvec below memory bandwidth, and the summation order, hence every result bit, is
+// the same whatever the tile width (batched and separate runs of a sequence agree exactly). Rows of
+// any length: the last n % 8 elements run scalar.
 #include "quant/cpu/kernels.h"
 
 #if defined(__AVX2__)
@@ -67,8 +70,7 @@ inline float hsum(__m256 v) {
 
 template <class W, int NC>
 void dot_nc(int64_t n, const uint8_t* w, const uint8_t* act, size_t stride, float* out) {
-    // Accumulators: NC * U <= 8 keeps them, the weight vectors and a temporary in 16 registers.
-    constexpr int U = NC == 1 ? 4 : NC == 2 ? 2 : 1;
+    constexpr int U = 2;  // fixed for every NC: see the top of the file
     const float* a[NC];
     for (int j = 0; j < NC; ++j) a[j] = reinterpret_cast<const float*>(act + j * stride);
     __m256 acc[NC][U];
@@ -98,6 +100,12 @@ template <class W>
 void dot(int64_t n, const void* w, const void* act, size_t stride, int n_cols, float* out) {
     const auto* wb = static_cast<const uint8_t*>(w);
     const auto* ab = static_cast<const uint8_t*>(act);
+    if (n_cols > 4) {  // two passes: 4 rows, then the rest (same per-row order, so same bits)
+        dot_nc<W, 4>(n, wb, ab, stride, out);
+        n_cols -= 4;
+        ab += 4 * stride;
+        out += 4;
+    }
     switch (n_cols) {
         case 1:
             return dot_nc<W, 1>(n, wb, ab, stride, out);
@@ -105,16 +113,8 @@ void dot(int64_t n, const void* w, const void* act, size_t stride, int n_cols, f
             return dot_nc<W, 2>(n, wb, ab, stride, out);
         case 3:
             return dot_nc<W, 3>(n, wb, ab, stride, out);
-        case 4:
-            return dot_nc<W, 4>(n, wb, ab, stride, out);
-        case 5:
-            return dot_nc<W, 5>(n, wb, ab, stride, out);
-        case 6:
-            return dot_nc<W, 6>(n, wb, ab, stride, out);
-        case 7:
-            return dot_nc<W, 7>(n, wb, ab, stride, out);
         default:
-            return dot_nc<W, 8>(n, wb, ab, stride, out);
+            return dot_nc<W, 4>(n, wb, ab, stride, out);
     }
 }
 

@@ -2,9 +2,10 @@
 // for the rules of ISA-flagged files).
 //
 // Same scheme as the AVX2 tier (dot_float_avx2.cpp): activations stay fp32, weights widen on load
-// (F16 via vcvtph2ps, BF16 by a 16-bit shift), each weight vector serves all NC activation rows, and
-// few rows unroll over U independent accumulators. 16 elements per vector; the last n % 16 elements
-// use masked loads, which read nothing past the row's end.
+// (F16 via vcvtph2ps, BF16 by a 16-bit shift), each weight vector serves all NC activation rows (up
+// to 8: 16 accumulators of the 32 registers), and every row sums in U = 2 interleaved accumulators
+// whatever NC is, so a result does not depend on the tile it was computed in. 16 elements per vector;
+// the last n % 16 elements use masked loads, which read nothing past the row's end.
 #include "quant/cpu/kernels.h"
 
 #if defined(__AVX512F__)
@@ -61,7 +62,7 @@ inline float hsum(__m512 v) {
 
 template <class W, int NC>
 void dot_nc(int64_t n, const uint8_t* w, const uint8_t* act, size_t stride, float* out) {
-    constexpr int U = NC == 1 ? 4 : NC == 2 ? 2 : 1;
+    constexpr int U = 2;  // fixed for every NC: results independent of the tile width
     const float* a[NC];
     for (int j = 0; j < NC; ++j) a[j] = reinterpret_cast<const float*>(act + j * stride);
     __m512 acc[NC][U];
