@@ -50,7 +50,7 @@ def x_label_of(field, value):
 
 
 def series_label(row, others):
-    return ", ".join(f"{f}={x_label_of(f, row[f])}" for f in others)
+    return ", ".join(f"{f}={x_label_of(f, row.get(f))}" for f in others)
 
 
 def build_plot(rows, x=None):
@@ -61,7 +61,7 @@ def build_plot(rows, x=None):
     import matplotlib.pyplot as plt
 
     plt.rcParams["svg.fonttype"] = "none"  # text stays text in SVG (searchable, testable)
-    swept = [f for f in SWEEPABLE if len({json.dumps(r[f]) for r in rows}) > 1]
+    swept = [f for f in SWEEPABLE if len({json.dumps(r.get(f)) for r in rows}) > 1]
     if x is None:
         x = swept[0] if swept else "n_threads"
     if x not in rows[0]:

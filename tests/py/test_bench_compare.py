@@ -1,10 +1,12 @@
 """mox bench --compare against a fake llama-bench: the arguments each invocation gets, the
 interleaving of the two engines, and that llama-bench's numbers reach the rows unchanged."""
+import importlib.util
 import json
 import os
 import stat
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 TINY = Path(__file__).resolve().parents[2] / "assets" / "mox-tiny" / "mox-tiny-f16.gguf"
@@ -73,11 +75,15 @@ def test_interleaving_arguments_and_numbers(mox_bin, tmp_path):
         assert row["ratio_median_ts"] == row["median_ts"] / row["llama_median_ts"]
         assert row["llama_build_commit"] == "fake123"
 
-    md = run(mox_bin, tmp_path, "-p", "8", "-n", "0", "-r", "1", "-t", "2", "-o", "md")
+    svg = tmp_path / "plot.svg"
+    md = run(mox_bin, tmp_path, "-p", "8", "-n", "0", "-r", "1", "-t", "1,2", "-o", "md", "--plot", str(svg))
     assert md.returncode == 0, md.stderr
     table = [line for line in md.stdout.splitlines() if line.startswith("|")]
     assert "| llama.cpp median t/s |" in table[0] and "| mox/llama |" in table[0]
     assert "fake123" in md.stdout
+    if importlib.util.find_spec("matplotlib"):  # --plot: mox hands its JSON to tools/bench_plot.py
+        text = " ".join(ET.parse(svg).getroot().itertext())
+        assert "mox" in text and "llama.cpp" in text and "n_threads" in text and "fake123" in text
 
 
 def test_pg_and_failure(mox_bin, tmp_path):

@@ -1,9 +1,8 @@
 """tools/bench_plot.py (what `mox bench --plot` runs) on a small hand-made result set: the files it
 writes are valid SVG/PNG and name the series a reader expects (mox and llama.cpp per configuration)."""
+import importlib.util
 import json
 import struct
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 import zlib
 from pathlib import Path
@@ -12,6 +11,11 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="scripts/deps.sh installs matplotlib for the plots")
 SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "bench_plot.py"
+# In-process (one matplotlib import for all tests); `mox bench --plot` runs it as a program, which
+# test_bench_compare.py covers.
+_spec = importlib.util.spec_from_file_location("bench_plot", SCRIPT)
+bench_plot = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_plot)
 
 
 def row(threads, type_k, n_prompt, n_gen, ts, llama_ts):
@@ -53,9 +57,7 @@ def png_text_chunks(data):
 
 def test_svg_and_png_name_every_series(tmp_path):
     svg, png = tmp_path / "p.svg", tmp_path / "p.png"
-    r = subprocess.run([sys.executable, str(SCRIPT), str(results(tmp_path)), str(svg), str(png)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    assert bench_plot.main([str(results(tmp_path)), str(svg), str(png)]) == 0
     want = ["mox type_k=f16", "mox type_k=q8_0", "llama.cpp type_k=f16", "llama.cpp type_k=q8_0"]
 
     root = ET.parse(svg).getroot()
@@ -72,12 +74,9 @@ def test_svg_and_png_name_every_series(tmp_path):
 
 def test_x_axis_can_be_chosen_and_check_mode(tmp_path):
     svg = tmp_path / "k.svg"
-    r = subprocess.run([sys.executable, str(SCRIPT), str(results(tmp_path)), str(svg), "--x", "type_k"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    assert bench_plot.main([str(results(tmp_path)), str(svg), "--x", "type_k"]) == 0
     text = " ".join(ET.parse(svg).getroot().itertext())
     assert "mox n_threads=1" in text and "llama.cpp n_threads=2" in text
-    assert subprocess.run([sys.executable, str(SCRIPT), "--check"]).returncode == 0
-    bad = subprocess.run([sys.executable, str(SCRIPT), str(results(tmp_path)), str(tmp_path / "x.pdf")],
-                         capture_output=True, text=True)
-    assert bad.returncode != 0 and ".svg or .png" in bad.stderr
+    assert bench_plot.main(["--check"]) == 0
+    with pytest.raises(SystemExit, match=r"\.svg or \.png"):
+        bench_plot.main([str(results(tmp_path)), str(tmp_path / "x.pdf")])

@@ -127,7 +127,6 @@ void progress(size_t done, size_t total, const engine::BenchConfig& c, const eng
     std::fflush(stderr);
 }
 
-
 // Writes text to a fresh temporary file and returns its path (the plot script reads the results).
 std::string write_temp(const std::string& text) {
     std::string path = (std::filesystem::temp_directory_path() / "mox-bench-XXXXXX.json").string();
