@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <random>
 
 namespace mox::engine {
 
@@ -29,13 +30,28 @@ struct BenchRunner::Loaded {
 
 BenchRunner::BenchRunner(std::string corpus_text) : corpus_text_(std::move(corpus_text)) {}
 BenchRunner::~BenchRunner() = default;
+BenchRunner::BenchRunner(BenchRunner&&) noexcept = default;
+
+BenchRunner BenchRunner::random_tokens(uint64_t seed) {
+    BenchRunner r("");
+    r.random_seed_ = seed;
+    return r;
+}
 
 BenchRunner::Loaded& BenchRunner::load(const std::string& path) {
     auto it = models_.find(path);
     if (it != models_.end()) return *it->second;
     auto m = std::make_unique<Loaded>(gguf::File::open(path));
     m->tokenizer = std::make_unique<text::Tokenizer>(text::vocab_from_gguf(m->file));
-    m->corpus = m->tokenizer->encode(corpus_text_);
+    if (random_seed_) {
+        // 64 Ki ids, cycled like the corpus; every id of the vocabulary equally likely.
+        std::mt19937_64 rng(*random_seed_);
+        const auto n_vocab = static_cast<uint64_t>(m->tokenizer->vocab().tokens.size());
+        m->corpus.resize(65536);
+        for (int32_t& id : m->corpus) id = static_cast<int32_t>(rng() % n_vocab);
+    } else {
+        m->corpus = m->tokenizer->encode(corpus_text_);
+    }
     if (m->corpus.empty()) fail("the benchmark corpus has no tokens");
 
     BenchModelInfo& info = m->info;

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace mox::engine {
@@ -22,7 +23,11 @@ class BenchRunner {
 public:
     // corpus_text: the text prompts are made of (must tokenize to at least one token).
     explicit BenchRunner(std::string corpus_text);
+    // Prompts of uniformly random token ids instead (llama-bench's way; asked for with
+    // --random-prompt): the same ids for a given seed and vocabulary size.
+    static BenchRunner random_tokens(uint64_t seed);
     ~BenchRunner();
+    BenchRunner(BenchRunner&&) noexcept;
 
     // Loads the model (once per path) and returns its facts.
     const BenchModelInfo& model_info(const std::string& path);
@@ -33,6 +38,7 @@ private:
     struct Loaded;
     Loaded& load(const std::string& path);
     std::string corpus_text_;
+    std::optional<uint64_t> random_seed_;
     std::map<std::string, std::unique_ptr<Loaded>> models_;
 };
 

@@ -44,6 +44,7 @@ struct BenchFlags {
     std::string output = "md";
     std::string output_err;  // -oe: a second format, on stderr (llama-bench's option)
     std::string corpus = MOX_BENCH_CORPUS;
+    bool random_prompt = false;  // uniformly random token ids instead of the corpus
     std::string compare, compare_args;  // llama-bench path, extra llama-bench arguments
     std::vector<std::string> plots;     // .svg / .png files
     std::string plot_x;                 // field on the x axis (default: the first swept one)
@@ -189,17 +190,21 @@ void run_bench(const BenchFlags& f) {
         fail("--compare '{}': not an executable file", f.compare);
     if (f.compare.empty() && !f.compare_args.empty()) fail("--compare-args needs --compare");
 
-    std::ifstream in(f.corpus, std::ios::binary);
-    if (!in) fail("cannot read the benchmark corpus '{}' (--corpus)", f.corpus);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    engine::BenchRunner runner(ss.str());
+    auto make_runner = [&] {
+        if (f.random_prompt) return engine::BenchRunner::random_tokens(42);
+        std::ifstream in(f.corpus, std::ios::binary);
+        if (!in) fail("cannot read the benchmark corpus '{}' (--corpus)", f.corpus);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return engine::BenchRunner(ss.str());
+    };
+    engine::BenchRunner runner = make_runner();
 
     engine::BenchMeta meta;
     meta.build_commit = MOX_BUILD_COMMIT;
     meta.cpu_info = engine::cpu_model_name();
     meta.cpu_cores = engine::logical_cpus();
-    meta.corpus = f.corpus;
+    meta.corpus = f.random_prompt ? "random token ids (seed 42)" : f.corpus;
     meta.compare = !f.compare.empty();
 
     std::vector<engine::BenchResult> results(configs.size());
@@ -288,6 +293,8 @@ void register_bench(CLI::App& app) {
           "GPU memory budget(s) for the planner, e.g. 24G,16G (needs the CUDA backend; 0: none)");
     multi("--plan", f->plan, "manual (placement from -ngl/-ncmoe) or auto (the planner; not built yet)");
     cmd->add_option("--corpus", f->corpus, "Text file prompts are made of (default: bench/corpus)");
+    cmd->add_flag("--random-prompt", f->random_prompt,
+                  "Prompts of random token ids (llama-bench's way) instead of real text; they route experts unlike text");
     cmd->add_option("--compare", f->compare,
                     "llama.cpp's llama-bench: run it on the same file and options, interleaved with mox");
     cmd->add_option("--compare-args", f->compare_args,
