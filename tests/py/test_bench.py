@@ -116,3 +116,11 @@ def test_json_rows_carry_nullable_gpu_fields(json_rows):
         assert r["host_read_source"] == "given" and r["host_read_gbps"] == pytest.approx(10.0)
     pp, tg = json_rows
     assert pp["roofline_fraction"] is None and tg["roofline_fraction"] > 0
+
+
+def test_random_prompt_is_recorded_and_runs(mox_bin):
+    rows = json.loads(bench(mox_bin, "-p", "16", "-n", "2", "-r", "1", "-t", "1", "--host-bandwidth", "0",
+                            "--random-prompt", "-o", "json"))
+    assert [r["test"] for r in rows] == ["pp16", "tg2"]
+    assert all(r["prompt_corpus"] == "random token ids (seed 42)" for r in rows)
+    assert all(r["median_ts"] > 0 for r in rows)
