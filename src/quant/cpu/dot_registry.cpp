@@ -4,6 +4,10 @@
 #include "quant/cpu/kernels.h"
 #include "quant/dot.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -29,19 +33,23 @@ std::optional<Isa> isa_from_name(std::string_view name) {
 
 namespace {
 
+// CPUID feature bits (Intel SDM vol. 2, CPUID): read directly rather than through
+// __builtin_cpu_supports, whose accepted names differ between GCC and Clang versions.
 Isa detect_isa() {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return Isa::scalar;
+    const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!(osxsave && avx)) return Isa::scalar;
     // The OS must save the wider register state too (XCR0), or the instructions fault.
     uint32_t xcr0_lo = 0, xcr0_hi = 0;
-    if (__builtin_cpu_supports("avx")) __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     const bool os_avx = (xcr0_lo & 0x6) == 0x6;
     const bool os_avx512 = os_avx && (xcr0_lo & 0xe0) == 0xe0;
-    const bool avx2 = os_avx && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c");
-    const bool avx512 = avx2 && os_avx512 && __builtin_cpu_supports("avx512f") &&
-                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return Isa::scalar;
+    const bool avx2 = os_avx && fma && f16c && (b & (1u << 5));
+    const bool avx512 = avx2 && os_avx512 && (b & (1u << 16)) /* F */ && (b & (1u << 17)) /* DQ */ &&
+                        (b & (1u << 30)) /* BW */ && (b & (1u << 31)) /* VL */ && (c & (1u << 11)) /* VNNI */;
     if (avx512) return Isa::avx512;
     if (avx2) return Isa::avx2;
 #endif
