@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/topology.h"
 
+#include <algorithm>
 #include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -20,7 +21,14 @@ namespace {
 // decode step, short enough not to burn a core between requests.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
 
-uint64_t generation_of(uint64_t state) { return state >> 32; }
+// state_ = generation (28 bits) | task count (18 bits) | next index (18 bits). The count travels in the
+// same word as the generation, so a worker can never pair one job's index with another job's count.
+constexpr int kIndexBits = 18;
+constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+uint64_t generation_of(uint64_t state) { return state >> (2 * kIndexBits); }
+int64_t count_of(uint64_t state) { return static_cast<int64_t>((state >> kIndexBits) & kIndexMask); }
+int64_t index_of(uint64_t state) { return static_cast<int64_t>(state & kIndexMask); }
+constexpr int64_t kMaxTasksPerRound = static_cast<int64_t>(kIndexMask);
 
 }  // namespace
 
@@ -45,14 +53,15 @@ ThreadPool::~ThreadPool() {
 
 // Claims and runs tasks of `generation` until none is left.
 void ThreadPool::work(uint64_t generation) {
-    const auto* job = job_.load(std::memory_order_acquire);
-    const int64_t n = n_tasks_.load(std::memory_order_acquire);
     uint64_t s = state_.load(std::memory_order_acquire);
     for (;;) {
-        if (generation_of(s) != generation || static_cast<int64_t>(s & 0xffffffffu) >= n) return;
+        if (generation_of(s) != generation || index_of(s) >= count_of(s)) return;
+        // Read after seeing this generation: a successful claim below proves the job is still this one
+        // (the next job is published only after every task of this one has finished).
+        const auto* job = job_.load(std::memory_order_acquire);
         if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
         try {
-            (*job)(static_cast<int64_t>(s & 0xffffffffu));
+            (*job)(index_of(s));
         } catch (...) {
             std::lock_guard lock(error_mutex_);
             if (!error_) error_ = std::current_exception();
@@ -89,16 +98,23 @@ void ThreadPool::worker_loop(int index) {
 
 void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
     if (n_tasks <= 0) return;
-    MOX_CHECK(n_tasks < (int64_t{1} << 32), "{} tasks", n_tasks);
     if (workers_.empty() || n_tasks == 1) {
         for (int64_t i = 0; i < n_tasks; ++i) fn(i);
+        return;
+    }
+    if (n_tasks > kMaxTasksPerRound) {  // more tasks than the state word counts: several rounds
+        for (int64_t first = 0; first < n_tasks; first += kMaxTasksPerRound) {
+            const std::function<void(int64_t)> part = [&](int64_t i) { fn(first + i); };
+            run(std::min(kMaxTasksPerRound, n_tasks - first), part);
+        }
         return;
     }
     job_.store(&fn, std::memory_order_relaxed);
     n_tasks_.store(n_tasks, std::memory_order_relaxed);
     finished_.store(0, std::memory_order_relaxed);
-    const uint64_t generation = generation_of(state_.load()) + 1;
-    state_.store(generation << 32);  // seq_cst: publishes the job, ordered before the sleepers_ check
+    const uint64_t generation = (generation_of(state_.load()) + 1) & ((uint64_t{1} << 28) - 1);
+    // seq_cst: publishes the job, ordered before the sleepers_ check
+    state_.store((generation << (2 * kIndexBits)) | (static_cast<uint64_t>(n_tasks) << kIndexBits));
     if (sleepers_.load() > 0) {
         std::lock_guard lock(mutex_);
         wake_.notify_all();

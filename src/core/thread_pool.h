@@ -40,8 +40,8 @@ private:
 
     std::vector<std::thread> workers_;
     bool pinned_ = false;
-    // (generation << 32) | index of the next task. A worker claims a task with a CAS that also checks
-    // the generation, so a late worker can never take a task of a newer job.
+    // generation | task count | index of the next task (thread_pool.cpp). A worker claims a task with a
+    // CAS on the whole word, so a late worker can never take a task of another job.
     std::atomic<uint64_t> state_{0};
     std::atomic<const std::function<void(int64_t)>*> job_{nullptr};
     std::atomic<int64_t> n_tasks_{0};
