@@ -62,6 +62,15 @@ TEST(ThreadPool, ManyTinyJobsAcrossSleepAndSpin) {
     EXPECT_GT(total, 0);
 }
 
+TEST(ThreadPool, MoreTasksThanOneRoundHolds) {
+    // The state word counts up to 2^18 - 1 tasks per round; larger jobs run in several rounds.
+    ThreadPool pool(3, /*pin=*/false);
+    const int64_t n = 600000;
+    std::vector<std::atomic<uint8_t>> hits(static_cast<size_t>(n));
+    pool.run(n, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
+}
+
 TEST(Topology, CountsAreSane) {
     const Topology& t = topology();
     EXPECT_GE(t.physical_cores, 1);
