@@ -30,4 +30,15 @@ void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* 
 void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights, int64_t k, const float* h,
               float* out, StreamHandle stream = nullptr);
 
+// Routed experts for a batch of n_tokens tokens (prefill), grouped by expert so each selected
+// expert's weights are read once per batch, on the tensor cores:
+//   out[t, :] = sum_i weights[t, i] * down_e(silu(gate_e x_t) * up_e x_t),  e = ids[t, i], i < k.
+// ids, weights: [n_tokens, k] device (route_softmax_topk's output); x, out: [n_tokens, n_embd] fp32
+// (out overwritten). The grouping happens on the device (no host sync). workspace: device scratch of
+// moe_batch_workspace_bytes(...) bytes. Tolerance: fp16/bf16 operand rounding (about 1e-3 relative).
+size_t moe_batch_workspace_bytes(const ops::Weight& gate, const ops::Weight& down, int64_t n_tokens, int64_t k);
+void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight& down, const int32_t* ids,
+               const float* weights, int64_t n_tokens, int64_t k, const float* x, float* out, void* workspace,
+               StreamHandle stream = nullptr);
+
 }  // namespace mox::cuda
