@@ -67,9 +67,9 @@ std::vector<BenchConfig> expand_configs(const BenchParams& params);
 std::string plan_value(std::string_view text);
 
 // Refuses configurations this build cannot run, with one clear message instead of silently running
-// something else: -ngl != 0, a --vram-budget and --plan auto all need the CUDA backend and the
-// planner (issues 5 and 6), which do not exist yet. `--plan manual`, -ngl 0 and no budget is the CPU
-// case. `have_cuda` only changes the wording.
+// something else: -ngl != 0 needs a CUDA build (-ngl all runs the whole model on the GPU; partial
+// values are refused at run time, when the layer count is known); a --vram-budget and --plan auto
+// need the planner (issue 6), which does not exist yet.
 void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda);
 
 enum class BenchEngine { mox, llama };

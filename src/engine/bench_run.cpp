@@ -24,7 +24,8 @@ struct BenchRunner::Loaded {
     gguf::File file;
     std::unique_ptr<text::Tokenizer> tokenizer;
     std::vector<int32_t> corpus;                                   // the corpus in this model's tokens
-    std::map<int, std::unique_ptr<models::Qwen35Moe>> by_threads;  // the thread pool is fixed at load
+    // Loaded once per (threads, device): the thread pool and the GPU upload are fixed at load.
+    std::map<std::pair<int, models::Device>, std::unique_ptr<models::Qwen35Moe>> by_setup;
     BenchModelInfo info;
 };
 
@@ -90,8 +91,14 @@ const BenchModelInfo& BenchRunner::model_info(const std::string& path) {
 
 BenchSample BenchRunner::run(const BenchConfig& c) {
     Loaded& m = load(c.model);
-    auto& model = m.by_threads[c.threads];
-    if (!model) model = std::make_unique<models::Qwen35Moe>(m.file, c.threads);
+    const int64_t n_layer = models::read_qwen35moe_hparams(m.file).n_layer;
+    if (c.n_gpu_layers != 0 && c.n_gpu_layers != -1 && c.n_gpu_layers < n_layer)
+        fail("-ngl {}: the model has {} layers; partial offload needs the hybrid planner (issue 6): use -ngl 0 or "
+             "-ngl {}",
+             c.n_gpu_layers, n_layer, n_layer + 1);
+    const models::Device device = c.n_gpu_layers == 0 ? models::Device::cpu : models::Device::cuda;
+    auto& model = m.by_setup[{c.threads, device}];
+    if (!model) model = std::make_unique<models::Qwen35Moe>(m.file, c.threads, quant::host_isa(), true, device);
 
     models::StateOptions so;
     auto type = [](const std::string& name) {

@@ -65,7 +65,7 @@ std::vector<float> load_vector(const gguf::File& file, const std::string& name, 
 // State
 
 uint64_t Qwen35MoeState::bytes() const {
-    uint64_t n = 0;
+    uint64_t n = device_ ? device_->bytes() : 0;
     for (const auto& b : k_) n += b.size();
     for (const auto& b : v_) n += b.size();
     for (const auto& b : conv_) n += b.size() * sizeof(float);
@@ -75,6 +75,7 @@ uint64_t Qwen35MoeState::bytes() const {
 
 void Qwen35MoeState::clear() {
     n_past_ = 0;
+    if (device_) device_->clear();
     for (auto& b : conv_) std::fill(b.begin(), b.end(), 0.0f);
     for (auto& b : ssm_) std::fill(b.begin(), b.end(), 0.0f);
 }
@@ -94,6 +95,10 @@ std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) cons
     MOX_CHECK(hp_.head_dim_k == hp_.head_dim_v, "different K and V head dims are not supported");
     auto s = std::make_unique<Qwen35MoeState>();
     s->options_ = o;
+    if (gpu_) {
+        s->device_ = gpu_->new_state(o);
+        return s;
+    }
     const int64_t n_attn = hp_.n_attention_layers(), n_rec = hp_.n_recurrent_layers();
     for (int64_t i = 0; i < n_attn; ++i) {
         s->k_.emplace_back(quant::row_bytes(o.k_type, row) * static_cast<size_t>(o.n_ctx));
@@ -109,8 +114,19 @@ std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) cons
 // ---------------------------------------------------------------------------------------------
 // Weights
 
-Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads)
-    : hp_(read_qwen35moe_hparams(file)), pool_(n_threads, pin_threads), ctx_{&pool_, isa} {
+#ifndef MOX_HAVE_CUDA
+std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe&) {
+    fail("this mox was built without CUDA: rebuild with -DMOX_CUDA=ON to run on the GPU");
+}
+#endif
+
+Qwen35Moe::~Qwen35Moe() = default;
+
+Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads, Device device)
+    : hp_(read_qwen35moe_hparams(file)),
+      pool_(device == Device::cpu ? n_threads : 1, pin_threads),
+      ctx_{&pool_, isa},
+      device_(device) {
     // Several NUMA nodes: spread the expert weights over all of them (each token's experts are read by
     // threads on every node). One node: nothing to do.
     for (const gguf::TensorInfo& t : file.tensors())
@@ -166,6 +182,7 @@ Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool
         }
     }
     expert_usage_.assign(static_cast<size_t>(n_trunk), std::vector<int64_t>(static_cast<size_t>(hp_.n_expert), 0));
+    if (device_ == Device::cuda) gpu_ = make_qwen35moe_gpu(*this);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -182,6 +199,12 @@ void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, s
         for (int32_t tok : b.tokens)
             if (tok < 0 || tok >= hp_.n_vocab) fail("token id {} outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
         n_tokens += static_cast<int64_t>(b.tokens.size());
+    }
+    if (gpu_) {
+        if (trace_routing_) fail("routing statistics are collected on the CPU path only (drop --device cuda)");
+        gpu_->forward(batch, all_logits, logits);
+        for (const SequenceBatch& b : batch) b.state->n_past_ += static_cast<int64_t>(b.tokens.size());
+        return;
     }
     const int64_t d = hp_.n_embd;
     const ops::Context& ctx = ctx_;
@@ -396,6 +419,10 @@ void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t
         gate = ops::sigmoid(gate);
         for (int64_t c = 0; c < d; ++c) out[t * d + c] += gate * shared[static_cast<size_t>(t * d + c)];
     }
+}
+
+std::string Qwen35Moe::device_summary() const {
+    return gpu_ ? gpu_->summary() : std::string();
 }
 
 std::string Qwen35Moe::cpu_summary() const {

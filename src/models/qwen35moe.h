@@ -33,6 +33,18 @@ struct Qwen35MoeLayer {
     std::vector<float> shexp_gate_inp;  // [n_embd]: the shared expert's sigmoid gate
 };
 
+// Where the model runs. cuda: every weight, the KV cache and the DeltaNet state on the first GPU
+// (models/gpu/qwen35moe_gpu.cpp; needs a -DMOX_CUDA=ON build). Mixed placements are issue 6.
+enum class Device { cpu, cuda };
+
+// The device-side part of a sequence's state (KV cache, DeltaNet state, captured decode graph),
+// owned by the state and defined by the backend that made it.
+struct DeviceSequenceState {
+    virtual ~DeviceSequenceState() = default;
+    virtual uint64_t bytes() const = 0;
+    virtual void clear() = 0;
+};
+
 // Per-sequence state: KV cache of the full-attention layers and the DeltaNet conv/recurrent state.
 struct StateOptions {
     int64_t n_ctx = 4096;
@@ -50,10 +62,12 @@ public:
 
 private:
     friend class Qwen35Moe;
+    friend class Qwen35MoeGpu;
     StateOptions options_;
     int64_t n_past_ = 0;
     std::vector<std::vector<uint8_t>> k_, v_;        // per attention layer: [n_ctx, row bytes]
     std::vector<std::vector<float>> conv_, ssm_;     // per DeltaNet layer
+    std::unique_ptr<DeviceSequenceState> device_;   // instead of the above when the model runs on a GPU
 };
 
 // A batch: tokens of one or more sequences, each continuing its own state.
@@ -62,12 +76,31 @@ struct SequenceBatch {
     std::span<const int32_t> tokens;
 };
 
+// The forward pass of a backend other than the CPU's: the model hands it the validated batch.
+class ForwardBackend {
+public:
+    virtual ~ForwardBackend() = default;
+    virtual std::unique_ptr<DeviceSequenceState> new_state(const StateOptions& options) = 0;
+    virtual void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) = 0;
+    virtual std::string summary() const = 0;
+};
+
+class Qwen35Moe;
+// Uploads the model to the first CUDA device (models/gpu/qwen35moe_gpu.cpp); a build without CUDA
+// throws a mox::Error saying so.
+std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe& model);
+
 class Qwen35Moe {
 public:
     // Binds every tensor of the file (checking names, shapes and that its type is supported).
     // n_threads <= 0: one per physical core. isa caps the CPU kernels (Isa::scalar: the reference
     // path); pin_threads binds the pool's workers to cores.
-    Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa = quant::host_isa(), bool pin_threads = true);
+    // device: where the forward runs (Device::cuda uploads every weight to the GPU here).
+    Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa = quant::host_isa(), bool pin_threads = true,
+              Device device = Device::cpu);
+    ~Qwen35Moe();
+
+    Device device() const { return device_; }
 
     const Qwen35MoeHparams& hparams() const { return hp_; }
     int64_t n_vocab() const { return hp_.n_vocab; }
@@ -87,10 +120,13 @@ public:
     // [n_tokens_seen, n_expert_used] ids in batch order (for routing statistics).
     // "2 threads (pinned), avx512 kernels": what the CPU path runs with.
     std::string cpu_summary() const;
+    // "cuda: NVIDIA H200, 20.1 GiB of weights": what the GPU path runs with ("" on the CPU).
+    std::string device_summary() const;
     void set_routing_trace(bool on) { trace_routing_ = on; }
     const std::vector<std::vector<int32_t>>& routing_trace() const { return routing_trace_; }
 
 private:
+    friend class Qwen35MoeGpu;
     void deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
     void attention(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
     void moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t n_tokens, float* out);
@@ -105,6 +141,8 @@ private:
     std::vector<std::vector<int64_t>> expert_usage_;
     bool trace_routing_ = false;
     std::vector<std::vector<int32_t>> routing_trace_;
+    Device device_ = Device::cpu;
+    std::unique_ptr<ForwardBackend> gpu_;
 };
 
 }  // namespace mox::models

@@ -149,6 +149,32 @@ private:
     EventHandle event_ = nullptr;
 };
 
+// A captured sequence of launches on one stream, replayed by one call (the decode step: ~600 small
+// kernels per token would otherwise cost more in launch overhead than in work). Everything the
+// captured kernels read that changes between replays (token id, position) must live in device
+// memory at fixed addresses. Move-only.
+class Graph {
+public:
+    Graph() = default;
+    ~Graph();
+    Graph(Graph&& other) noexcept;
+    Graph& operator=(Graph&& other) noexcept;
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+
+    // Launches on `stream` between begin_capture and end_capture are recorded, not run. If anything
+    // throws in between, call abort_capture so the stream leaves capture mode.
+    static void begin_capture(StreamHandle stream);
+    static Graph end_capture(StreamHandle stream);
+    static void abort_capture(StreamHandle stream) noexcept;
+
+    void launch(StreamHandle stream) const;
+    bool empty() const { return exec_ == nullptr; }
+
+private:
+    GraphExecHandle exec_ = nullptr;
+};
+
 // A weight matrix (or expert stack) copied to the device: `view` is the same ops::Weight with its
 // data pointer in device memory, for the CUDA launchers. The allocation is padded by 16 bytes so
 // that 16-byte vector loads at the end of the last row never leave it.

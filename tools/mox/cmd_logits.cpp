@@ -68,7 +68,8 @@ void register_logits(CLI::App& app) {
     cmd->callback([o] {
         const std::vector<int32_t> ids = parse_token_list(o->tokens);
         const gguf::File file = gguf::File::open(o->model.path);
-        models::Qwen35Moe model(file, o->model.threads, o->model.cpu_isa(), !o->model.no_pin);
+        const std::unique_ptr<models::Qwen35Moe> loaded = o->model.load(file);
+        models::Qwen35Moe& model = *loaded;
         models::StateOptions so = state_options(o->model, model.hparams(), static_cast<int64_t>(ids.size()));
         auto state = model.new_state(so);
         const int64_t n = static_cast<int64_t>(ids.size());

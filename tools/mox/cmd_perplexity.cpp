@@ -36,7 +36,8 @@ void register_perplexity(CLI::App& app) {
         std::stringstream ss;
         ss << in.rdbuf();
         const gguf::File file = gguf::File::open(o->model.path);
-        models::Qwen35Moe model(file, o->model.threads, o->model.cpu_isa(), !o->model.no_pin);
+        const std::unique_ptr<models::Qwen35Moe> loaded = o->model.load(file);
+        models::Qwen35Moe& model = *loaded;
         const text::Tokenizer tokenizer(text::vocab_from_gguf(file));
         const std::vector<int32_t> ids = tokenizer.encode(ss.str());
         if (ids.size() < 2) fail("'{}' has fewer than 2 tokens", o->file);

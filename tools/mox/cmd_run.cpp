@@ -72,7 +72,8 @@ LoadedModel load(const ModelOptions& o) {
     LoadedModel m;
     m.file = std::make_unique<gguf::File>(gguf::File::open(o.path));
     m.model = o.load(*m.file);
-    fmt::print(stderr, "mox: cpu: {}\n", m.model->cpu_summary());
+    if (m.model->device() == models::Device::cpu) fmt::print(stderr, "mox: cpu: {}\n", m.model->cpu_summary());
+    else fmt::print(stderr, "mox: {}\n", m.model->device_summary());
     m.tokenizer = std::make_unique<text::Tokenizer>(text::vocab_from_gguf(*m.file));
     return m;
 }

@@ -20,8 +20,14 @@ struct ModelOptions {
     std::string cache_type_v = "f16";
     std::string isa = "auto";  // CPU kernel tier cap: auto, avx512, avx2, scalar (reference)
     bool no_pin = false;
+    std::string device = "cpu";  // cpu or cuda
+    int n_gpu_layers = -2;       // -ngl as llama.cpp; -2: not given
 
     quant::Isa cpu_isa() const;  // throws on an unknown or unsupported name
+    // --device and -ngl resolved for this model: -ngl 0 is the CPU, -ngl >= the layer count (or -1)
+    // the GPU; anything between is a partial offload, which needs the hybrid planner (issue 6).
+    models::Device resolve_device(int64_t n_layer) const;
+
     std::unique_ptr<models::Qwen35Moe> load(const gguf::File& file) const;
 };
 

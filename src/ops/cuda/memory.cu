@@ -188,6 +188,49 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
     return ms;
 }
 
+// ---- Graph
+
+Graph::~Graph() {
+    if (exec_) (void)cudaGraphExecDestroy(exec_);
+}
+
+Graph::Graph(Graph&& other) noexcept : exec_(std::exchange(other.exec_, nullptr)) {}
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+    if (this != &other) {
+        if (exec_) (void)cudaGraphExecDestroy(exec_);
+        exec_ = std::exchange(other.exec_, nullptr);
+    }
+    return *this;
+}
+
+void Graph::begin_capture(StreamHandle stream) {
+    MOX_CHECK(stream != nullptr, "graph capture needs a created stream, not the legacy default one");
+    // Relaxed: the launchers may query and set kernel attributes while capturing.
+    MOX_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+}
+
+Graph Graph::end_capture(StreamHandle stream) {
+    cudaGraph_t graph = nullptr;
+    MOX_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    Graph out;
+    const cudaError_t err = cudaGraphInstantiate(&out.exec_, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    if (err != cudaSuccess) cuda_fail(err, "cudaGraphInstantiate(&exec, graph, 0)", __FILE__, __LINE__);
+    return out;
+}
+
+void Graph::abort_capture(StreamHandle stream) noexcept {
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+}
+
+void Graph::launch(StreamHandle stream) const {
+    MOX_CHECK(exec_ != nullptr, "launch of an empty graph");
+    MOX_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
+
 // ---- weights
 
 size_t weight_bytes(const ops::Weight& w) {

@@ -1,0 +1,418 @@
+// Qwen3.5/3.6-MoE entirely on one CUDA device (issue 5): the same forward as models/qwen35moe.cpp,
+// written with the GPU launchers of ops/cuda_*.h and quant/cuda_*.h. Every weight is uploaded once;
+// activations live in buffers sized for one micro-batch (n_ubatch tokens) at load, so a forward
+// never allocates device memory. A decode step (one token) is captured in a CUDA graph per sequence
+// and replayed; it is re-captured only when the attention grid must grow (context buckets).
+#include "models/qwen35moe.h"
+
+#include "core/error.h"
+#include "core/units.h"
+#include "ops/cuda_attention.h"
+#include "ops/cuda_basic.h"
+#include "ops/cuda_delta_net.h"
+#include "ops/cuda_device.h"
+#include "ops/cuda_memory.h"
+#include "ops/cuda_moe.h"
+#include "quant/cuda_matmul.h"
+#include "quant/cuda_matvec.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace mox::models {
+
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::DeviceWeight;
+
+// Tokens per micro-batch of a prefill: activations are sized for this many at load.
+constexpr int64_t kUbatch = 512;
+// Logit rows computed per matvec launch (its column limit).
+constexpr int64_t kLogitRows = cuda::kMaxMatvecCols;
+// Smallest attention grid of a decode graph; it doubles as the context grows.
+constexpr int64_t kMinKeysBucket = 256;
+
+DeviceBuffer upload_floats(const std::vector<float>& v) {
+    DeviceBuffer b(std::max<size_t>(v.size(), 1) * sizeof(float));
+    if (!v.empty()) b.upload(v.data(), v.size() * sizeof(float));
+    return b;
+}
+
+const float* f(const DeviceBuffer& b) { return b.as<const float>(); }
+
+struct GpuLayer {
+    DeviceBuffer attn_norm, post_attention_norm;
+    // Gated DeltaNet
+    DeviceWeight attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out;
+    DeviceBuffer ssm_conv1d, ssm_dt_bias, ssm_a, ssm_norm;
+    // Gated attention
+    DeviceWeight attn_q, attn_k, attn_v, attn_output;
+    DeviceBuffer attn_q_norm, attn_k_norm;
+    // MoE
+    DeviceWeight router, gate_exps, up_exps, down_exps, shexp_gate, shexp_up, shexp_down;
+    DeviceBuffer shexp_gate_inp;
+};
+
+struct GpuSequence final : DeviceSequenceState {
+    std::vector<DeviceBuffer> k, v;       // per attention layer: [n_ctx, row bytes]
+    std::vector<DeviceBuffer> conv, ssm;  // per DeltaNet layer
+    StateOptions options;
+    cuda::Graph decode_graph;             // valid for keys up to graph_keys
+    int64_t graph_keys = 0;
+
+    uint64_t bytes() const override {
+        uint64_t n = 0;
+        for (const auto* list : {&k, &v, &conv, &ssm})
+            for (const DeviceBuffer& b : *list) n += b.size();
+        return n;
+    }
+    void clear() override {
+        for (DeviceBuffer& b : conv) b.zero();
+        for (DeviceBuffer& b : ssm) b.zero();
+    }
+};
+
+}  // namespace
+
+class Qwen35MoeGpu final : public ForwardBackend {
+public:
+    explicit Qwen35MoeGpu(const Qwen35Moe& m);
+    std::unique_ptr<DeviceSequenceState> new_state(const StateOptions& o) override;
+    void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) override;
+    std::string summary() const override { return summary_; }
+
+private:
+    // The forward of n <= kUbatch tokens whose ids are already in tokens_ and whose first position
+    // is in pos_, leaving the final-norm hidden states in u_. Only launches: capturable.
+    void trunk(Qwen35MoeState& st, GpuSequence& seq, int64_t n, int64_t max_keys);
+    void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n);
+    void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys);
+    void moe(const GpuLayer& L, int64_t n);
+    // y [n, n_out] = x [n, n_in] W^T: matvec for up to 8 tokens, the tensor-core matmul above.
+    void linear(const DeviceWeight& w, const float* x, int64_t n, float* y);
+    // Logits of `count` consecutive rows of u_ starting at row r0 into host memory.
+    void logits_rows(int64_t r0, int64_t count, float* host);
+
+    const Qwen35Moe& m_;
+    const Qwen35MoeHparams& hp_;
+    cuda::Stream stream_;
+    std::string summary_;
+    DeviceWeight token_embd_, output_;
+    DeviceBuffer output_norm_;
+    std::vector<GpuLayer> layers_;
+    // Activations for one micro-batch (fp32, token-major rows).
+    DeviceBuffer tokens_, pos_;  // int32 [kUbatch], int32 [1]
+    DeviceBuffer x_, u_, mix_, shared_;
+    DeviceBuffer qkv_, conv_, z_, beta_, alpha_, y_;  // DeltaNet
+    DeviceBuffer qg_, q_, k_, v_, o_, attn_ws_;       // attention
+    size_t attn_ws_bytes_ = 0;
+    DeviceBuffer router_logits_, ids_, weights_, h_, sh_g_, sh_u_, sh_h_, zero_id_, unit_weight_;  // MoE
+    DeviceBuffer work_;  // matmul / batched-MoE scratch
+    size_t work_bytes_ = 0;
+    DeviceBuffer logits_;
+    cuda::PinnedBuffer logits_host_;
+    cuda::PinnedBuffer staging_;  // token ids and position for the next upload
+};
+
+Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
+    if (cuda::device_count() == 0) fail("--device cuda: no CUDA device found");
+    cuda::set_device(0);
+    const ops::CudaDeviceInfo info = ops::cuda_devices().front();
+    const cuda::StreamHandle s = stream_.handle();
+    auto up = [&](const ops::Weight& w) {
+        if (!cuda::matvec_supported(w.type))
+            fail("--device cuda: weight type {} has no CUDA kernel", quant::traits(w.type).name);
+        return cuda::upload_weight(w, s);
+    };
+    uint64_t weight_bytes = 0;
+    auto upw = [&](const ops::Weight& w) {
+        weight_bytes += cuda::weight_bytes(w);
+        return up(w);
+    };
+    token_embd_ = upw(m.token_embd_);
+    output_ = m.output_.data == m.token_embd_.data ? upw(m.token_embd_) : upw(m.output_);
+    output_norm_ = upload_floats(m.output_norm_);
+    layers_.resize(m.layers_.size());
+    for (size_t i = 0; i < m.layers_.size(); ++i) {
+        const Qwen35MoeLayer& L = m.layers_[i];
+        GpuLayer& G = layers_[i];
+        G.attn_norm = upload_floats(L.attn_norm);
+        G.post_attention_norm = upload_floats(L.post_attention_norm);
+        if (L.recurrent) {
+            G.attn_qkv = upw(L.attn_qkv);
+            G.attn_gate = upw(L.attn_gate);
+            G.ssm_beta = upw(L.ssm_beta);
+            G.ssm_alpha = upw(L.ssm_alpha);
+            G.ssm_out = upw(L.ssm_out);
+            G.ssm_conv1d = upload_floats(L.ssm_conv1d);
+            G.ssm_dt_bias = upload_floats(L.ssm_dt_bias);
+            G.ssm_a = upload_floats(L.ssm_a);
+            G.ssm_norm = upload_floats(L.ssm_norm);
+        } else {
+            G.attn_q = upw(L.attn_q);
+            G.attn_k = upw(L.attn_k);
+            G.attn_v = upw(L.attn_v);
+            G.attn_output = upw(L.attn_output);
+            G.attn_q_norm = upload_floats(L.attn_q_norm);
+            G.attn_k_norm = upload_floats(L.attn_k_norm);
+        }
+        G.router = upw(L.router);
+        G.gate_exps = upw(L.experts.gate);
+        G.up_exps = upw(L.experts.up);
+        G.down_exps = upw(L.experts.down);
+        if (hp_.n_ff_shexp > 0) {
+            G.shexp_gate = upw(L.shexp_gate);
+            G.shexp_up = upw(L.shexp_up);
+            G.shexp_down = upw(L.shexp_down);
+            G.shexp_gate_inp = upload_floats(L.shexp_gate_inp);
+        }
+    }
+
+    // Activation buffers for kUbatch tokens.
+    const int64_t nb = kUbatch, d = hp_.n_embd;
+    auto fbuf = [](int64_t count) { return DeviceBuffer(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float)); };
+    tokens_ = DeviceBuffer(nb * sizeof(int32_t));
+    pos_ = DeviceBuffer(sizeof(int32_t));
+    x_ = fbuf(nb * d), u_ = fbuf(nb * d), mix_ = fbuf(nb * d), shared_ = fbuf(nb * d);
+    const int64_t C = hp_.conv_channels(), inner = hp_.ssm_inner, Hv = hp_.ssm_v_heads;
+    qkv_ = fbuf(nb * C), conv_ = fbuf(nb * C), z_ = fbuf(nb * inner), y_ = fbuf(nb * inner);
+    beta_ = fbuf(nb * Hv), alpha_ = fbuf(nb * Hv);
+    const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
+    qg_ = fbuf(nb * 2 * H * hd), q_ = fbuf(nb * H * hd), o_ = fbuf(nb * H * hd);
+    k_ = fbuf(nb * Hkv * hd), v_ = fbuf(nb * Hkv * hd);
+    const int64_t E = hp_.n_expert, K = hp_.n_expert_used;
+    router_logits_ = fbuf(nb * E);
+    ids_ = DeviceBuffer(static_cast<size_t>(nb * K) * sizeof(int32_t));
+    weights_ = fbuf(nb * K);
+    h_ = fbuf(K * hp_.n_ff_exp);
+    const int64_t ffs = std::max<int64_t>(hp_.n_ff_shexp, 1);
+    sh_g_ = fbuf(nb * ffs), sh_u_ = fbuf(nb * ffs), sh_h_ = fbuf(nb * ffs);
+    zero_id_ = DeviceBuffer(sizeof(int32_t));
+    zero_id_.zero(s);
+    unit_weight_ = fbuf(1);
+    const float one = 1.0f;
+    unit_weight_.upload(&one, sizeof(one), 0, s);
+
+    // Scratch of the largest matmul / batched MoE of a micro-batch.
+    for (const GpuLayer& G : layers_) {
+        for (const DeviceWeight* w : {&G.attn_qkv, &G.attn_gate, &G.ssm_beta, &G.ssm_alpha, &G.ssm_out, &G.attn_q, &G.attn_k,
+                                      &G.attn_v, &G.attn_output, &G.router, &G.shexp_gate, &G.shexp_up, &G.shexp_down})
+            if (w->view.valid())
+                work_bytes_ = std::max(work_bytes_, cuda::matmul_workspace_bytes(w->view.type, w->view.n_in, w->view.n_out, nb));
+        work_bytes_ = std::max(work_bytes_, cuda::moe_batch_workspace_bytes(G.gate_exps.view, G.down_exps.view, nb, K));
+    }
+    work_ = DeviceBuffer(std::max<size_t>(work_bytes_, 16));
+    // The attention workspace is shared by all sequences and sized once for the longest context,
+    // so captured decode graphs never see it move.
+    const ops::AttentionShape shape{H, Hkv, hd, 0.0f};
+    attn_ws_bytes_ = std::max(cuda::attention_workspace_bytes(shape, 1, hp_.n_ctx_train),
+                              cuda::attention_workspace_bytes(shape, nb, hp_.n_ctx_train));
+    attn_ws_ = DeviceBuffer(std::max<size_t>(attn_ws_bytes_, 16));
+    logits_ = fbuf(kLogitRows * hp_.n_vocab);
+    std::string why;
+    logits_host_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(kLogitRows * hp_.n_vocab) * sizeof(float), &why);
+    staging_ = cuda::PinnedBuffer::try_alloc((nb + 1) * sizeof(int32_t), &why);
+    if (logits_host_.empty() || staging_.empty()) fail("--device cuda: pinned host memory: {}", why);
+    stream_.synchronize();
+    summary_ = fmt::format("cuda: {}, {} of weights", info.name, format_bytes(weight_bytes));
+}
+
+std::unique_ptr<DeviceSequenceState> Qwen35MoeGpu::new_state(const StateOptions& o) {
+    for (quant::TypeId t : {o.k_type, o.v_type})
+        if (t != quant::TypeId::f32 && t != quant::TypeId::f16 && t != quant::TypeId::bf16 && t != quant::TypeId::q8_0 &&
+            t != quant::TypeId::q4_0)
+            fail("--device cuda: KV cache type {} is not supported (f32, f16, bf16, q8_0, q4_0)", quant::traits(t).name);
+    auto seq = std::make_unique<GpuSequence>();
+    seq->options = o;
+    const int64_t row = hp_.n_head_kv * hp_.head_dim_k;
+    for (int64_t i = 0; i < hp_.n_attention_layers(); ++i) {
+        seq->k.emplace_back(quant::row_bytes(o.k_type, row) * static_cast<size_t>(o.n_ctx));
+        seq->v.emplace_back(quant::row_bytes(o.v_type, row) * static_cast<size_t>(o.n_ctx));
+    }
+    for (int64_t i = 0; i < hp_.n_recurrent_layers(); ++i) {
+        seq->conv.emplace_back(static_cast<size_t>((hp_.ssm_conv_kernel - 1) * hp_.conv_channels()) * sizeof(float));
+        seq->ssm.emplace_back(static_cast<size_t>(hp_.ssm_v_heads * hp_.ssm_state * hp_.ssm_state) * sizeof(float));
+    }
+    seq->clear();
+    cuda::device_synchronize();
+    return seq;
+}
+
+void Qwen35MoeGpu::linear(const DeviceWeight& w, const float* x, int64_t n, float* y) {
+    const ops::Weight& v = w.view;
+    if (n <= cuda::kMaxMatvecCols)
+        cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream_.handle());
+    else
+        cuda::matmul(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, n, y, work_.data(), stream_.handle());
+}
+
+void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
+    const int64_t V = hp_.n_vocab;
+    int64_t n_rows = 0;
+    for (const SequenceBatch& b : batch) n_rows += all_logits ? static_cast<int64_t>(b.tokens.size()) : 1;
+    logits.resize(static_cast<size_t>(n_rows * V));
+    const cuda::StreamHandle s = stream_.handle();
+    int64_t row_out = 0;
+    // Sequences run one after another (each continues its own state); tokens of one go in
+    // micro-batches of up to kUbatch.
+    for (const SequenceBatch& b : batch) {
+        Qwen35MoeState& st = *b.state;
+        auto* seq = dynamic_cast<GpuSequence*>(st.device_.get());
+        if (!seq) fail("this sequence's state was made by a model on another device");
+        const auto n_total = static_cast<int64_t>(b.tokens.size());
+        for (int64_t c0 = 0; c0 < n_total; c0 += kUbatch) {
+            const int64_t n = std::min(kUbatch, n_total - c0);
+            const int64_t pos = st.n_past_ + c0;
+            stream_.synchronize();  // the previous chunk's upload may still read the staging buffer
+            auto* stage = staging_.as<int32_t>();
+            std::memcpy(stage, b.tokens.data() + c0, static_cast<size_t>(n) * sizeof(int32_t));
+            stage[kUbatch] = static_cast<int32_t>(pos);
+            cuda::copy_to_device(tokens_.data(), stage, static_cast<size_t>(n) * sizeof(int32_t), s);
+            cuda::copy_to_device(pos_.data(), stage + kUbatch, sizeof(int32_t), s);
+            if (n == 1) {
+                // Decode: replay the captured step; capture again when the context outgrows its grid.
+                if (seq->decode_graph.empty() || pos + 1 > seq->graph_keys) {
+                    int64_t keys = kMinKeysBucket;
+                    while (keys < pos + 1) keys *= 2;
+                    keys = std::min(keys, st.n_ctx());
+                    seq->decode_graph = cuda::Graph();
+                    cuda::Graph::begin_capture(s);
+                    try {
+                        trunk(st, *seq, 1, keys);
+                    } catch (...) {
+                        cuda::Graph::abort_capture(s);
+                        throw;
+                    }
+                    seq->decode_graph = cuda::Graph::end_capture(s);
+                    seq->graph_keys = keys;
+                }
+                seq->decode_graph.launch(s);
+            } else {
+                trunk(st, *seq, n, std::min(st.n_ctx(), pos + n));
+            }
+            // Logits: every row of the chunk, or the sequence's last row in its last chunk.
+            const bool last_chunk = c0 + n == n_total;
+            const int64_t r_first = all_logits ? 0 : (last_chunk ? n - 1 : n);
+            for (int64_t r = r_first; r < n; r += kLogitRows) {
+                const int64_t cnt = std::min(kLogitRows, n - r);
+                logits_rows(r, cnt, logits.data() + row_out * V);
+                row_out += cnt;
+            }
+        }
+    }
+    stream_.synchronize();
+}
+
+void Qwen35MoeGpu::logits_rows(int64_t r0, int64_t count, float* host) {
+    const int64_t V = hp_.n_vocab, d = hp_.n_embd;
+    const cuda::StreamHandle s = stream_.handle();
+    const ops::Weight& w = output_.view;
+    cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * d, static_cast<int>(count),
+                 logits_.as<float>(), s);
+    const size_t bytes = static_cast<size_t>(count * V) * sizeof(float);
+    cuda::copy_to_host(logits_host_.data(), logits_.data(), bytes, s);
+    std::memcpy(host, logits_host_.data(), bytes);
+}
+
+void Qwen35MoeGpu::trunk(Qwen35MoeState& st, GpuSequence& seq, int64_t n, int64_t max_keys) {
+    const cuda::StreamHandle s = stream_.handle();
+    const int64_t d = hp_.n_embd;
+    const float eps = static_cast<float>(hp_.rms_eps);
+    float* x = x_.as<float>();
+    float* u = u_.as<float>();
+    float* mix = mix_.as<float>();
+    cuda::embed_rows(token_embd_.view, tokens_.as<int32_t>(), n, x, s);
+    const float* pending = nullptr;  // the last block's output, not yet added to x
+    for (size_t il = 0; il < layers_.size(); ++il) {
+        const GpuLayer& L = layers_[il];
+        cuda::add_rms_norm(x, pending, f(L.attn_norm), n, d, eps, u, s);
+        if (m_.layers_[il].recurrent) deltanet(L, m_.rec_index_[il], seq, n);
+        else attention(L, m_.attn_index_[il], seq, n, max_keys);
+        cuda::add_rms_norm(x, mix, f(L.post_attention_norm), n, d, eps, u, s);
+        moe(L, n);
+        pending = mix;
+    }
+    cuda::add_rms_norm(x, pending, f(output_norm_), n, d, eps, u, s);
+    (void)st;
+}
+
+// Gated DeltaNet (spec §3a): u_ -> mix_.
+void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n) {
+    const cuda::StreamHandle s = stream_.handle();
+    const float* u = u_.as<float>();
+    linear(L.attn_qkv, u, n, qkv_.as<float>());
+    linear(L.attn_gate, u, n, z_.as<float>());
+    linear(L.ssm_beta, u, n, beta_.as<float>());
+    linear(L.ssm_alpha, u, n, alpha_.as<float>());
+    const int64_t C = hp_.conv_channels();
+    cuda::conv_silu(seq.conv[static_cast<size_t>(ri)].as<float>(), f(L.ssm_conv1d), qkv_.as<float>(), C, n, C,
+                    hp_.ssm_conv_kernel, conv_.as<float>(), s);
+    const cuda::DeltaNetShape shape{hp_.ssm_k_heads, hp_.ssm_v_heads, hp_.ssm_state, hp_.ssm_state,
+                                    static_cast<float>(hp_.rms_eps)};
+    const cuda::DeltaNetWeights w{f(L.ssm_a), f(L.ssm_dt_bias), f(L.ssm_norm)};
+    cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta_.as<float>(), alpha_.as<float>(),
+                    z_.as<float>(), w, shape, n, y_.as<float>(), s);
+    linear(L.ssm_out, y_.as<float>(), n, mix_.as<float>());
+}
+
+// Gated full attention (spec §3b): u_ -> mix_.
+void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys) {
+    const cuda::StreamHandle s = stream_.handle();
+    const float* u = u_.as<float>();
+    const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
+    linear(L.attn_q, u, n, qg_.as<float>());
+    linear(L.attn_k, u, n, k_.as<float>());
+    linear(L.attn_v, u, n, v_.as<float>());
+    const cuda::QkPrepShape qs{H, Hkv, hd, hp_.n_rot, static_cast<float>(hp_.rms_eps), static_cast<float>(hp_.rope_theta)};
+    cuda::qk_norm_rope(qg_.as<float>(), f(L.attn_q_norm), k_.as<float>(), f(L.attn_k_norm), pos_.as<int32_t>(), n, qs,
+                       q_.as<float>(), s);
+    const StateOptions& so = seq.options;
+    const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(), seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
+                         so.k_type, so.v_type, Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd),
+                         quant::row_bytes(so.v_type, Hkv * hd), so.n_ctx};
+    cuda::kv_store(kv, pos_.as<int32_t>(), n, k_.as<float>(), Hkv * hd, v_.as<float>(), Hkv * hd, s);
+    const ops::AttentionShape shape{H, Hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+    // The gate sits after each head's query in the q projection: [n][H][q: hd | gate: hd].
+    const cuda::AttentionGate gate{qg_.as<float>() + hd, 2 * H * hd, 2 * hd};
+    cuda::attention(kv, shape, q_.as<float>(), n, pos_.as<int32_t>(), max_keys, gate, o_.as<float>(), attn_ws_.data(), s);
+    linear(L.attn_output, o_.as<float>(), n, mix_.as<float>());
+}
+
+// Routed experts plus the sigmoid-gated shared expert (spec §3c): u_ -> mix_.
+void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t n) {
+    const cuda::StreamHandle s = stream_.handle();
+    const float* u = u_.as<float>();
+    const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
+    linear(L.router, u, n, router_logits_.as<float>());
+    cuda::route_softmax_topk(router_logits_.as<float>(), n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
+    if (n == 1) {
+        cuda::moe_gate_up(L.gate_exps.view, L.up_exps.view, ids_.as<int32_t>(), K, u, h_.as<float>(), s);
+        cuda::moe_down(L.down_exps.view, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s);
+    } else {
+        cuda::moe_batch(L.gate_exps.view, L.up_exps.view, L.down_exps.view, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
+                        mix_.as<float>(), work_.data(), s);
+    }
+    if (hp_.n_ff_shexp == 0) return;
+    float* shared = shared_.as<float>();
+    if (n == 1) {
+        // The shared expert is a one-expert stack: the decode MoE kernels with expert 0, weight 1.
+        cuda::moe_gate_up(L.shexp_gate.view, L.shexp_up.view, zero_id_.as<int32_t>(), 1, u, sh_h_.as<float>(), s);
+        cuda::moe_down(L.shexp_down.view, zero_id_.as<int32_t>(), unit_weight_.as<float>(), 1, sh_h_.as<float>(), shared, s);
+    } else {
+        linear(L.shexp_gate, u, n, sh_g_.as<float>());
+        linear(L.shexp_up, u, n, sh_u_.as<float>());
+        cuda::swiglu(sh_g_.as<float>(), sh_u_.as<float>(), n * hp_.n_ff_shexp, sh_h_.as<float>(), s);
+        linear(L.shexp_down, sh_h_.as<float>(), n, shared);
+    }
+    cuda::shared_expert_add(mix_.as<float>(), shared, u, f(L.shexp_gate_inp), n, d, s);
+}
+
+std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe& model) {
+    return std::make_unique<Qwen35MoeGpu>(model);
+}
+
+}  // namespace mox::models

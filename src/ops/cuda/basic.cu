@@ -1,0 +1,180 @@
+#include "ops/cuda_basic.h"
+#include "quant/cuda/matvec.cuh"
+
+namespace mox::cuda {
+
+namespace {
+
+inline constexpr int kNormThreads = 256;
+
+// Block-wide sum; every thread gets the total. `red` holds one float per warp.
+__device__ float block_sum(float v, float* red) {
+    v = warp_sum(v);
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    __syncthreads();  // red may still be read by a previous call
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < static_cast<int>(blockDim.x / kWarp); ++i) t += red[i];
+    return t;
+}
+
+// One thread per 32-element segment: decode it and scatter the values to their element positions.
+template <class T>
+__global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int64_t n_in,
+                             const int32_t* __restrict__ ids, float* __restrict__ out) {
+    __shared__ float tbl[16];
+    stage_table<T>(tbl);
+    __syncthreads();
+    const int64_t t = blockIdx.y;
+    const uint8_t* row = table + static_cast<size_t>(ids[t]) * row_bytes;
+    const int64_t n_segs = n_segments<T>(n_in);
+    for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < n_segs;
+         g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        seg::Seg s;
+        T::load(row, g, n_in, s, tbl);
+        const int64_t base = (g / T::kSegs) * T::kBlockElems;
+        const int sb = static_cast<int>(g % T::kSegs);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            const int64_t e = base + T::elem_of(sb, j);
+            float v = s.d[j / 8] * s.q[j];
+            if constexpr (T::kHasMin) v -= s.m[j / 8];
+            if (e < n_in) out[t * n_in + e] = v;
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kNormThreads)
+    add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ add, const float* __restrict__ w,
+                        int64_t d, float eps, float* __restrict__ out) {
+    __shared__ float red[kNormThreads / kWarp];
+    float* xr = x + blockIdx.x * d;
+    const float* ar = add ? add + blockIdx.x * d : nullptr;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = xr[i];
+        if (ar) {
+            v += ar[i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    const float scale = rsqrtf(block_sum(ss, red) / static_cast<float>(d) + eps);
+    float* o = out + blockIdx.x * d;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+}
+
+// One block per (token, head), q heads first then k heads; head_dim <= 1024, one element per thread.
+__global__ void qk_norm_rope_kernel(const float* __restrict__ qg, const float* __restrict__ q_norm,
+                                    float* __restrict__ k, const float* __restrict__ k_norm,
+                                    const int32_t* __restrict__ pos0, QkPrepShape sh, float* __restrict__ q) {
+    __shared__ float red[32];
+    __shared__ float head[1024];
+    const int64_t t = blockIdx.x;
+    const int64_t hh = blockIdx.y;
+    const int64_t hd = sh.head_dim;
+    const bool is_q = hh < sh.n_head;
+    const float* src;
+    float* dst;
+    const float* nw;
+    if (is_q) {
+        src = qg + (t * sh.n_head + hh) * 2 * hd;
+        dst = q + (t * sh.n_head + hh) * hd;
+        nw = q_norm;
+    } else {
+        const int64_t h = hh - sh.n_head;
+        src = k + (t * sh.n_head_kv + h) * hd;
+        dst = k + (t * sh.n_head_kv + h) * hd;
+        nw = k_norm;
+    }
+    const int i = threadIdx.x;
+    const float v = i < hd ? src[i] : 0.0f;
+    const float scale = rsqrtf(block_sum(v * v, red) / static_cast<float>(hd) + sh.eps);
+    if (i < hd) head[i] = v * scale * nw[i];
+    __syncthreads();
+    const int64_t half = sh.n_rot / 2;
+    float r = i < hd ? head[i] : 0.0f;
+    if (i < sh.n_rot) {
+        // Angles in double: at position 262143 a float angle would be off by ~0.02 rad.
+        const int64_t pair = i < half ? i : i - half;
+        const double freq = pow(static_cast<double>(sh.theta), -2.0 * static_cast<double>(pair) / static_cast<double>(sh.n_rot));
+        const double angle = static_cast<double>(*pos0 + t) * freq;
+        double sd, cd;
+        sincos(angle, &sd, &cd);
+        const float c = static_cast<float>(cd), s = static_cast<float>(sd);
+        r = i < half ? head[i] * c - head[i + half] * s : head[i - half] * s + head[i] * c;
+    }
+    if (i < hd) dst[i] = r;
+}
+
+__global__ void __launch_bounds__(kNormThreads)
+    shared_expert_add_kernel(float* __restrict__ out, const float* __restrict__ shared, const float* __restrict__ u,
+                             const float* __restrict__ gate_inp, int64_t d) {
+    __shared__ float red[kNormThreads / kWarp];
+    const int64_t t = blockIdx.x;
+    float dot = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dot += gate_inp[i] * u[t * d + i];
+    const float g = 1.0f / (1.0f + expf(-block_sum(dot, red)));
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[t * d + i] += g * shared[t * d + i];
+}
+
+__global__ void swiglu_kernel(const float* __restrict__ g, const float* __restrict__ u, int64_t count,
+                              float* __restrict__ y) {
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float a = g[i];
+        y[i] = a / (1.0f + expf(-a)) * u[i];
+    }
+}
+
+}  // namespace
+
+void embed_rows(const ops::Weight& table, const int32_t* ids, int64_t n, float* out, StreamHandle stream) {
+    if (n == 0) return;
+    MOX_CHECK(n <= 65535, "embed_rows: {} rows in one call", n);
+    const bool ok = dispatch_type(table.type, [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t n_segs = n_segments<T>(table.n_in);
+        const int threads = 128;
+        const dim3 grid(static_cast<unsigned>((n_segs + threads - 1) / threads), static_cast<unsigned>(n));
+        embed_kernel<T><<<grid, threads, 0, stream>>>(table.data, table.row_bytes, table.n_in, ids, out);
+        MOX_CUDA_CHECK_LAUNCH("embed_kernel");
+    });
+    if (!ok) fail("CUDA embed_rows: no kernel for type {}", quant::traits(table.type).name);
+}
+
+void add_rms_norm(float* x, const float* add, const float* w, int64_t n, int64_t d, float eps, float* out,
+                  StreamHandle stream) {
+    if (n == 0) return;
+    add_rms_norm_kernel<<<static_cast<unsigned>(n), kNormThreads, 0, stream>>>(x, add, w, d, eps, out);
+    MOX_CUDA_CHECK_LAUNCH("add_rms_norm_kernel");
+}
+
+void qk_norm_rope(const float* qg, const float* q_norm, float* k, const float* k_norm, const int32_t* pos0,
+                  int64_t n, const QkPrepShape& shape, float* q, StreamHandle stream) {
+    if (n == 0) return;
+    MOX_CHECK(shape.head_dim <= 1024 && shape.n_rot <= shape.head_dim && shape.n_rot % 2 == 0,
+              "qk_norm_rope: head_dim {} n_rot {}", shape.head_dim, shape.n_rot);
+    const int threads = static_cast<int>((shape.head_dim + kWarp - 1) / kWarp * kWarp);
+    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(shape.n_head + shape.n_head_kv));
+    qk_norm_rope_kernel<<<grid, threads, 0, stream>>>(qg, q_norm, k, k_norm, pos0, shape, q);
+    MOX_CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
+}
+
+void shared_expert_add(float* out, const float* shared, const float* u, const float* gate_inp, int64_t n, int64_t d,
+                       StreamHandle stream) {
+    if (n == 0) return;
+    shared_expert_add_kernel<<<static_cast<unsigned>(n), kNormThreads, 0, stream>>>(out, shared, u, gate_inp, d);
+    MOX_CUDA_CHECK_LAUNCH("shared_expert_add_kernel");
+}
+
+void swiglu(const float* g, const float* u, int64_t count, float* y, StreamHandle stream) {
+    if (count == 0) return;
+    const int threads = 256;
+    const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, 4096);
+    swiglu_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(g, u, count, y);
+    MOX_CUDA_CHECK_LAUNCH("swiglu_kernel");
+}
+
+}  // namespace mox::cuda

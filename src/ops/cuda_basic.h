@@ -1,0 +1,42 @@
+// The small per-token operations of the forward pass on the GPU (issue 5): embedding rows, residual
+// add + RMSNorm, per-head q/k norm + partial NEOX RoPE, and the shared expert's sigmoid gate. Same
+// math as ops/basic.h (the CPU reference the tests compare with). Plain C++; kernels in
+// ops/cuda/basic.cu, linked only with -DMOX_CUDA=ON. All pointers are device memory, fp32 unless
+// said otherwise.
+#pragma once
+
+#include "ops/weight.h"
+#include "quant/cuda_stream.h"
+
+#include <cstdint>
+
+namespace mox::cuda {
+
+// out[t, :] = row ids[t] of `table` (any matvec-supported block type), dequantized. out: [n, n_in].
+void embed_rows(const ops::Weight& table, const int32_t* ids, int64_t n, float* out, StreamHandle stream = nullptr);
+
+// For each of n rows of width d: if `add` is not null, x += add (the residual stream; x updated);
+// then out = x / sqrt(mean(x^2) + eps) * w.
+void add_rms_norm(float* x, const float* add, const float* w, int64_t n, int64_t d, float eps, float* out,
+                  StreamHandle stream = nullptr);
+
+// Gated attention's q and k preparation for n tokens at positions *pos0 + t:
+//   q[t, h, :] = rope(rms_norm(qg[t, h, 0:hd]) * q_norm)   (qg rows: [n_head][2 * hd], query then gate)
+//   k[t, h, :] = rope(rms_norm(k[t, h, :]) * k_norm)       in place, [n][n_head_kv][hd]
+// rope: NEOX rotation of the first n_rot dims, angle pos * theta^(-2i/n_rot).
+struct QkPrepShape {
+    int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+    float eps = 1e-6f;
+    float theta = 10000.0f;
+};
+void qk_norm_rope(const float* qg, const float* q_norm, float* k, const float* k_norm, const int32_t* pos0,
+                  int64_t n, const QkPrepShape& shape, float* q, StreamHandle stream = nullptr);
+
+// Shared expert combine: out[t, :] += sigmoid(dot(gate_inp, u[t, :])) * shared[t, :]. [n, d] each.
+void shared_expert_add(float* out, const float* shared, const float* u, const float* gate_inp, int64_t n, int64_t d,
+                       StreamHandle stream = nullptr);
+
+// y[t, :] = silu(g[t, :]) * u[t, :] over n * d elements (the shared expert's SwiGLU in prefill).
+void swiglu(const float* g, const float* u, int64_t count, float* y, StreamHandle stream = nullptr);
+
+}  // namespace mox::cuda
