@@ -13,3 +13,11 @@ def mox_bin() -> Path:
 def tool_dir() -> Path:
     """Folder of the helper binaries built from tests/tool/*.cpp (quant_tool, gguf_tool, ...)."""
     return Path(os.environ["MOX_TOOL_DIR"])
+
+
+@pytest.fixture(scope="session")
+def device_args() -> list:
+    """Extra flags that put the model on another device: MOX_TEST_DEVICE=cuda runs the end-to-end
+    tests that use this fixture on the GPU (the GPU machine's run; CI has no GPU and leaves it unset)."""
+    device = os.environ.get("MOX_TEST_DEVICE", "")
+    return ["--device", device] if device else []

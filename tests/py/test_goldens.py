@@ -35,10 +35,14 @@ def converted(mox_bin, tmp_path_factory):
     return files
 
 
-def run_logits(mox_bin, model, ids_file, out, *extra):
-    subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o", str(out), *extra],
-                   check=True, capture_output=True)
-    return np.load(out)
+@pytest.fixture(scope="module")
+def run_logits(mox_bin, device_args):
+    """`mox logits` on the device under test (MOX_TEST_DEVICE; the CPU by default)."""
+    def run(_mox_bin, model, ids_file, out, *extra):
+        subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o", str(out),
+                        *device_args, *extra], check=True, capture_output=True)
+        return np.load(out)
+    return run
 
 
 def rel_err(a, ref):
@@ -49,7 +53,7 @@ def argmax_agreement(a, ref):
     return float((a.argmax(-1) == ref.argmax(-1)).mean())
 
 
-def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path):
+def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     assert got.shape == ref.shape
@@ -57,7 +61,7 @@ def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path
     assert argmax_agreement(got, ref) == 1.0
 
 
-def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_file, tmp_path):
+def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     m = meta()
     k = m["decode_prefill"]
     prefill = np.load(GOLDEN / "logits_prefill.npy")
@@ -72,14 +76,14 @@ def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_fil
 # Quantized KV caches: the error is the cache's rounding (measured: f16 8.3e-3, q8_0 8.2e-3, q4_0 0.11).
 @pytest.mark.parametrize("kv,bound,agree", [("f16", 2e-2, 0.99), ("bf16", 5e-2, 0.97), ("q8_0", 2e-2, 0.98),
                                             ("q4_0", 0.25, 0.9)])
-def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, kv, bound, agree):
+def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, bound, agree):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", kv, "-ctv", kv)
     assert rel_err(got, ref) < bound
     assert argmax_agreement(got, ref) >= agree
 
 
-def test_f16_weights_match_transformers(mox_bin, converted, ids_file, tmp_path):
+def test_f16_weights_match_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     # The golden weights are bf16-exact and small, so f16 holds them almost exactly (measured 1.4e-5).
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f16"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
@@ -91,7 +95,7 @@ def test_f16_weights_match_transformers(mox_bin, converted, ids_file, tmp_path):
 # measured values with margin (Q8_0: rms 0.129, argmax 0.83; Q4_K_M: rms 0.52, argmax 0.41); the exact
 # test of the quantized path is the next one.
 @pytest.mark.parametrize("outtype,rms_bound,agree", [("q8_0", 0.2, 0.75), ("q4_k_m", 0.7, 0.3)])
-def test_quantized_weights_stated_bounds(mox_bin, converted, ids_file, tmp_path, outtype, rms_bound, agree):
+def test_quantized_weights_stated_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, outtype, rms_bound, agree):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted[outtype], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     rms = float(np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean()))
@@ -119,7 +123,7 @@ def dequantized_copy(src: Path, dst: Path):
 
 
 @pytest.mark.parametrize("outtype", ["q8_0", "q4_k_m"])
-def test_quantized_file_equals_its_dequantized_f32_copy(mox_bin, converted, ids_file, tmp_path, outtype):
+def test_quantized_file_equals_its_dequantized_f32_copy(mox_bin, converted, ids_file, tmp_path, run_logits, outtype):
     """The reference path on quantized weights computes exactly the function of its dequantized weights.
     (The SIMD kernels quantize activations to 8 bits, and on this random model that flips routing, so
     they are checked op by op against the reference in tests/quant and tests/ops instead.)"""

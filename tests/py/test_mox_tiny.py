@@ -18,9 +18,9 @@ def references():
 
 
 @pytest.mark.parametrize("index", [0, 1])
-def test_greedy_64_tokens_equal_transformers(mox_bin, index):
+def test_greedy_64_tokens_equal_transformers(mox_bin, device_args, index):
     case = references()["greedy"][index]
-    r = subprocess.run([str(mox_bin), "run", "-m", str(MODEL), "-p", case["prompt"], "-n", "64", "--temp", "0"],
+    r = subprocess.run([str(mox_bin), "run", "-m", str(MODEL), "-p", case["prompt"], "-n", "64", "--temp", "0", *device_args],
                        capture_output=True, text=True, check=True)
     assert r.stdout == case["prompt"] + case["text"]
     assert "generated 64 tokens" in r.stderr
@@ -33,21 +33,21 @@ def test_default_model_is_used_without_m(mox_bin):
     assert r.stdout.startswith(case["prompt"] + case["text"][:20])
 
 
-def test_logits_match_transformers(mox_bin, tmp_path):
+def test_logits_match_transformers(mox_bin, device_args, tmp_path):
     ids = np.load(REF / "logits_ids.npy")
     ref = np.load(REF / "logits.npy")
     out = tmp_path / "l.npy"
     subprocess.run([str(mox_bin), "logits", "-m", str(MODEL), "--tokens", ",".join(map(str, ids)), "-o", str(out),
-                    "-ctk", "f32", "-ctv", "f32"], check=True, capture_output=True)
+                    "-ctk", "f32", "-ctv", "f32", *device_args], check=True, capture_output=True)
     got = np.load(out)
     assert got.shape == ref.shape
     assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-3
     assert (got.argmax(-1) == ref.argmax(-1)).all()
 
 
-def test_perplexity_within_half_a_percent(mox_bin):
+def test_perplexity_within_half_a_percent(mox_bin, device_args):
     want = references()["perplexity"]["full_sequence"]
-    r = subprocess.run([str(mox_bin), "perplexity", "-m", str(MODEL), "-f", str(REF / "ppl_text.txt")],
+    r = subprocess.run([str(mox_bin), "perplexity", "-m", str(MODEL), "-f", str(REF / "ppl_text.txt"), *device_args],
                        capture_output=True, text=True, check=True)
     m = re.search(r"tokens (\d+) scored (\d+) mean_nll (\S+) perplexity (\S+)", r.stdout)
     assert m, r.stdout

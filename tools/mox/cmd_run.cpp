@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <fstream>
@@ -35,6 +36,7 @@ struct RunOptions {
     bool chat = false;
     bool no_think = false;
     std::string routing_stats;
+    std::string ids_out;
     engine::SamplerParams sampling;
 };
 
@@ -133,6 +135,8 @@ void register_run(CLI::App& app) {
     cmd->add_flag("--no-think", o->no_think, "Chat template with thinking off (enable_thinking=false)");
     cmd->add_option("--routing-stats", o->routing_stats,
                     "Write expert-routing statistics of prompt and generation (JSON) to this file");
+    cmd->add_option("--ids-out", o->ids_out,
+                    "Write the prompt's and the generated token ids to this file (two comma-separated lines)");
     add_sampling_options(cmd, o->sampling);
     cmd->callback([o] {
         o->model.path = resolve_model_path(o->model.path);
@@ -152,8 +156,13 @@ void register_run(CLI::App& app) {
         if (!o->chat) stream_to_stdout(prompt);
         engine::GenerationStats stats;
         m.model->set_routing_trace(!o->routing_stats.empty());
-        gen.generate(ids, o->n_predict, stream_to_stdout, &stats);
+        const std::vector<int32_t> out_ids = gen.generate(ids, o->n_predict, stream_to_stdout, &stats);
         print_stats(stats);
+        if (!o->ids_out.empty()) {
+            std::ofstream out(o->ids_out);
+            out << fmt::format("{}\n{}\n", fmt::join(ids, ","), fmt::join(out_ids, ","));
+            if (!out) fail("cannot write '{}'", o->ids_out);
+        }
         if (!o->routing_stats.empty()) {
             const auto& hp = m.model->hparams();
             const auto rs = engine::compute_routing_stats(m.model->routing_trace(), hp.n_expert, hp.n_expert_used);
@@ -175,6 +184,8 @@ void register_chat(CLI::App& app) {
     cmd->add_option("--system", o->system, "System message");
     cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply")->capture_default_str();
     cmd->add_flag("--no-think", o->no_think, "Thinking off (enable_thinking=false)");
+    cmd->add_option("--ids-out", o->ids_out,
+                    "Write the prompt's and the generated token ids to this file (two comma-separated lines)");
     add_sampling_options(cmd, o->sampling);
     cmd->callback([o] {
         o->model.path = resolve_model_path(o->model.path);
