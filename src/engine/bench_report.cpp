@@ -53,10 +53,12 @@ namespace {
 // Decode roofline fraction of a pure tg row: achieved t/s x bytes per token / measured bandwidth.
 std::optional<double> roofline_fraction(const BenchResult& r, double median_ts) {
     const BenchTest& t = r.config.test;
-    if (t.n_prompt != 0 || t.n_gen <= 0 || r.host_read_bytes_per_s <= 0) return std::nullopt;
+    // A row on the GPU reads its weights from device memory, a CPU row from host memory.
+    const double bw = r.config.n_gpu_layers != 0 ? r.gpu_bytes_per_s : r.host_read_bytes_per_s;
+    if (t.n_prompt != 0 || t.n_gen <= 0 || bw <= 0) return std::nullopt;
     const double bytes = decode_bytes_per_token(r.model, r.config);
     if (bytes <= 0) return std::nullopt;
-    return median_ts * bytes / r.host_read_bytes_per_s;
+    return median_ts * bytes / bw;
 }
 
 template <typename T>
@@ -113,6 +115,7 @@ nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta
     j["vram_budget"] = c.vram_budget;
     j["plan"] = c.plan;
     // Decode roofline: bandwidth in decimal GB/s, as datasheets and `mox inspect --bandwidth` give it.
+    j["gpu_peak_gbps"] = r.gpu_bytes_per_s > 0 ? nlohmann::ordered_json(r.gpu_bytes_per_s / 1e9) : nlohmann::ordered_json(nullptr);
     j["host_read_gbps"] = r.host_read_bytes_per_s > 0 ? nlohmann::ordered_json(r.host_read_bytes_per_s / 1e9)
                                                       : nlohmann::ordered_json(nullptr);
     j["host_read_source"] = meta.bandwidth_source;
@@ -205,7 +208,8 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
     auto any = [&](auto has) { return std::any_of(rows.begin(), rows.end(), has); };
     const bool show_pcie = any([](const BenchResult& r) { return r.pcie_bytes.has_value(); });
     const bool show_hit = any([](const BenchResult& r) { return r.expert_cache_hit_rate.has_value(); });
-    const bool show_roofline = any([](const BenchResult& r) { return r.host_read_bytes_per_s > 0; });
+    const bool show_roofline =
+        any([](const BenchResult& r) { return r.host_read_bytes_per_s > 0 || r.gpu_bytes_per_s > 0; });
 
     std::vector<std::string> head{"model", "size", "params", "backend", "threads", "type_k", "type_v"};
     std::vector<std::string> align{":--", "--:", "--:", ":--", "--:", ":--", ":--"};
@@ -288,6 +292,14 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
                 bw.emplace_back(r.config.threads, r.host_read_bytes_per_s);
         std::string list;
         for (const auto& [t, b] : bw) list += fmt::format("{}t={}: {:.1f} GB/s", list.empty() ? "" : ", ", t, b / 1e9);
+        if (list.empty()) list = "-";
+        for (const auto& r : rows)
+            if (r.gpu_bytes_per_s > 0) {
+                out += fmt::format("roofline (GPU rows): tg t/s x bytes per token / the GPU's peak memory bandwidth "
+                                   "from the driver (memory clock x bus width): {:.1f} GB/s\n",
+                                   r.gpu_bytes_per_s / 1e9);
+                break;
+            }
         out += meta.bandwidth_source == "measured"
                    ? fmt::format("roofline: tg t/s x bytes per token / host read bandwidth measured in this run "
                                  "({} buffer, best pass): {}\n",

@@ -68,6 +68,7 @@ struct BenchResult {
     uint64_t host_rss_bytes = 0;     // VmRSS right after the row's last repetition
     uint64_t host_peak_bytes = 0;    // VmHWM (process peak) at that moment
     double host_read_bytes_per_s = 0;  // host read bandwidth for this row's threads; 0: not measured
+    double gpu_bytes_per_s = 0;        // GPU rows: the device's memory bandwidth (driver peak); 0: none
     // GPU and hybrid facts; empty while no GPU is used (there is no CUDA path in mox bench yet).
     std::optional<uint64_t> vram_bytes;             // from the driver, after the row's last repetition
     std::optional<uint64_t> pcie_bytes;             // host<->device bytes moved per repetition

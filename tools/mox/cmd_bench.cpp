@@ -10,6 +10,9 @@
 #include "engine/bench_options.h"
 #include "engine/bench_report.h"
 #include "engine/bench_run.h"
+#ifdef MOX_HAVE_CUDA
+#include "ops/cuda_device.h"
+#endif
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -161,11 +164,13 @@ std::map<int, double> host_bandwidths(const BenchFlags& f, const std::vector<eng
         meta.bandwidth_source = "given";
         return bw;
     }
-    if (std::none_of(configs.begin(), configs.end(), [](const auto& c) { return c.test.n_gen > 0; })) return bw;
+    // Only CPU decode rows read host memory.
+    auto cpu_tg = [](const engine::BenchConfig& c) { return c.test.n_gen > 0 && c.n_gpu_layers == 0; };
+    if (std::none_of(configs.begin(), configs.end(), cpu_tg)) return bw;
     meta.bandwidth_source = "measured";
     meta.bandwidth_buffer = engine::bandwidth_buffer_bytes();
     for (const auto& c : configs) {
-        if (bw.count(c.threads)) continue;
+        if (bw.count(c.threads) || !cpu_tg(c)) continue;
         if (tty)
             fmt::print(stderr, "\r\033[Kmeasuring host read bandwidth ({} threads, {})", c.threads,
                        format_bytes(meta.bandwidth_buffer));
@@ -206,6 +211,11 @@ void run_bench(const BenchFlags& f) {
     meta.cpu_cores = engine::logical_cpus();
     meta.corpus = f.random_prompt ? "random token ids (seed 42)" : f.corpus;
     meta.compare = !f.compare.empty();
+    {
+        const bool gpu = std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.n_gpu_layers != 0; });
+        const bool cpu = std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.n_gpu_layers == 0; });
+        meta.backends = gpu && cpu ? "CPU,CUDA" : gpu ? "CUDA" : "CPU";
+    }
 
     std::vector<engine::BenchResult> results(configs.size());
     for (size_t i = 0; i < configs.size(); ++i) {
@@ -216,7 +226,12 @@ void run_bench(const BenchFlags& f) {
     const bool tty = isatty(STDERR_FILENO) != 0;
     const std::map<int, double> bw = host_bandwidths(f, configs, meta, tty);
     for (auto& r : results)
-        if (auto it = bw.find(r.config.threads); it != bw.end()) r.host_read_bytes_per_s = it->second;
+        if (auto it = bw.find(r.config.threads); it != bw.end() && r.config.n_gpu_layers == 0)
+            r.host_read_bytes_per_s = it->second;
+#ifdef MOX_HAVE_CUDA
+    for (auto& r : results)
+        if (r.config.n_gpu_layers != 0) r.gpu_bytes_per_s = ops::cuda_devices().front().peak_bandwidth;
+#endif
 
     const auto schedule = engine::interleaved_schedule(configs.size(), params.repetitions, meta.compare);
     for (size_t k = 0; k < schedule.size(); ++k) {
