@@ -35,7 +35,9 @@ struct Layer {
     Layer(const Case& c, uint32_t seed) : cs(c), C(2 * c.hk * c.dk + c.hv * c.dv) {
         conv_w = test::randn(static_cast<size_t>(C * c.kernel), seed, 0.5f);
         a = test::randn(static_cast<size_t>(c.hv), seed + 1, 0.5f);
-        for (float& x : a) x = -std::exp(x);  // ssm_a = -exp(A_log) < 0
+        // ssm_a = -exp(A_log) < 0; small, so decays are near 1 (about 0.97) as in trained models and
+        // the state remembers tens of tokens (rounding differences can accumulate).
+        for (float& x : a) x = -std::exp(x - 3.0f);
         dt_bias = test::randn(static_cast<size_t>(c.hv), seed + 2, 0.5f);
         norm = test::randn(static_cast<size_t>(c.dv), seed + 3, 0.1f);
         for (float& x : norm) x += 1.0f;
@@ -170,7 +172,7 @@ void run_case(const Case& c, const std::vector<int64_t>& blocks, uint32_t seed) 
         device_synchronize();
         done += n;
 
-        expect_close("conv output", test::to_host<float>(conv_out, ref_conv.size()), ref_conv, 1e-6);
+        expect_close("conv output", test::to_host<float>(conv_out, ref_conv.size()), ref_conv, 2e-6);
         expect_close("conv state", test::to_host<float>(G.conv_state, L.conv_state.size()), L.conv_state,
                      1e-7);
         expect_close("output", test::to_host<float>(out, ref_out.size()), ref_out, rel);
@@ -250,6 +252,7 @@ TEST(CudaDeltaNet, Timing) {
         delta_net(G.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
                   G.weights(), G.shape(), n, out.as<float>());
     };
+    conv(max_n);  // the delta rule reads real conv outputs
     const double state_bytes = 2.0 * static_cast<double>(L.S.size()) * 4;
     const double us_dec = time_us(50, [&] { dnet(1); });
     std::printf("[bench] delta_net decode (Hv 32, 128x128): %7.2f us  (state r+w %.1f MB: %.0f GB/s)\n",

@@ -141,21 +141,14 @@ __global__ void __launch_bounds__(kWarp* kMaxWarps) delta_net_kernel(DnArgs p) {
     for (int64_t t = 0; t < p.n_tokens; ++t) {
         if (t + 1 < p.n_tokens) load_token<R, CPW>(p, t + 1, h, j0, lane, next);
 
-        // L2 norms of q and k (clamped at eps, as ops::l2_norm), q also scaled by 1/sqrt(dk).
+        // L2 norms of q and k (clamped at eps, as ops::l2_norm), q also scaled by 1/sqrt(dk). The
+        // scales multiply the warp sums below instead of q and k first, so these two reductions
+        // overlap the first column reductions instead of preceding them.
         float qq = 0.0f, kk = 0.0f;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             qq += cur.q[r] * cur.q[r];
             kk += cur.k[r] * cur.k[r];
-        }
-        qq = warp_sum(qq);
-        kk = warp_sum(kk);
-        const float qs = p.q_scale / fmaxf(sqrtf(qq), p.eps), ks = 1.0f / fmaxf(sqrtf(kk), p.eps);
-        float q[R], k[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            q[r] = cur.q[r] * qs;
-            k[r] = cur.k[r] * ks;
         }
         const float beta = 1.0f / (1.0f + expf(-cur.b));
         const float sp_in = cur.alpha + dt_h;
@@ -169,28 +162,34 @@ __global__ void __launch_bounds__(kWarp* kMaxWarps) delta_net_kernel(DnArgs p) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 s[c][r] *= decay;
-                acc += s[c][r] * k[r];
+                acc += s[c][r] * cur.k[r];
             }
             u[c] = acc;
         }
+        qq = warp_sum(qq);
+        kk = warp_sum(kk);
 #pragma unroll
         for (int c = 0; c < CPW; ++c) u[c] = warp_sum(u[c]);
+        const float qs = p.q_scale / fmaxf(sqrtf(qq), p.eps), ks = 1.0f / fmaxf(sqrtf(kk), p.eps);
+        float k[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) k[r] = cur.k[r] * ks;
         float o[CPW];
 #pragma unroll
         for (int c = 0; c < CPW; ++c) {
-            const float delta = beta * (__shfl_sync(0xFFFFFFFFu, cur.v, c) - u[c]);
+            const float delta = beta * (__shfl_sync(0xFFFFFFFFu, cur.v, c) - u[c] * ks);
             float acc = 0.0f;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 s[c][r] += k[r] * delta;
-                acc += s[c][r] * q[r];
+                acc += s[c][r] * cur.q[r];
             }
             o[c] = acc;
         }
         float oo = 0.0f;
 #pragma unroll
         for (int c = 0; c < CPW; ++c) {
-            o[c] = warp_sum(o[c]);  // columns past dv have S = 0, so o = 0 there
+            o[c] = warp_sum(o[c]) * qs;  // columns past dv have S = 0, so o = 0 there
             oo += o[c] * o[c];
         }
 
