@@ -1,0 +1,275 @@
+// CUDA Gated DeltaNet (conv_silu + delta_net) against the CPU composition the model uses
+// (models/qwen35moe.cpp, Qwen35Moe::deltanet) built here from the CPU ops: causal_conv_sequence +
+// silu, l2_norm of q and k per head, q * 1/sqrt(dk), sigmoid / softplus gates, value head h reading
+// q/k head h % Hk, delta_rule_step_reference, then rms_norm(o) * norm * silu(z).
+// Conv and delta-rule states carry over between calls on both sides and are compared after each
+// call, along with every output (outputs are NaN-poisoned before each launch).
+#include "cuda_test_util.h"
+
+#include "ops/basic.h"
+#include "ops/cuda_delta_net.h"
+#include "ops/delta_net.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace mox::cuda {
+
+namespace {
+
+struct Case {
+    int64_t hk, hv, dk, dv;
+    int64_t kernel = 4;
+    int64_t x_pad = 0;  // x rows are channels + x_pad floats apart
+};
+
+// Layer constants and the running states, host side.
+struct Layer {
+    Case cs;
+    int64_t C = 0;  // conv channels: 2 hk dk + hv dv
+    std::vector<float> conv_w, a, dt_bias, norm;
+    std::vector<float> conv_state, S;  // [(kernel-1)][C], [hv][dv][dk]
+
+    Layer(const Case& c, uint32_t seed) : cs(c), C(2 * c.hk * c.dk + c.hv * c.dv) {
+        conv_w = test::randn(static_cast<size_t>(C * c.kernel), seed, 0.5f);
+        a = test::randn(static_cast<size_t>(c.hv), seed + 1, 0.5f);
+        // ssm_a = -exp(A_log) < 0; small, so decays are near 1 (about 0.97) as in trained models and
+        // the state remembers tens of tokens (rounding differences can accumulate).
+        for (float& x : a) x = -std::exp(x - 3.0f);
+        dt_bias = test::randn(static_cast<size_t>(c.hv), seed + 2, 0.5f);
+        norm = test::randn(static_cast<size_t>(c.dv), seed + 3, 0.1f);
+        for (float& x : norm) x += 1.0f;
+        conv_state = test::randn(static_cast<size_t>((c.kernel - 1) * C), seed + 4);
+        S = test::randn(static_cast<size_t>(c.hv * c.dv * c.dk), seed + 5, 0.1f);
+    }
+};
+
+// One call's inputs: x [n][C + x_pad] (the qkv projection), b / alpha [n][hv], z [n][hv dv].
+struct Inputs {
+    int64_t n;
+    std::vector<float> x, b, alpha, z;
+};
+
+Inputs make_inputs(const Layer& L, int64_t n, uint32_t seed) {
+    const Case& c = L.cs;
+    return Inputs{.n = n,
+                  .x = test::randn(static_cast<size_t>(n * (L.C + c.x_pad)), seed),
+                  .b = test::randn(static_cast<size_t>(n * c.hv), seed + 1),
+                  .alpha = test::randn(static_cast<size_t>(n * c.hv), seed + 2),
+                  .z = test::randn(static_cast<size_t>(n * c.hv * c.dv), seed + 3)};
+}
+
+// The model's composition on the CPU, updating L's states. conv_out [n][C], out [n][hv dv].
+void cpu_deltanet(Layer& L, const Inputs& in, std::vector<float>& conv_out, std::vector<float>& out) {
+    const Case& c = L.cs;
+    const int64_t n = in.n, C = L.C, xs = C + c.x_pad, inner = c.hv * c.dv;
+    const float eps = 1e-6f;
+    // causal_conv_sequence takes contiguous rows: compact x first.
+    std::vector<float> x(static_cast<size_t>(n * C));
+    for (int64_t t = 0; t < n; ++t) std::copy_n(&in.x[t * xs], C, &x[t * C]);
+    conv_out.assign(static_cast<size_t>(n * C), 0.0f);
+    ops::causal_conv_sequence(L.conv_state.data(), L.conv_w.data(), x.data(), n, C, c.kernel, 0, C,
+                              conv_out.data());
+    for (float& v : conv_out) v = ops::silu(v);
+    std::vector<float> co = conv_out;  // q/k normalised in a copy: conv_out is compared as the conv's output
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
+    out.assign(static_cast<size_t>(n * inner), 0.0f);
+    for (int64_t t = 0; t < n; ++t) {
+        float* q = &co[t * C];
+        float* k = q + c.hk * c.dk;
+        const float* v = k + c.hk * c.dk;
+        for (int64_t h = 0; h < c.hk; ++h) {
+            ops::l2_norm(q + h * c.dk, c.dk, eps);
+            ops::l2_norm(k + h * c.dk, c.dk, eps);
+            for (int64_t j = 0; j < c.dk; ++j) q[h * c.dk + j] *= q_scale;
+        }
+        for (int64_t h = 0; h < c.hv; ++h) {
+            const float beta = ops::sigmoid(in.b[t * c.hv + h]);
+            const float g = L.a[h] * ops::softplus(in.alpha[t * c.hv + h] + L.dt_bias[h]);
+            float* o = &out[t * inner + h * c.dv];
+            const int64_t kh = h % c.hk;
+            ops::delta_rule_step_reference(&L.S[h * c.dv * c.dk], q + kh * c.dk, k + kh * c.dk, v + h * c.dv,
+                                           g, beta, c.dk, c.dv, o);
+            ops::rms_norm(o, L.norm.data(), c.dv, eps, o);
+            for (int64_t j = 0; j < c.dv; ++j) o[j] *= ops::silu(in.z[t * inner + h * c.dv + j]);
+        }
+    }
+}
+
+// The same layer on the GPU: weights and states resident, inputs uploaded per call.
+struct GpuLayer {
+    Case cs;
+    int64_t C;
+    DeviceBuffer conv_w, a, dt_bias, norm, conv_state, S;
+
+    explicit GpuLayer(const Layer& L)
+        : cs(L.cs),
+          C(L.C),
+          conv_w(test::to_device(L.conv_w)),
+          a(test::to_device(L.a)),
+          dt_bias(test::to_device(L.dt_bias)),
+          norm(test::to_device(L.norm)),
+          conv_state(test::to_device(L.conv_state)),
+          S(test::to_device(L.S)) {}
+
+    DeltaNetShape shape() const { return {.n_k_heads = cs.hk, .n_v_heads = cs.hv, .dk = cs.dk, .dv = cs.dv}; }
+    DeltaNetWeights weights() const {
+        return {.a = a.as<float>(), .dt_bias = dt_bias.as<float>(), .norm = norm.as<float>()};
+    }
+};
+
+void expect_close(const char* what, const std::vector<float>& got, const std::vector<float>& ref,
+                  double rel) {
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    double err2 = 0, ref2 = 0, ref_max = 0, err_max = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double e = double(got[i]) - ref[i];
+        err2 += e * e;
+        ref2 += double(ref[i]) * ref[i];
+        ref_max = std::max(ref_max, std::fabs(double(ref[i])));
+        if (!(std::fabs(e) <= err_max)) err_max = std::isnan(e) ? INFINITY : std::fabs(e);
+    }
+    EXPECT_LT(std::sqrt(err2 / ref2), rel)
+        << what << ": max abs error " << err_max << " (max |ref| " << ref_max << ")";
+    int bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+        if (!(std::fabs(double(got[i]) - ref[i]) <= 10 * rel * ref_max) && bad++ < 5)
+            ADD_FAILURE() << what << " element " << i << ": got " << got[i] << ", reference " << ref[i];
+}
+
+std::vector<float> nan_vec(size_t n) {
+    return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
+}
+
+// Runs the calls of `blocks` (token counts) through one layer on both sides, comparing outputs and
+// states after each call. fp32 on both sides; the CPU sums norms in double, the GPU in float and in
+// another order, so differences are rounding that the delta rule carries over the steps: relative
+// 1e-4 on outputs and states after up to a few hundred tokens.
+void run_case(const Case& c, const std::vector<int64_t>& blocks, uint32_t seed) {
+    SCOPED_TRACE(
+        fmt::format("Hk {} Hv {} dk {} dv {} kernel {} x_pad {}", c.hk, c.hv, c.dk, c.dv, c.kernel, c.x_pad));
+    Layer L(c, seed);
+    GpuLayer G(L);
+    const double rel = 1e-4;
+    int64_t done = 0;
+    for (size_t call = 0; call < blocks.size(); ++call) {
+        const int64_t n = blocks[call];
+        SCOPED_TRACE(fmt::format("call {} of {} tokens (after {} tokens)", call, n, done));
+        const Inputs in = make_inputs(L, n, seed + 100 + static_cast<uint32_t>(call) * 7);
+        std::vector<float> ref_conv, ref_out;
+        cpu_deltanet(L, in, ref_conv, ref_out);
+
+        DeviceBuffer x = test::to_device(in.x), b = test::to_device(in.b), alpha = test::to_device(in.alpha),
+                     z = test::to_device(in.z);
+        DeviceBuffer conv_out = test::to_device(nan_vec(static_cast<size_t>(n * G.C)));
+        DeviceBuffer out = test::to_device(nan_vec(static_cast<size_t>(n * c.hv * c.dv)));
+        conv_silu(G.conv_state.as<float>(), G.conv_w.as<float>(), x.as<float>(), G.C + c.x_pad, n, G.C,
+                  c.kernel, conv_out.as<float>());
+        delta_net(G.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
+                  G.weights(), G.shape(), n, out.as<float>());
+        device_synchronize();
+        done += n;
+
+        expect_close("conv output", test::to_host<float>(conv_out, ref_conv.size()), ref_conv, 2e-6);
+        expect_close("conv state", test::to_host<float>(G.conv_state, L.conv_state.size()), L.conv_state,
+                     1e-7);
+        expect_close("output", test::to_host<float>(out, ref_out.size()), ref_out, rel);
+        expect_close("state S", test::to_host<float>(G.S, L.S.size()), L.S, rel);
+        if (::testing::Test::HasFailure()) return;
+    }
+}
+
+const Case kSmall16{.hk = 2, .hv = 4, .dk = 16, .dv = 16};
+const Case kSmall32{.hk = 2, .hv = 4, .dk = 32, .dv = 32, .x_pad = 5};
+const Case kSmall64{.hk = 2, .hv = 4, .dk = 64, .dv = 64};
+const Case kMixed{.hk = 1, .hv = 3, .dk = 48, .dv = 80, .kernel = 3, .x_pad = 3};  // odd dims, Hv = 3 Hk
+const Case kReal{.hk = 16, .hv = 32, .dk = 128, .dv = 128};                        // Qwen3.5/3.6-MoE
+
+std::vector<int64_t> decode_steps(int n) {
+    return std::vector<int64_t>(static_cast<size_t>(n), 1);
+}
+
+}  // namespace
+
+TEST(CudaDeltaNet, DecodeStepsMatchCpu) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    for (const Case& c : {kSmall16, kSmall32, kSmall64, kMixed}) run_case(c, decode_steps(33), 11);
+    run_case(kReal, decode_steps(33), 12);
+}
+
+TEST(CudaDeltaNet, PrefillBlocksThenDecodeMatchCpu) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // Blocks of 1, 3, 64, 65, 300 tokens through one sequence's state, then decode steps.
+    const std::vector<int64_t> blocks{1, 3, 64, 65, 300, 1, 1, 1, 1, 1};
+    for (const Case& c : {kSmall16, kSmall32, kSmall64, kMixed}) run_case(c, blocks, 21);
+    run_case(kReal, blocks, 22);
+}
+
+TEST(CudaDeltaNet, RejectsUnsupportedShapes) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    DeltaNetWeights w;
+    EXPECT_THROW(delta_net(nullptr, nullptr, nullptr, nullptr, nullptr, w,
+                           {.n_k_heads = 3, .n_v_heads = 4, .dk = 16, .dv = 16}, 1, nullptr),
+                 Error);
+    EXPECT_THROW(delta_net(nullptr, nullptr, nullptr, nullptr, nullptr, w,
+                           {.n_k_heads = 2, .n_v_heads = 4, .dk = 256, .dv = 16}, 1, nullptr),
+                 Error);
+    EXPECT_THROW(conv_silu(nullptr, nullptr, nullptr, 8, 1, 8, 9, nullptr), Error);
+}
+
+// Timings (printed, not asserted) at the real shape: decode reads and writes the whole state of
+// the layer (32 heads x 128 x 128 fp32 = 2 MiB) once per call.
+TEST(CudaDeltaNet, Timing) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    Layer L(kReal, 31);
+    GpuLayer G(L);
+    const int64_t max_n = 2048, inner = kReal.hv * kReal.dv;
+    const Inputs in = make_inputs(L, max_n, 32);
+    DeviceBuffer x = test::to_device(in.x), b = test::to_device(in.b), alpha = test::to_device(in.alpha),
+                 z = test::to_device(in.z);
+    DeviceBuffer conv_out(static_cast<size_t>(max_n * G.C) * 4), out(static_cast<size_t>(max_n * inner) * 4);
+    auto time_us = [&](int reps, auto&& fn) {
+        for (int i = 0; i < 3; ++i) fn();
+        std::vector<float> ms;
+        Event e0, e1;
+        for (int i = 0; i < reps; ++i) {
+            e0.record();
+            fn();
+            e1.record();
+            e1.synchronize();
+            ms.push_back(Event::elapsed_ms(e0, e1));
+        }
+        std::sort(ms.begin(), ms.end());
+        return 1e3 * ms[ms.size() / 2];
+    };
+    auto conv = [&](int64_t n) {
+        conv_silu(G.conv_state.as<float>(), G.conv_w.as<float>(), x.as<float>(), G.C, n, G.C, 4,
+                  conv_out.as<float>());
+    };
+    auto dnet = [&](int64_t n) {
+        delta_net(G.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
+                  G.weights(), G.shape(), n, out.as<float>());
+    };
+    conv(max_n);  // the delta rule reads real conv outputs
+    const double state_bytes = 2.0 * static_cast<double>(L.S.size()) * 4;
+    const double us_dec = time_us(50, [&] { dnet(1); });
+    std::printf("[bench] delta_net decode (Hv 32, 128x128): %7.2f us  (state r+w %.1f MB: %.0f GB/s)\n",
+                us_dec, state_bytes / 1e6, state_bytes / (us_dec * 1e-6) / 1e9);
+    const double us_conv = time_us(50, [&] { conv(1); });
+    std::printf("[bench] conv_silu decode (8192 channels):  %7.2f us\n", us_conv);
+    const double us_both = time_us(50, [&] {
+        conv(1);
+        dnet(1);
+    });
+    std::printf("[bench] conv_silu + delta_net decode:      %7.2f us\n", us_both);
+    for (int64_t n : {512, 2048}) {
+        const double us_c = time_us(5, [&] { conv(n); });
+        const double us_d = time_us(5, [&] { dnet(n); });
+        std::printf("[bench] prefill %4lld tokens: conv_silu %8.1f us, delta_net %8.1f us (%.2f us/token)\n",
+                    static_cast<long long>(n), us_c, us_d, us_d / static_cast<double>(n));
+    }
+}
+
+}  // namespace mox::cuda
