@@ -14,13 +14,14 @@ out=$(realpath "${2:-.}")
 status=0
 
 echo "== CUDA op tests"
-"$bin/mox_cuda_tests" --gtest_output="xml:$out/cuda_tests.xml" 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|tests ran" || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+"$bin/mox_cuda_tests" --gtest_output="xml:$out/cuda_tests.xml" >"$out/cuda_tests.log" 2>&1 || status=1
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|GB/s|TFLOP|us" "$out/cuda_tests.log" | tail -60
 
 echo "== end-to-end tests on the GPU (MOX_TEST_DEVICE=cuda)"
 MOX_TEST_DEVICE=cuda MOX_BIN="$bin/mox" MOX_TOOL_DIR="$bin" PYTHONUNBUFFERED=1 \
-    python3 -m pytest -q -p no:cacheprovider tests/py/test_goldens.py tests/py/test_mox_tiny.py 2>&1 | tee "$out/e2e_gpu.log" | tail -25
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    python3 -m pytest -q -p no:cacheprovider tests/py/test_goldens.py tests/py/test_mox_tiny.py >"$out/e2e_gpu.log" 2>&1 ||
+    status=1
+tail -25 "$out/e2e_gpu.log"
 
 [ $status -eq 0 ] && echo "== GPU checks passed" || echo "== GPU checks FAILED"
 exit $status
