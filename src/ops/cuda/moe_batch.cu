@@ -1,0 +1,278 @@
+// Routed experts for a batch of tokens (prefill) on the tensor cores (ops/cuda_moe.h, moe_batch).
+//
+// Four launches, no host sync:
+//   1. group_kernel (one block): counting sort of the n_tokens * k (token, slot) pairs by expert:
+//      per-expert counts and offsets, the pair indices in expert order, and a list of work tiles
+//      (expert, first pair of the expert's 64-pair token tile) so that later grids have no idle
+//      (expert, tile) blocks beyond an upper bound known on the host.
+//   2. gate_up_kernel: grid (n_ff / 128 row tiles, tiles): gate and up of one expert on the same
+//      gathered activation tile (quant/cuda/matmul.cuh), silu(gate) * up fused in the epilogue,
+//      into h [n_pairs, n_ff] at the pair's sorted position.
+//   3. down_kernel: grid (n_embd / 128, tiles): down of the expert over h's contiguous rows, each
+//      result row written to y [n_pairs, n_embd] at the pair's own index t * k + i.
+//   4. combine_kernel: out[t] = sum_i weights[t, i] * y[t * k + i] in slot order (no atomics).
+// Each pair's value depends only on its own row's data (the MMA of one output element does not
+// depend on its position in the tile), so the result is the same whatever order the sort leaves
+// the pairs of one expert in.
+#include "ops/cuda_moe.h"
+#include "quant/cuda/matmul.cuh"
+
+#include <algorithm>
+
+namespace mox::cuda {
+
+namespace {
+
+using mm::kBR;
+using mm::kBT;
+using mm::kMmThreads;
+
+inline constexpr int kGroupThreads = 1024;
+inline constexpr int kMaxGroupExperts = 4096;  // three int arrays of n_expert in 48 KiB of shared memory
+
+size_t align_up(size_t n) {
+    return (n + 255) / 256 * 256;
+}
+
+// Workspace layout (each part 256-byte aligned).
+struct Parts {
+    size_t counts, offsets, n_tiles, tiles, sorted, h, y, total;
+};
+
+int64_t max_tiles(int64_t n_pairs, int64_t n_expert) {
+    // sum_e ceil(c_e / kBT) <= (n_pairs + nonempty * (kBT - 1)) / kBT, nonempty <= min(n_expert, n_pairs).
+    return (n_pairs + std::min(n_expert, n_pairs) * (kBT - 1)) / kBT;
+}
+
+Parts layout(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t n_pairs) {
+    Parts p{};
+    size_t at = 0;
+    const auto take = [&](size_t bytes) {
+        const size_t here = at;
+        at += align_up(bytes);
+        return here;
+    };
+    p.counts = take(static_cast<size_t>(n_expert) * 4);
+    p.offsets = take(static_cast<size_t>(n_expert) * 4);
+    p.n_tiles = take(4);
+    p.tiles = take(static_cast<size_t>(max_tiles(n_pairs, n_expert)) * sizeof(int2));
+    p.sorted = take(static_cast<size_t>(n_pairs) * 4);
+    p.h = take(static_cast<size_t>(n_pairs * n_ff) * 4);
+    p.y = take(static_cast<size_t>(n_pairs * n_embd) * 4);
+    p.total = at;
+    return p;
+}
+
+// One block: counts per expert (shared-memory integer atomics: exact), a serial scan by thread 0
+// (n_expert steps, a few microseconds at 256 experts), the tile list, then the scatter.
+__global__ void __launch_bounds__(kGroupThreads)
+    group_kernel(const int32_t* __restrict__ ids, int n_pairs, int n_expert, int32_t* __restrict__ counts,
+                 int32_t* __restrict__ offsets, int32_t* __restrict__ n_tiles, int2* __restrict__ tiles,
+                 int32_t* __restrict__ sorted) {
+    extern __shared__ int gsm[];
+    int* cnt = gsm;                  // [n_expert] pairs per expert
+    int* cur = gsm + n_expert;       // [n_expert] scatter cursor, starts at the expert's offset
+    int* toff = gsm + 2 * n_expert;  // [n_expert] first tile of the expert
+    const int tid = threadIdx.x;
+    for (int e = tid; e < n_expert; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int p = tid; p < n_pairs; p += blockDim.x) {
+        const int e = ids[p];
+        if (e < 0 || e >= n_expert) __trap();  // a routing bug: surfaces as a launch error on the host
+        atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int off = 0, t = 0;
+        for (int e = 0; e < n_expert; ++e) {
+            cur[e] = off;
+            toff[e] = t;
+            off += cnt[e];
+            t += (cnt[e] + kBT - 1) / kBT;
+        }
+        *n_tiles = t;
+    }
+    __syncthreads();
+    for (int e = tid; e < n_expert; e += blockDim.x) {
+        counts[e] = cnt[e];
+        offsets[e] = cur[e];
+        const int nt = (cnt[e] + kBT - 1) / kBT;
+        for (int j = 0; j < nt; ++j) tiles[toff[e] + j] = make_int2(e, j * kBT);
+    }
+    __syncthreads();  // cur[] is read above before the scatter below advances it
+    for (int p = tid; p < n_pairs; p += blockDim.x) {
+        const int pos = atomicAdd(&cur[ids[p]], 1);
+        sorted[pos] = p;
+    }
+}
+
+// The tile this block works on; false (the whole block returns) past the tiles that exist.
+struct TileInfo {
+    int e, base, t0, a_valid;
+};
+__device__ __forceinline__ bool load_tile(const int32_t* counts, const int32_t* offsets,
+                                          const int32_t* n_tiles, const int2* tiles, TileInfo& ti) {
+    if (static_cast<int>(blockIdx.y) >= *n_tiles) return false;
+    const int2 t = tiles[blockIdx.y];
+    ti.e = t.x;
+    ti.t0 = t.y;
+    ti.base = offsets[t.x];
+    ti.a_valid = min(kBT, counts[t.x] - t.y);
+    return true;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kMmThreads)
+    gate_up_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t row_bytes,
+                   int64_t n_embd, int64_t n_ff, int k, const int32_t* __restrict__ counts,
+                   const int32_t* __restrict__ offsets, const int32_t* __restrict__ n_tiles,
+                   const int2* __restrict__ tiles, const int32_t* __restrict__ sorted,
+                   const float* __restrict__ x, float* __restrict__ h) {
+    __shared__ __align__(128) unsigned char smem[mm::Layout<2>::kBytes];
+    __shared__ const float* a_rows[kBT];
+    __shared__ float* y_rows[kBT];
+    __shared__ float tbl[16];
+    TileInfo ti;
+    if (!load_tile(counts, offsets, n_tiles, tiles, ti)) return;  // uniform over the block
+    const int tid = threadIdx.x;
+    if (tid < kBT) {
+        const bool ok = tid < ti.a_valid;
+        const int64_t pos = ti.base + ti.t0 + tid;  // sorted position of the pair
+        a_rows[tid] = ok ? x + static_cast<int64_t>(sorted[pos] / k) * n_embd : nullptr;
+        y_rows[tid] = ok ? h + pos * n_ff : nullptr;
+    }
+    stage_table<T>(tbl);
+    __syncthreads();
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBR, r = r0 + (tid >> 1);
+    const size_t off = static_cast<size_t>(ti.e * n_ff + r) * row_bytes;
+    const uint8_t* wrow[2] = {r < n_ff ? gate + off : nullptr, r < n_ff ? up + off : nullptr};
+    mm::AccFrag acc[2][2][2];
+    mm::mma_tile<T, 2>(wrow, n_embd, a_rows, ti.a_valid, smem, tbl, acc);
+    // Both accumulator sets have the same fragment type, so element i of each is the same (token, row).
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int i = 0; i < acc[0][a][b].num_elements; ++i) {
+                const float g = acc[0][a][b].x[i], u = acc[1][a][b].x[i];
+                acc[0][a][b].x[i] = g / (1.0f + expf(-g)) * u;
+            }
+    mm::store_tile(acc[0], smem, y_rows, ti.a_valid, r0, n_ff - r0);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kMmThreads)
+    down_kernel(const uint8_t* __restrict__ down, size_t row_bytes, int64_t n_ff, int64_t n_embd,
+                const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
+                const int32_t* __restrict__ n_tiles, const int2* __restrict__ tiles,
+                const int32_t* __restrict__ sorted, const float* __restrict__ h, float* __restrict__ y) {
+    __shared__ __align__(128) unsigned char smem[mm::Layout<1>::kBytes];
+    __shared__ const float* a_rows[kBT];
+    __shared__ float* y_rows[kBT];
+    __shared__ float tbl[16];
+    TileInfo ti;
+    if (!load_tile(counts, offsets, n_tiles, tiles, ti)) return;  // uniform over the block
+    const int tid = threadIdx.x;
+    if (tid < kBT) {
+        const bool ok = tid < ti.a_valid;
+        const int64_t pos = ti.base + ti.t0 + tid;
+        a_rows[tid] = ok ? h + pos * n_ff : nullptr;
+        y_rows[tid] = ok ? y + static_cast<int64_t>(sorted[pos]) * n_embd : nullptr;
+    }
+    stage_table<T>(tbl);
+    __syncthreads();
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBR, r = r0 + (tid >> 1);
+    const uint8_t* wrow[1] = {r < n_embd ? down + static_cast<size_t>(ti.e * n_embd + r) * row_bytes
+                                         : nullptr};
+    mm::AccFrag acc[1][2][2];
+    mm::mma_tile<T, 1>(wrow, n_ff, a_rows, ti.a_valid, smem, tbl, acc);
+    mm::store_tile(acc[0], smem, y_rows, ti.a_valid, r0, n_embd - r0);
+}
+
+// One block per token: out[t, c] = sum_i weights[t, i] * y[t * k + i, c], slots in order.
+__global__ void __launch_bounds__(256)
+    combine_kernel(const float* __restrict__ y, const float* __restrict__ weights, int k, int64_t n_embd,
+                   float* __restrict__ out) {
+    const int64_t t = blockIdx.x;
+    for (int64_t c = threadIdx.x; c < n_embd; c += blockDim.x) {
+        float s = 0.0f;
+        for (int i = 0; i < k; ++i) s = fmaf(weights[t * k + i], y[(t * k + i) * n_embd + c], s);
+        out[t * n_embd + c] = s;
+    }
+}
+
+void check_stack(const ops::Weight& w, const char* name) {
+    MOX_CHECK(w.valid(), "MoE {} weight is empty", name);
+    if (!dispatch_type(w.type, [](auto) {}))
+        fail("CUDA MoE batch: no kernel for {} weights of type {}", name, quant::type_name(w.type));
+    MOX_CHECK(w.row_bytes == quant::row_bytes(w.type, w.n_in), "MoE {} row_bytes {}", name, w.row_bytes);
+}
+
+}  // namespace
+
+size_t moe_batch_workspace_bytes(const ops::Weight& gate, const ops::Weight& down, int64_t n_tokens,
+                                 int64_t k) {
+    return layout(gate.n_expert, down.n_out, gate.n_out, n_tokens * k).total;
+}
+
+void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight& down, const int32_t* ids,
+               const float* weights, int64_t n_tokens, int64_t k, const float* x, float* out, void* workspace,
+               StreamHandle stream) {
+    check_stack(gate, "gate");
+    check_stack(up, "up");
+    check_stack(down, "down");
+    if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out ||
+        gate.n_expert != up.n_expert)
+        fail("CUDA MoE batch: gate ({}, {}x{}) and up ({}, {}x{}) stacks differ", quant::type_name(gate.type),
+             gate.n_out, gate.n_in, quant::type_name(up.type), up.n_out, up.n_in);
+    if (down.n_in != gate.n_out || down.n_out != gate.n_in || down.n_expert != gate.n_expert)
+        fail("CUDA MoE batch: down {}x{} ({} experts) does not match gate {}x{} ({} experts)", down.n_out,
+             down.n_in, down.n_expert, gate.n_out, gate.n_in, gate.n_expert);
+    const int64_t n_expert = gate.n_expert, n_embd = gate.n_in, n_ff = gate.n_out;
+    MOX_CHECK(n_tokens >= 0 && k >= 1 && k <= n_expert, "MoE batch: {} tokens, k {} of {} experts", n_tokens,
+              k, n_expert);
+    if (n_expert > kMaxGroupExperts)
+        fail("CUDA MoE batch: {} experts (at most {})", n_expert, kMaxGroupExperts);
+    if (n_tokens == 0) return;
+    const int64_t n_pairs = n_tokens * k;
+    const int64_t tiles_max = max_tiles(n_pairs, n_expert);
+    if (n_pairs > INT32_MAX / 2 || tiles_max > 65535)
+        fail("CUDA MoE batch: {} tokens x top {} is past the grid limits", n_tokens, k);
+    MOX_CHECK(workspace != nullptr, "MoE batch without workspace");
+
+    const Parts p = layout(n_expert, n_embd, n_ff, n_pairs);
+    auto* ws = static_cast<unsigned char*>(workspace);
+    auto* counts = reinterpret_cast<int32_t*>(ws + p.counts);
+    auto* offsets = reinterpret_cast<int32_t*>(ws + p.offsets);
+    auto* n_tiles = reinterpret_cast<int32_t*>(ws + p.n_tiles);
+    auto* tiles = reinterpret_cast<int2*>(ws + p.tiles);
+    auto* sorted = reinterpret_cast<int32_t*>(ws + p.sorted);
+    auto* h = reinterpret_cast<float*>(ws + p.h);
+    auto* y = reinterpret_cast<float*>(ws + p.y);
+
+    group_kernel<<<1, kGroupThreads, static_cast<size_t>(3 * n_expert) * sizeof(int), stream>>>(
+        ids, static_cast<int>(n_pairs), static_cast<int>(n_expert), counts, offsets, n_tiles, tiles, sorted);
+    MOX_CUDA_CHECK_LAUNCH("group_kernel");
+
+    dispatch_type(gate.type, [&](auto tag) {
+        using T = decltype(tag);
+        const dim3 grid(static_cast<unsigned>((n_ff + kBR - 1) / kBR), static_cast<unsigned>(tiles_max));
+        gate_up_kernel<T><<<grid, kMmThreads, 0, stream>>>(gate.data, up.data, gate.row_bytes, n_embd, n_ff,
+                                                           static_cast<int>(k), counts, offsets, n_tiles,
+                                                           tiles, sorted, x, h);
+        MOX_CUDA_CHECK_LAUNCH("moe gate_up_kernel");
+    });
+    dispatch_type(down.type, [&](auto tag) {
+        using T = decltype(tag);
+        const dim3 grid(static_cast<unsigned>((n_embd + kBR - 1) / kBR), static_cast<unsigned>(tiles_max));
+        down_kernel<T><<<grid, kMmThreads, 0, stream>>>(down.data, down.row_bytes, n_ff, n_embd, counts,
+                                                        offsets, n_tiles, tiles, sorted, h, y);
+        MOX_CUDA_CHECK_LAUNCH("moe down_kernel");
+    });
+    combine_kernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(y, weights, static_cast<int>(k),
+                                                                        n_embd, out);
+    MOX_CUDA_CHECK_LAUNCH("moe combine_kernel");
+}
+
+}  // namespace mox::cuda

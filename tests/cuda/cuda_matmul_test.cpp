@@ -1,0 +1,156 @@
+// CUDA batched matmul (tensor cores, fp16 operands, fp32 accumulation) against a double-precision
+// loop over the reference dequantizer's weights: every supported type, 1..512 tokens (partial token
+// tiles), n_out not a multiple of the 128-row tile, one and several blocks along n_in. Plus timings
+// at the model's dense sizes (printed, not asserted).
+#include "cuda_test_util.h"
+
+#include "quant/cuda_matmul.h"
+#include "quant/types.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace mox::cuda {
+
+namespace {
+
+using quant::TypeId;
+
+const TypeId kTypes[] = {TypeId::f32,    TypeId::f16,   TypeId::bf16,  TypeId::q4_0, TypeId::q8_0,
+                         TypeId::iq4_nl, TypeId::mxfp4, TypeId::q2_k,  TypeId::q3_k, TypeId::q4_k,
+                         TypeId::q5_k,   TypeId::q6_k,  TypeId::iq4_xs};
+
+// Each output against sum_i w_i x_i in double. Bound: both operands are rounded to fp16 (relative
+// error <= 2^-11 each, so <= 1e-3 per product), then summed in fp32; so |err| <= 1.25e-3 * sum |w_i x_i|
+// (+ a small absolute term for fp16 subnormals). A weight decoded or paired wrongly moves a result by
+// about one term, which for n_in = 256 is far above that bound. The whole output's relative L2 error
+// must also stay below 1e-3 (typically ~3e-4: the rounding errors are not all of one sign).
+void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint32_t seed) {
+    const auto& tr = quant::traits(type);
+    SCOPED_TRACE(fmt::format("{} n_in={} n_out={} tokens={}", tr.name, n_in, n_out, n_tokens));
+    const size_t rb = quant::row_bytes(type, n_in);
+    auto wf = test::randn(static_cast<size_t>(n_in * n_out), seed);
+    for (int64_t r = 0; r < n_out; ++r)  // rows of different magnitude, so block scales differ
+        for (int64_t i = 0; i < n_in; ++i) wf[r * n_in + i] *= 0.25f + 0.1f * static_cast<float>(r % 7);
+    std::vector<uint8_t> wq(rb * n_out);
+    std::vector<float> wd(static_cast<size_t>(n_in * n_out));
+    for (int64_t r = 0; r < n_out; ++r) {
+        tr.quantize(wf.data() + r * n_in, wq.data() + r * rb, n_in);
+        tr.dequantize(wq.data() + r * rb, wd.data() + r * n_in, n_in);
+    }
+    auto x = test::randn(static_cast<size_t>(n_in * n_tokens), seed + 1);
+    for (int64_t t = 0; t < n_tokens; ++t)  // tokens of different magnitude too (up to ~40)
+        for (int64_t i = 0; i < n_in; ++i) x[t * n_in + i] *= 1.0f + static_cast<float>(t % 11);
+
+    ops::Weight host{
+        .data = wq.data(), .type = type, .n_in = n_in, .n_out = n_out, .n_expert = 1, .row_bytes = rb};
+    DeviceWeight dw = upload_weight(host);
+    DeviceBuffer dx = test::to_device(x);
+    const std::vector<float> poison(static_cast<size_t>(n_out * n_tokens), std::nanf(""));
+    DeviceBuffer dy = test::to_device(poison);  // unwritten outputs stay NaN and fail
+    DeviceBuffer ws(std::max<size_t>(1, matmul_workspace_bytes(type, n_in, n_out, n_tokens)));
+    matmul(type, dw.view.data, rb, n_in, n_out, dx.as<float>(), n_tokens, dy.as<float>(), ws.data());
+    const auto y = test::to_host<float>(dy, static_cast<size_t>(n_out * n_tokens));
+
+    int bad = 0;
+    double err2 = 0, ref2 = 0;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < n_out; ++r) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < n_in; ++i) {
+                const double p = static_cast<double>(wd[r * n_in + i]) * x[t * n_in + i];
+                ref += p;
+                mag += std::fabs(p);
+            }
+            const double got = y[t * n_out + r];
+            err2 += (got - ref) * (got - ref);
+            ref2 += ref * ref;
+            if (!(std::fabs(got - ref) <= 1.25e-3 * mag + 1e-5) && bad++ < 5)
+                ADD_FAILURE() << "token " << t << " row " << r << ": got " << got << ", reference " << ref
+                              << " (sum |w x| " << mag << ")";
+        }
+    }
+    EXPECT_LT(std::sqrt(err2 / ref2), 1e-3);
+}
+
+}  // namespace
+
+TEST(CudaMatmul, SupportsEveryMatvecType) {
+    for (TypeId t : kTypes) EXPECT_TRUE(matmul_supported(t)) << quant::traits(t).name;
+}
+
+TEST(CudaMatmul, MatchesReferenceEveryType) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    uint32_t seed = 1;
+    for (TypeId type : kTypes) {
+        const int64_t be = quant::traits(type).block_elems;
+        // Float types get odd n_in (a partial last segment); block types 1 and 3 blocks of 256.
+        const int64_t n_small = be == 1 ? 100 : std::max<int64_t>(be, 256);
+        const int64_t n_mid = be == 1 ? 777 : 768;
+        check_case(type, n_small, 100, 1, seed++);
+        check_case(type, n_small, 513, 7, seed++);
+        check_case(type, n_mid, 129, 16, seed++);
+        check_case(type, n_mid, 64, 33, seed++);
+        check_case(type, n_small, 200, 130, seed++);  // three token tiles, the last with 2 tokens
+    }
+}
+
+TEST(CudaMatmul, ModelSizes) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    check_case(TypeId::q4_k, 2048, 513, 512, 101);
+    check_case(TypeId::q6_k, 4096, 256, 65, 102);
+    check_case(TypeId::q8_0, 512, 2048, 100, 103);
+    check_case(TypeId::bf16, 2048, 300, 40, 104);
+    check_case(TypeId::iq4_xs, 4096, 130, 33, 105);
+}
+
+namespace {
+
+template <typename Fn>
+float time_ms(int reps, Fn&& fn) {
+    for (int i = 0; i < 3; ++i) fn();
+    std::vector<float> ms;
+    Event a, b;
+    for (int i = 0; i < reps; ++i) {
+        a.record();
+        fn();
+        b.record();
+        b.synchronize();
+        ms.push_back(Event::elapsed_ms(a, b));
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+void bench(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens) {
+    const size_t rb = quant::row_bytes(type, n_in);
+    DeviceBuffer w(rb * static_cast<size_t>(n_out) + 16), x(static_cast<size_t>(n_in * n_tokens) * 4),
+        y(static_cast<size_t>(n_out * n_tokens) * 4);
+    w.zero();  // speed does not depend on the values
+    x.zero();
+    const float ms = time_ms(10, [&] {
+        matmul(type, w.data(), rb, n_in, n_out, x.as<float>(), n_tokens, y.as<float>(), nullptr);
+    });
+    const double flops = 2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * n_tokens;
+    std::printf(
+        "%s", fmt::format("[bench] matmul {:<6} {:>5} -> {:>5}, {:>4} tokens: {:8.3f} ms  {:7.1f} TFLOP/s\n",
+                          quant::traits(type).name, n_in, n_out, n_tokens, ms, flops / (ms * 1e-3) / 1e12)
+                  .c_str());
+}
+
+}  // namespace
+
+TEST(CudaBench, MatmulTflops) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    for (int64_t n_tokens : {512, 4096}) {
+        bench(TypeId::q4_k, 2048, 8192, n_tokens);
+        bench(TypeId::q8_0, 2048, 4096, n_tokens);
+        bench(TypeId::q6_k, 4096, 2048, n_tokens);
+        bench(TypeId::q4_k, 2048, 512, n_tokens);
+        bench(TypeId::q5_k, 512, 2048, n_tokens);
+        bench(TypeId::bf16, 2048, 8192, n_tokens);
+    }
+}
+
+}  // namespace mox::cuda

@@ -1,0 +1,209 @@
+// Batched (prefill) MoE on the GPU against ops::moe_ffn with the scalar reference kernels
+// (dequantize, fp32 dot): routing patterns with experts that get no token, every token on one
+// expert, k = 1 and k = n_expert, 1..600 tokens; bitwise repeatability; a timing at the model's
+// sizes (printed, not asserted).
+#include "cuda_test_util.h"
+
+#include "ops/context.h"
+#include "ops/cuda_moe.h"
+#include "ops/moe.h"
+#include "quant/types.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+
+namespace mox::cuda {
+
+namespace {
+
+using quant::TypeId;
+
+struct HostStack {
+    std::vector<uint8_t> bytes;
+    ops::Weight w;
+};
+
+HostStack make_stack(TypeId type, int64_t n_in, int64_t n_out, int64_t n_expert, uint32_t seed, float scale) {
+    const auto& tr = quant::traits(type);
+    HostStack s;
+    const size_t rb = quant::row_bytes(type, n_in);
+    s.bytes.resize(rb * static_cast<size_t>(n_out * n_expert));
+    const auto f = test::randn(static_cast<size_t>(n_in * n_out * n_expert), seed, scale);
+    for (int64_t r = 0; r < n_out * n_expert; ++r)
+        tr.quantize(f.data() + r * n_in, s.bytes.data() + r * rb, n_in);
+    s.w = ops::Weight{.data = s.bytes.data(),
+                      .type = type,
+                      .n_in = n_in,
+                      .n_out = n_out,
+                      .n_expert = n_expert,
+                      .row_bytes = rb};
+    return s;
+}
+
+enum class Pattern { random, few_experts, one_expert };
+
+// k distinct experts per token with positive weights summing to 1. few_experts: only the first
+// max(k, 5) experts are ever chosen (the rest get no token); one_expert: slot 0 of every token is
+// expert n_expert / 2.
+ops::Routing make_routing(int64_t n_tokens, int64_t n_expert, int64_t k, Pattern pattern, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uw(0.1f, 1.0f);
+    ops::Routing r;
+    r.n_tokens = n_tokens;
+    r.k = k;
+    r.expert_counts.assign(static_cast<size_t>(n_expert), 0);
+    const int64_t pool = pattern == Pattern::few_experts ? std::max<int64_t>(k, 5) : n_expert;
+    std::vector<int32_t> all(static_cast<size_t>(pool));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        if (pattern == Pattern::one_expert) {
+            const auto fixed = static_cast<int32_t>(n_expert / 2);
+            std::iter_swap(all.begin(), std::find(all.begin(), all.end(), fixed));
+        }
+        float sum = 0;
+        std::vector<float> w(static_cast<size_t>(k));
+        for (auto& v : w) sum += (v = uw(rng));
+        for (int64_t i = 0; i < k; ++i) {
+            r.ids.push_back(all[static_cast<size_t>(i)]);
+            r.weights.push_back(w[static_cast<size_t>(i)] / sum);
+            r.expert_counts[static_cast<size_t>(all[static_cast<size_t>(i)])]++;
+        }
+    }
+    return r;
+}
+
+// out vs ref: relative L2 error below 3e-3 (two fp16-rounded products in a row, each ~1e-3 at
+// worst, typically a few 1e-4), and no element off by more than 1% of the largest |ref| (a lost or
+// doubled slot moves elements by a sizeable part of their value).
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref) {
+    ASSERT_EQ(got.size(), ref.size());
+    double err2 = 0, ref2 = 0, ref_max = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        err2 += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+        ref2 += double(ref[i]) * ref[i];
+        ref_max = std::max(ref_max, std::fabs(double(ref[i])));
+    }
+    EXPECT_LT(std::sqrt(err2 / ref2), 3e-3);
+    int bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+        if (!(std::fabs(double(got[i]) - ref[i]) <= 1e-2 * ref_max) && bad++ < 5)
+            ADD_FAILURE() << "element " << i << ": got " << got[i] << ", reference " << ref[i];
+}
+
+void check_batch(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_ff, int64_t n_expert,
+                 int64_t k, int64_t n_tokens, Pattern pattern, uint32_t seed) {
+    SCOPED_TRACE(fmt::format("gate/up {} down {} n_embd={} n_ff={} experts={} k={} tokens={} pattern={}",
+                             quant::type_name(gate_up_type), quant::type_name(down_type), n_embd, n_ff,
+                             n_expert, k, n_tokens, static_cast<int>(pattern)));
+    HostStack gate = make_stack(gate_up_type, n_embd, n_ff, n_expert, seed, 0.05f);
+    HostStack up = make_stack(gate_up_type, n_embd, n_ff, n_expert, seed + 1, 0.05f);
+    HostStack down = make_stack(down_type, n_ff, n_embd, n_expert, seed + 2, 0.05f);
+    auto x = test::randn(static_cast<size_t>(n_embd * n_tokens), seed + 3);
+    for (int64_t t = 0; t < n_tokens; ++t)  // tokens of different magnitude
+        for (int64_t i = 0; i < n_embd; ++i) x[t * n_embd + i] *= 1.0f + static_cast<float>(t % 5);
+    const ops::Routing routing = make_routing(n_tokens, n_expert, k, pattern, seed + 4);
+
+    ops::Context ctx;
+    ctx.isa = quant::Isa::scalar;  // the reference dot kernels: dequantize, fp32 dot
+    std::vector<float> ref(static_cast<size_t>(n_embd * n_tokens));
+    ops::moe_ffn(ctx, ops::ExpertStack{gate.w, up.w, down.w}, routing, x.data(), ref.data());
+
+    DeviceWeight dg = upload_weight(gate.w), du = upload_weight(up.w), dd = upload_weight(down.w);
+    DeviceBuffer dx = test::to_device(x), di = test::to_device(routing.ids),
+                 dw = test::to_device(routing.weights);
+    DeviceBuffer ws(std::max<size_t>(1, moe_batch_workspace_bytes(dg.view, dd.view, n_tokens, k)));
+    std::vector<std::vector<float>> runs;
+    for (int run = 0; run < 2; ++run) {
+        const std::vector<float> poison(ref.size(), std::nanf(""));
+        DeviceBuffer dout = test::to_device(poison);  // unwritten outputs stay NaN and fail
+        moe_batch(dg.view, du.view, dd.view, di.as<int32_t>(), dw.as<float>(), n_tokens, k, dx.as<float>(),
+                  dout.as<float>(), ws.data());
+        runs.push_back(test::to_host<float>(dout, ref.size()));
+    }
+    expect_close(runs[0], ref);
+    EXPECT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), ref.size() * sizeof(float)))
+        << "two runs differ";
+}
+
+}  // namespace
+
+TEST(CudaMoeBatch, MatchesCpuMoeFfn) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 32, 8, 600, Pattern::random, 10);  // Q4_K_M mix
+    check_batch(TypeId::q8_0, TypeId::q8_0, 160, 96, 16, 4, 100, Pattern::few_experts, 20);
+    check_batch(TypeId::iq4_xs, TypeId::q5_k, 256, 256, 8, 1, 333, Pattern::random, 30);
+    check_batch(TypeId::mxfp4, TypeId::mxfp4, 256, 64, 10, 2, 130, Pattern::one_expert, 40);
+    check_batch(TypeId::f16, TypeId::bf16, 96, 40, 6, 6, 7, Pattern::random,
+                50);  // odd float sizes, k = n_expert
+    check_batch(TypeId::q2_k, TypeId::q3_k, 256, 256, 12, 8, 1, Pattern::random, 60);
+    check_batch(TypeId::f32, TypeId::q4_0, 64, 64, 5, 1, 65, Pattern::one_expert,
+                70);  // 65 tokens on one expert
+    check_batch(TypeId::iq4_nl, TypeId::q4_k, 512, 256, 20, 8, 200, Pattern::few_experts, 80);
+}
+
+TEST(CudaMoeBatch, ModelSizes) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // Qwen3.6-35B-A3B's expert shapes (fewer experts, to keep the CPU reference short).
+    check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 10, 8, 64, Pattern::random, 90);
+}
+
+TEST(CudaBench, MoeBatchTflops) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // One Qwen3.5-MoE layer's routed experts: 256 experts, top 8, n_embd 2048, n_ff 512, Q4_K gate/up,
+    // Q6_K down. Zero weights and activations (speed does not depend on them); random routing.
+    const int64_t n_expert = 256, k = 8, n_embd = 2048, n_ff = 512;
+    const auto stack = [&](TypeId type, int64_t n_in, int64_t n_out) {
+        const size_t rb = quant::row_bytes(type, n_in);
+        auto buf = std::make_unique<DeviceBuffer>(rb * static_cast<size_t>(n_out * n_expert) + 16);
+        buf->zero();
+        return std::pair{std::move(buf), ops::Weight{.data = nullptr,
+                                                     .type = type,
+                                                     .n_in = n_in,
+                                                     .n_out = n_out,
+                                                     .n_expert = n_expert,
+                                                     .row_bytes = rb}};
+    };
+    auto [gbuf, gate] = stack(TypeId::q4_k, n_embd, n_ff);
+    auto [ubuf, up] = stack(TypeId::q4_k, n_embd, n_ff);
+    auto [dbuf, down] = stack(TypeId::q6_k, n_ff, n_embd);
+    gate.data = static_cast<const uint8_t*>(gbuf->data());
+    up.data = static_cast<const uint8_t*>(ubuf->data());
+    down.data = static_cast<const uint8_t*>(dbuf->data());
+    for (int64_t n_tokens : {512, 4096}) {
+        const ops::Routing r = make_routing(n_tokens, n_expert, k, Pattern::random, 7);
+        DeviceBuffer di = test::to_device(r.ids), dw = test::to_device(r.weights);
+        DeviceBuffer x(static_cast<size_t>(n_tokens * n_embd) * 4),
+            out(static_cast<size_t>(n_tokens * n_embd) * 4);
+        x.zero();
+        DeviceBuffer ws(moe_batch_workspace_bytes(gate, down, n_tokens, k));
+        const auto once = [&] {
+            moe_batch(gate, up, down, di.as<int32_t>(), dw.as<float>(), n_tokens, k, x.as<float>(),
+                      out.as<float>(), ws.data());
+        };
+        for (int i = 0; i < 3; ++i) once();
+        std::vector<float> ms;
+        Event a, b;
+        for (int i = 0; i < 10; ++i) {
+            a.record();
+            once();
+            b.record();
+            b.synchronize();
+            ms.push_back(Event::elapsed_ms(a, b));
+        }
+        std::sort(ms.begin(), ms.end());
+        const double flops =
+            2.0 * 3.0 * static_cast<double>(n_tokens * k) * static_cast<double>(n_embd * n_ff);
+        std::printf("%s", fmt::format("[bench] moe_batch Q4_K/Q6_K 256 experts top-8 2048x512, {:>4} tokens: "
+                                      "{:8.3f} ms  {:7.1f} TFLOP/s\n",
+                                      n_tokens, ms[ms.size() / 2], flops / (ms[ms.size() / 2] * 1e-3) / 1e12)
+                              .c_str());
+    }
+}
+
+}  // namespace mox::cuda
