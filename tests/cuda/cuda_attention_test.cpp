@@ -10,6 +10,7 @@
 #include "quant/types.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -63,6 +64,14 @@ void check_store(TypeId type, int64_t row_elems, int64_t capacity, int64_t pos0,
     const std::vector<uint8_t> k_gpu = test::to_host<uint8_t>(kc, k_cpu.size()),
                                v_gpu = test::to_host<uint8_t>(vc, v_cpu.size());
 
+    if (std::getenv("MOX_ATTN_DEBUG")) {
+        const size_t o = static_cast<size_t>(pos0) * rb;
+        fmt::print("dbg {} k cpu {} gpu {} | v cpu {} gpu {}\n", quant::traits(type).name,
+                   std::vector<int>(k_cpu.begin() + o, k_cpu.begin() + o + 8),
+                   std::vector<int>(k_gpu.begin() + o, k_gpu.begin() + o + 8),
+                   std::vector<int>(v_cpu.begin() + o, v_cpu.begin() + o + 8),
+                   std::vector<int>(v_gpu.begin() + o, v_gpu.begin() + o + 8));
+    }
     const bool quantized = type == TypeId::q8_0 || type == TypeId::q4_0;
     const size_t block = type == TypeId::q8_0 ? 34 : 18;
     int64_t off_by_one = 0;

@@ -53,9 +53,11 @@ int kv_fmt(quant::TypeId t) {
 
 constexpr int kStoreThreads = 128;
 
+// The f16 scale of a q8_0/q4_0 block: one 16-bit store (blocks of 34 and 18 bytes keep 2-byte
+// alignment). Two byte stores of the converted half's bits (st.u8 of the cvt.f16 register) came out
+// with a zero low byte on the H200 (nvcc 13, sm_90); the 16-bit store is right.
 __device__ __forceinline__ void put_u16(uint8_t* p, uint32_t v) {
-    p[0] = static_cast<uint8_t>(v & 0xFFu);  // byte stores: quant blocks are only 2-byte aligned
-    p[1] = static_cast<uint8_t>(v >> 8);
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
 }
 
 __device__ __forceinline__ uint32_t f16_bits(float x) {
@@ -418,24 +420,40 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
 }
 
 // One block of D threads per output row (t, h): out = sum_s w_s acc_s / sum_s w_s l_s with
-// w_s = exp(m_s - max m), splits in order.
+// w_s = exp(m_s - max m). The weights go through shared memory so that each thread's loop over the
+// splits is independent loads (in flight together); every sum runs over s in order (deterministic).
 template <int D>
 __global__ void __launch_bounds__(D) combine_kernel(const AttnParams p) {
+    __shared__ float sm_w[kTargetBlocks];
+    __shared__ float sm_red[D / 32];
     const int64_t row = blockIdx.x;
-    const int c = threadIdx.x;
+    const int c = threadIdx.x, lane = c & 31, warp = c >> 5;
     const int64_t n_rows_all = p.n_q * p.n_head;
-    float M = -INFINITY;
-    for (int s = 0; s < p.n_split; ++s) {
+    float mx = -INFINITY;
+    for (int s = c; s < p.n_split; s += D) {
         const float* ml = p.part_ml + (s * n_rows_all + row) * 2;
-        if (ml[1] > 0.0f) M = fmaxf(M, ml[0]);
+        if (ml[1] > 0.0f) mx = fmaxf(mx, ml[0]);
     }
-    float L = 0.0f, A = 0.0f;
-    for (int s = 0; s < p.n_split; ++s) {
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    if (lane == 0) sm_red[warp] = mx;
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < D / 32; ++w) M = fmaxf(M, sm_red[w]);
+    for (int s = c; s < p.n_split; s += D) {
         const float* ml = p.part_ml + (s * n_rows_all + row) * 2;
-        if (ml[1] <= 0.0f) continue;
-        const float wt = expf(ml[0] - M);
-        L += wt * ml[1];
-        A += wt * p.part_acc[(s * n_rows_all + row) * D + c];
+        sm_w[s] = ml[1] > 0.0f ? expf(ml[0] - M) : 0.0f;  // a split without keys of this row weighs 0
+    }
+    __syncthreads();
+    float L = 0.0f, A = 0.0f;
+    const float* acc = p.part_acc + row * D + c;
+    const size_t split_stride = static_cast<size_t>(n_rows_all) * D;
+#pragma unroll 8
+    for (int s = 0; s < p.n_split; ++s) {
+        const float w = sm_w[s];
+        if (w == 0.0f) continue;  // also skips partials of splits that wrote nothing meaningful
+        L += w * p.part_ml[(s * n_rows_all + row) * 2 + 1];
+        A += w * acc[s * split_stride];
     }
     const int64_t t = row / p.n_head;
     const int h = static_cast<int>(row % p.n_head);
@@ -464,6 +482,8 @@ Plan make_plan(const ops::AttentionShape& s, int64_t n_q, int64_t max_keys) {
     int64_t per = (max_keys + n_split - 1) / n_split;
     per = (per + 15) / 16 * 16;
     plan.n_split = static_cast<int>((max_keys + per - 1) / per);
+    MOX_CHECK(plan.n_split <= kTargetBlocks, "{} splits",
+              plan.n_split);  // combine_kernel holds one weight each
     plan.keys_per_split = per;
     return plan;
 }
