@@ -260,6 +260,20 @@ __device__ __forceinline__ void decode(int fmt, const Raw<E>& r, int e0, float* 
     }
 }
 
+// One stage of the transposed warp sum: a lane keeps the upper half of its values where its bit o is
+// set (the lower half otherwise) and adds its partner's copy of them. Compile-time sizes, so sc stays
+// in registers.
+template <int kHalf, int kO>
+__device__ __forceinline__ void halve(float* sc, int lane) {
+    const bool upper = (lane & kO) != 0;
+#pragma unroll
+    for (int i = 0; i < kHalf; ++i) {
+        const float send = upper ? sc[i] : sc[i + kHalf];
+        const float keep = upper ? sc[i + kHalf] : sc[i];
+        sc[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, kO);
+    }
+}
+
 __device__ __forceinline__ float gated(const AttnParams& p, int64_t t, int h, int c, float o) {
     if (p.gate == nullptr) return o;
     const float g = p.gate[t * p.gate_token_stride + h * p.gate_head_stride + c];
@@ -272,6 +286,18 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
     constexpr int E = D / 32;
     // Keys a warp loads per step: more bytes in flight, but registers (q and acc take 2 * kRows * E).
     constexpr int S = D >= 256 ? 2 : 4;
+    constexpr int kNv = S * kRows;              // (key, row) scores per step: 16 or 32
+    constexpr int kStages = kNv == 32 ? 5 : 4;  // halving stages of the transposed sum
+    constexpr int kKeyBits = S == 4 ? 2 : 1;    // the first stages split the keys
+    constexpr unsigned kFull = 0xFFFFFFFFu;
+    // The lane that ends up holding pair idx (its bit for stage k is bit (kStages - 1 - k) of idx).
+    auto lane_of = [](int idx) {
+        int ln = 0;
+#pragma unroll
+        for (int k = 0; k < kStages; ++k)
+            if (idx & (kNv >> (k + 1))) ln |= 16 >> k;
+        return ln;
+    };
     __shared__ float sm_acc[kWarps][kRows][D];
     __shared__ float sm_m[kWarps][kRows];
     __shared__ float sm_l[kWarps][kRows];
@@ -304,26 +330,42 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
     const int64_t k0 = split * p.keys_per_split;
     const int64_t k1 = min(k0 + p.keys_per_split, chunk_end);
 
-    float m[kRows], l[kRows], acc[kRows][E];
+    // After the transposed warp sum below, this lane holds the score of (key my_s, row my_r) of each
+    // step and the softmax state (m_mine, l_mine) of row my_r; acc holds every row.
+    int my_idx = 0;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
+    for (int k = 0; k < kStages; ++k)
+        if (lane & (16 >> k)) my_idx |= kNv >> (k + 1);
+    const int my_r = my_idx % kRows, my_s = my_idx / kRows;
+    int64_t my_key_end = 0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+        if (r == my_r) my_key_end = key_end[r];
+    float m_mine = -INFINITY, l_mine = 0.0f;
+    float acc[kRows][E];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
         for (int e = 0; e < E; ++e) acc[r][e] = 0.0f;
-    }
     const uint8_t* kbase = p.k + hk * p.k_head_bytes;
     const uint8_t* vbase = p.v + hk * p.v_head_bytes;
 
-    for (int64_t j0 = k0 + warp * S; j0 < k1; j0 += kWarps * S) {
-        Raw<E> rk[S], rv[S];
+    // Software pipelined: the next step's rows are loaded before this step's math, so two steps of
+    // K/V bytes are in flight per warp. Keys past k1 load a valid row (index clamped) and are masked.
+    Raw<E> rk[S], rv[S];
+    auto load_step = [&](int64_t j0, Raw<E>* ks, Raw<E>* vs) {
 #pragma unroll
         for (int s = 0; s < S; ++s) {
-            const int64_t j = min(j0 + s, k1 - 1);  // keys past k1 load a valid row and are masked below
-            load_raw<E>(p.kf, kbase + static_cast<size_t>(j) * p.k_row_bytes, e0, rk[s]);
-            load_raw<E>(p.vf, vbase + static_cast<size_t>(j) * p.v_row_bytes, e0, rv[s]);
+            const int64_t j = max(k0, min(j0 + s, k1 - 1));
+            load_raw<E>(p.kf, kbase + static_cast<size_t>(j) * p.k_row_bytes, e0, ks[s]);
+            load_raw<E>(p.vf, vbase + static_cast<size_t>(j) * p.v_row_bytes, e0, vs[s]);
         }
-        float sc[S][kRows];
+    };
+    if (k0 + warp * S < k1) load_step(k0 + warp * S, rk, rv);
+    for (int64_t j0 = k0 + warp * S; j0 < k1; j0 += kWarps * S) {
+        Raw<E> nk[S], nv[S];
+        load_step(j0 + kWarps * S, nk, nv);
+        float sc[kNv];  // partial dot products, index s * kRows + r
 #pragma unroll
         for (int s = 0; s < S; ++s) {
             float kx[E];
@@ -333,58 +375,65 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
                 float dot = 0.0f;
 #pragma unroll
                 for (int e = 0; e < E; ++e) dot = fmaf(qr[r][e], kx[e], dot);
-                sc[s][r] = dot;
+                sc[s * kRows + r] = dot;
             }
         }
-        // Butterfly sums: every lane ends with the same bits (a + b == b + a), so the softmax state
-        // below stays identical across the warp.
+        // Transposed warp sum: each stage halves the values a lane keeps (the upper half where the
+        // lane's bit o is set) and adds the partner's copy of them, kNv - 1 shuffles for kNv sums.
+        halve<kNv / 2, 16>(sc, lane);
+        halve<kNv / 4, 8>(sc, lane);
+        halve<kNv / 8, 4>(sc, lane);
+        halve<kNv / 16, 2>(sc, lane);
+        if constexpr (kStages == 5) halve<1, 1>(sc, lane);
+        float score = sc[0];
+        if constexpr (kStages == 4) score += __shfl_xor_sync(kFull, score, 1);  // lanes l, l^1 hold one pair
+        if (j0 + my_s >= k1 || j0 + my_s >= my_key_end) score = -INFINITY;
+        // The row's max and sum over the step's keys: the lanes of one row differ in the key bits.
+        float tmax = score;
 #pragma unroll
-        for (int s = 0; s < S; ++s)
+        for (int k = 0; k < kKeyBits; ++k) tmax = fmaxf(tmax, __shfl_xor_sync(kFull, tmax, 16 >> k));
+        const float m_new = fmaxf(m_mine, tmax);
+        const bool none = m_new == -INFINITY;                    // no key of this row yet
+        const float alpha = none ? 1.0f : expf(m_mine - m_new);  // 0 while m_mine is still -inf
+        const float pr = none ? 0.0f : expf(score - m_new);
+        float psum = pr;
 #pragma unroll
-            for (int r = 0; r < kRows; ++r)
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) sc[s][r] += __shfl_xor_sync(0xFFFFFFFFu, sc[s][r], o);
+        for (int k = 0; k < kKeyBits; ++k) psum += __shfl_xor_sync(kFull, psum, 16 >> k);
+        l_mine = l_mine * alpha + psum;
+        m_mine = m_new;
+
         float vx[S][E];
 #pragma unroll
         for (int s = 0; s < S; ++s) decode<E>(p.vf, rv[s], e0, vx[s]);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            float mx = m[r];
-#pragma unroll
-            for (int s = 0; s < S; ++s) {
-                if (j0 + s >= k1 || j0 + s >= key_end[r]) sc[s][r] = -INFINITY;
-                mx = fmaxf(mx, sc[s][r]);
-            }
-            if (mx == -INFINITY) continue;        // no key of this row yet
-            const float alpha = expf(m[r] - mx);  // 0 while m is still -inf
-            float ps = 0.0f;
+            const float a = __shfl_sync(kFull, alpha, lane_of(r));
             float pk[S];
 #pragma unroll
-            for (int s = 0; s < S; ++s) {
-                pk[s] = expf(sc[s][r] - mx);
-                ps += pk[s];
-            }
-            l[r] = l[r] * alpha + ps;
-            m[r] = mx;
+            for (int s = 0; s < S; ++s) pk[s] = __shfl_sync(kFull, pr, lane_of(s * kRows + r));
 #pragma unroll
             for (int e = 0; e < E; ++e) {
-                float a = acc[r][e] * alpha;
+                float v = acc[r][e] * a;
 #pragma unroll
-                for (int s = 0; s < S; ++s) a = fmaf(pk[s], vx[s][e], a);
-                acc[r][e] = a;
+                for (int s = 0; s < S; ++s) v = fmaf(pk[s], vx[s][e], v);
+                acc[r][e] = v;
             }
+        }
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            rk[s] = nk[s];
+            rv[s] = nv[s];
         }
     }
 
     // Merge the warps (every thread reaches this barrier: the loop above has no early exit).
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
         for (int e = 0; e < E; ++e) sm_acc[warp][r][e0 + e] = acc[r][e];
-        if (lane == 0) {
-            sm_m[warp][r] = m[r];
-            sm_l[warp][r] = l[r];
-        }
+    if (my_s == 0 && lane == lane_of(my_idx)) {
+        sm_m[warp][my_r] = m_mine;
+        sm_l[warp][my_r] = l_mine;
     }
     __syncthreads();
     const int64_t n_rows_all = p.n_q * p.n_head;
@@ -419,18 +468,24 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
     }
 }
 
-// One block of D threads per output row (t, h): out = sum_s w_s acc_s / sum_s w_s l_s with
-// w_s = exp(m_s - max m). The weights go through shared memory so that each thread's loop over the
-// splits is independent loads (in flight together); every sum runs over s in order (deterministic).
+// One block per output row (t, h): out = sum_s w_s acc_s / sum_s w_s l_s with w_s = exp(m_s - max m).
+// kCombineGroups groups of D threads take every kCombineGroups-th split (so many loads are in flight)
+// and their sums meet in shared memory in a fixed order (deterministic).
+constexpr int kCombineGroups = 4;
+
 template <int D>
-__global__ void __launch_bounds__(D) combine_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(D* kCombineGroups) combine_kernel(const AttnParams p) {
+    constexpr int kT = D * kCombineGroups;
     __shared__ float sm_w[kTargetBlocks];
-    __shared__ float sm_red[D / 32];
+    __shared__ float sm_red[kT / 32];
+    __shared__ float sm_a[kCombineGroups][D];
+    __shared__ float sm_l[kCombineGroups];
     const int64_t row = blockIdx.x;
-    const int c = threadIdx.x, lane = c & 31, warp = c >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int c = tid % D, g = tid / D;
     const int64_t n_rows_all = p.n_q * p.n_head;
     float mx = -INFINITY;
-    for (int s = c; s < p.n_split; s += D) {
+    for (int s = tid; s < p.n_split; s += kT) {
         const float* ml = p.part_ml + (s * n_rows_all + row) * 2;
         if (ml[1] > 0.0f) mx = fmaxf(mx, ml[0]);
     }
@@ -439,21 +494,31 @@ __global__ void __launch_bounds__(D) combine_kernel(const AttnParams p) {
     __syncthreads();
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < D / 32; ++w) M = fmaxf(M, sm_red[w]);
-    for (int s = c; s < p.n_split; s += D) {
+    for (int w = 0; w < kT / 32; ++w) M = fmaxf(M, sm_red[w]);
+    for (int s = tid; s < p.n_split; s += kT) {
         const float* ml = p.part_ml + (s * n_rows_all + row) * 2;
         sm_w[s] = ml[1] > 0.0f ? expf(ml[0] - M) : 0.0f;  // a split without keys of this row weighs 0
     }
     __syncthreads();
+    // Splits without keys wrote acc = 0, l = 0, so their zero weight multiplies finite values.
     float L = 0.0f, A = 0.0f;
-    const float* acc = p.part_acc + row * D + c;
     const size_t split_stride = static_cast<size_t>(n_rows_all) * D;
+    const float* acc = p.part_acc + row * D + c;
 #pragma unroll 8
-    for (int s = 0; s < p.n_split; ++s) {
+    for (int s = g; s < p.n_split; s += kCombineGroups) {
         const float w = sm_w[s];
-        if (w == 0.0f) continue;  // also skips partials of splits that wrote nothing meaningful
         L += w * p.part_ml[(s * n_rows_all + row) * 2 + 1];
         A += w * acc[s * split_stride];
+    }
+    sm_a[g][c] = A;
+    if (c == 0) sm_l[g] = L;
+    __syncthreads();
+    if (g != 0) return;
+    A = 0.0f, L = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kCombineGroups; ++i) {
+        A += sm_a[i][c];
+        L += sm_l[i];
     }
     const int64_t t = row / p.n_head;
     const int h = static_cast<int>(row % p.n_head);
@@ -560,17 +625,17 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
         case 64:
             attention_kernel<64><<<grid, kThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<64>");
-            if (plan.n_split > 1) combine_kernel<64><<<n_rows_all, 64, 0, stream>>>(p);
+            if (plan.n_split > 1) combine_kernel<64><<<n_rows_all, 64 * kCombineGroups, 0, stream>>>(p);
             break;
         case 128:
             attention_kernel<128><<<grid, kThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<128>");
-            if (plan.n_split > 1) combine_kernel<128><<<n_rows_all, 128, 0, stream>>>(p);
+            if (plan.n_split > 1) combine_kernel<128><<<n_rows_all, 128 * kCombineGroups, 0, stream>>>(p);
             break;
         default:
             attention_kernel<256><<<grid, kThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<256>");
-            if (plan.n_split > 1) combine_kernel<256><<<n_rows_all, 256, 0, stream>>>(p);
+            if (plan.n_split > 1) combine_kernel<256><<<n_rows_all, 256 * kCombineGroups, 0, stream>>>(p);
             break;
     }
     MOX_CUDA_CHECK_LAUNCH("combine_kernel");
