@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(kStoreThreads)
 constexpr int kRows = 8;   // query rows per block
 constexpr int kWarps = 4;  // warps per block, each with its own keys
 constexpr int kThreads = kWarps * 32;
-constexpr int kTargetBlocks = 1056;  // ~8 blocks per SM of an H100/H200 (132 SMs)
-constexpr int64_t kMinKeysPerSplit = 128;
+constexpr int kTargetBlocks = 264;  // 2 blocks per SM of an H100/H200 (132 SMs), the most that fit (registers)
+constexpr int64_t kMinKeysPerSplit = 256;
 
 struct AttnParams {
     const uint8_t* k;
