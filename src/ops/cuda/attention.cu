@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(kStoreThreads)
 constexpr int kRows = 8;   // query rows per block
 constexpr int kWarps = 4;  // warps per block, each with its own keys
 constexpr int kThreads = kWarps * 32;
-constexpr int kTargetBlocks = 264;  // 2 blocks per SM of an H100/H200 (132 SMs), the most that fit (registers)
+constexpr int kTargetBlocks =
+    264;  // 2 blocks per SM of an H100/H200 (132 SMs), the most that fit (registers)
 constexpr int64_t kMinKeysPerSplit = 256;
 
 struct AttnParams {
@@ -468,21 +469,25 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
     }
 }
 
-// One block per output row (t, h): out = sum_s w_s acc_s / sum_s w_s l_s with w_s = exp(m_s - max m).
-// kCombineGroups groups of D threads take every kCombineGroups-th split (so many loads are in flight)
-// and their sums meet in shared memory in a fixed order (deterministic).
-constexpr int kCombineGroups = 4;
+// One block per output row (t, h) and kCombineCols of its columns: out = sum_s w_s acc_s / sum_s
+// w_s l_s with w_s = exp(m_s - max m). kCombineGroups groups of threads take every kCombineGroups-th
+// split (many loads in flight, spread over n_rows * D / kCombineCols blocks) and their sums meet in
+// shared memory in a fixed order (deterministic).
+constexpr int kCombineCols = 64;
+constexpr int kCombineGroups = 16;
+constexpr int kCombineThreads = kCombineCols * kCombineGroups;
 
 template <int D>
-__global__ void __launch_bounds__(D* kCombineGroups) combine_kernel(const AttnParams p) {
-    constexpr int kT = D * kCombineGroups;
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttnParams p) {
+    constexpr int kT = kCombineThreads;
     __shared__ float sm_w[kTargetBlocks];
     __shared__ float sm_red[kT / 32];
-    __shared__ float sm_a[kCombineGroups][D];
+    __shared__ float sm_a[kCombineGroups][kCombineCols];
     __shared__ float sm_l[kCombineGroups];
     const int64_t row = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int c = tid % D, g = tid / D;
+    const int cl = tid % kCombineCols, g = tid / kCombineCols;
+    const int c = blockIdx.y * kCombineCols + cl;
     const int64_t n_rows_all = p.n_q * p.n_head;
     float mx = -INFINITY;
     for (int s = tid; s < p.n_split; s += kT) {
@@ -504,20 +509,20 @@ __global__ void __launch_bounds__(D* kCombineGroups) combine_kernel(const AttnPa
     float L = 0.0f, A = 0.0f;
     const size_t split_stride = static_cast<size_t>(n_rows_all) * D;
     const float* acc = p.part_acc + row * D + c;
-#pragma unroll 8
+#pragma unroll 4
     for (int s = g; s < p.n_split; s += kCombineGroups) {
         const float w = sm_w[s];
         L += w * p.part_ml[(s * n_rows_all + row) * 2 + 1];
         A += w * acc[s * split_stride];
     }
-    sm_a[g][c] = A;
-    if (c == 0) sm_l[g] = L;
+    sm_a[g][cl] = A;
+    if (cl == 0) sm_l[g] = L;
     __syncthreads();
     if (g != 0) return;
     A = 0.0f, L = 0.0f;
 #pragma unroll
     for (int i = 0; i < kCombineGroups; ++i) {
-        A += sm_a[i][c];
+        A += sm_a[i][cl];
         L += sm_l[i];
     }
     const int64_t t = row / p.n_head;
@@ -625,17 +630,20 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
         case 64:
             attention_kernel<64><<<grid, kThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<64>");
-            if (plan.n_split > 1) combine_kernel<64><<<n_rows_all, 64 * kCombineGroups, 0, stream>>>(p);
+            if (plan.n_split > 1)
+                combine_kernel<64><<<dim3(n_rows_all, 64 / kCombineCols), kCombineThreads, 0, stream>>>(p);
             break;
         case 128:
             attention_kernel<128><<<grid, kThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<128>");
-            if (plan.n_split > 1) combine_kernel<128><<<n_rows_all, 128 * kCombineGroups, 0, stream>>>(p);
+            if (plan.n_split > 1)
+                combine_kernel<128><<<dim3(n_rows_all, 128 / kCombineCols), kCombineThreads, 0, stream>>>(p);
             break;
         default:
             attention_kernel<256><<<grid, kThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<256>");
-            if (plan.n_split > 1) combine_kernel<256><<<n_rows_all, 256 * kCombineGroups, 0, stream>>>(p);
+            if (plan.n_split > 1)
+                combine_kernel<256><<<dim3(n_rows_all, 256 / kCombineCols), kCombineThreads, 0, stream>>>(p);
             break;
     }
     MOX_CUDA_CHECK_LAUNCH("combine_kernel");
