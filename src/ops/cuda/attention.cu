@@ -1,0 +1,652 @@
+// Gated causal attention over a quantized KV cache on the GPU (ops/cuda_attention.h).
+//
+// kv_store: one block per token row; float types convert element-wise, q8_0/q4_0 take one thread per
+// 32-element block and repeat the CPU quantizer's arithmetic operation by operation (explicit _rn
+// intrinsics where nvcc could otherwise fuse a multiply and an add), so the bytes match the CPU's.
+//
+// attention: one kernel for decode and prefill. The rows of one KV head are (token, group member)
+// pairs r = t * group + g; a block takes kRows = 8 of them (all 8 query heads of a token in the real
+// model), one KV head and one range of keys (a "split"). Each warp walks its own keys of the range
+// (kSteps keys at a time, interleaved with the other warps), lane l holding elements [l*E, l*E+E) of
+// every row of q, of the decoded K/V rows and of the accumulators (E = head_dim / 32), with its own
+// online-softmax state; so K/V bytes are read and converted once per block and shared by all its
+// rows, and the inner loop needs no barrier. The warps then merge through shared memory. With one
+// split the block normalises, gates and writes the output; with several (decode: the context is cut
+// across blocks so that ~1k blocks stream the cache) it writes (max, sum, acc) partials and
+// combine_kernel merges them in a fixed order (deterministic).
+#include "ops/cuda_attention.h"
+#include "quant/cuda/check.cuh"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace mox::cuda {
+
+namespace {
+
+enum KvFmt : int { kFmtF32 = 0, kFmtF16 = 1, kFmtBf16 = 2, kFmtQ8_0 = 3, kFmtQ4_0 = 4 };
+
+constexpr int kQ8Bytes = 34;  // d f16, 32 x int8
+constexpr int kQ4Bytes = 18;  // d f16, 16 bytes of nibbles (element j low, j + 16 high)
+
+int kv_fmt(quant::TypeId t) {
+    switch (t) {
+        case quant::TypeId::f32:
+            return kFmtF32;
+        case quant::TypeId::f16:
+            return kFmtF16;
+        case quant::TypeId::bf16:
+            return kFmtBf16;
+        case quant::TypeId::q8_0:
+            return kFmtQ8_0;
+        case quant::TypeId::q4_0:
+            return kFmtQ4_0;
+        default:
+            fail("CUDA attention: KV cache type {} is not supported", quant::traits(t).name);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// kv_store
+
+constexpr int kStoreThreads = 128;
+
+// The f16 scale of a q8_0/q4_0 block: one 16-bit store (blocks of 34 and 18 bytes keep 2-byte
+// alignment). Two byte stores of the converted half's bits (st.u8 of the cvt.f16 register) came out
+// with a zero low byte on the H200 (nvcc 13, sm_90); the 16-bit store is right.
+__device__ __forceinline__ void put_u16(uint8_t* p, uint32_t v) {
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+}
+
+__device__ __forceinline__ uint32_t f16_bits(float x) {
+    return __half_as_ushort(__float2half_rn(x));  // round to nearest even, as core/fp16.h
+}
+
+// core/fp16.h fp32_to_bf16: round to nearest even on the raw bits, NaN kept quiet.
+__device__ __forceinline__ uint32_t bf16_bits(float x) {
+    const uint32_t bits = __float_as_uint(x);
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return ((bits >> 16) | 0x40u) & 0xFFFFu;
+    return ((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16) & 0xFFFFu;
+}
+
+// One block per token: row blockIdx.x of src goes to cache row *pos0 + blockIdx.x.
+__global__ void __launch_bounds__(kStoreThreads)
+    kv_store_kernel(uint8_t* __restrict__ cache, size_t row_bytes, int fmt, int64_t capacity,
+                    const int32_t* __restrict__ pos0, const float* __restrict__ src, int64_t src_stride,
+                    int64_t row_elems) {
+    const int64_t pos = static_cast<int64_t>(*pos0) + blockIdx.x;
+    if (pos < 0 || pos >= capacity) return;  // the host cannot check a device position
+    const float* x = src + static_cast<int64_t>(blockIdx.x) * src_stride;
+    uint8_t* dst = cache + static_cast<size_t>(pos) * row_bytes;
+    if (fmt == kFmtF32) {
+        for (int64_t i = threadIdx.x; i < row_elems; i += kStoreThreads)
+            reinterpret_cast<float*>(dst)[i] = x[i];
+    } else if (fmt == kFmtF16 || fmt == kFmtBf16) {
+        auto* d16 = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t i = threadIdx.x; i < row_elems; i += kStoreThreads)
+            d16[i] = static_cast<uint16_t>(fmt == kFmtF16 ? f16_bits(x[i]) : bf16_bits(x[i]));
+    } else if (fmt == kFmtQ8_0) {
+        // quant/ref_legacy.cpp quantize_q8: d = amax / 127, q = roundf(x * (1 / d)).
+        for (int64_t b = threadIdx.x; b < row_elems / 32; b += kStoreThreads) {
+            const float* xb = x + b * 32;
+            uint8_t* blk = dst + b * kQ8Bytes;
+            float amax = 0.0f;
+            for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(xb[j]));
+            const float d = amax / 127.0f;
+            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            put_u16(blk, f16_bits(d));
+            for (int j = 0; j < 32; ++j)
+                blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(roundf(__fmul_rn(xb[j], id))));
+        }
+    } else {
+        // quantize_symmetric(levels 16): d = (signed max-magnitude element) / -8, q = min(15, int(x/d
+        // + 8.5)).
+        for (int64_t b = threadIdx.x; b < row_elems / 32; b += kStoreThreads) {
+            const float* xb = x + b * 32;
+            uint8_t* blk = dst + b * kQ4Bytes;
+            float amax = 0.0f, mx = 0.0f;
+            for (int j = 0; j < 32; ++j) {
+                const float ax = fabsf(xb[j]);
+                if (ax > amax) {
+                    amax = ax;
+                    mx = xb[j];
+                }
+            }
+            const float d = mx / -8.0f;
+            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            put_u16(blk, f16_bits(d));
+            for (int j = 0; j < 16; ++j) {
+                const int lo = min(15, __float2int_rz(__fadd_rn(__fmul_rn(xb[j], id), 8.5f)));
+                const int hi = min(15, __float2int_rz(__fadd_rn(__fmul_rn(xb[j + 16], id), 8.5f)));
+                blk[2 + j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// attention
+
+constexpr int kRows = 8;   // query rows per block
+constexpr int kWarps = 4;  // warps per block, each with its own keys
+constexpr int kThreads = kWarps * 32;
+constexpr int kTargetBlocks =
+    264;  // 2 blocks per SM of an H100/H200 (132 SMs), the most that fit (registers)
+constexpr int64_t kMinKeysPerSplit = 256;
+
+struct AttnParams {
+    const uint8_t* k;
+    const uint8_t* v;
+    size_t k_row_bytes, v_row_bytes;
+    size_t k_head_bytes, v_head_bytes;  // bytes of one head's slice of a row
+    int kf, vf;
+    int n_head, group;
+    int64_t n_q;
+    int64_t n_rows_q;  // n_q * group: rows per KV head
+    int64_t capacity;
+    const int32_t* pos0;
+    const float* q;
+    float scale;
+    const float* gate;
+    int64_t gate_token_stride, gate_head_stride;
+    float* out;
+    float* part_acc;  // [n_split][n_q * n_head][D]
+    float* part_ml;   // [n_split][n_q * n_head][2] = (max, sum)
+    int n_split;
+    int64_t keys_per_split;
+};
+
+// Raw bytes of one lane's E elements of a head row, loaded before any of them is decoded so that
+// all loads of a step are in flight together.
+template <int E>
+struct Raw {
+    uint32_t w[E];
+    uint32_t s;  // f16 scale of q8_0/q4_0
+};
+
+__device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) {
+    return *reinterpret_cast<const uint16_t*>(p);
+}
+
+// N 32-bit words from p (aligned to 4 * N bytes when N <= 4, to 16 bytes when N is 8).
+template <int N>
+__device__ __forceinline__ void load_words(const uint8_t* p, uint32_t* w) {
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const uint4 u = __ldg(reinterpret_cast<const uint4*>(p) + i);
+            w[4 * i] = u.x, w[4 * i + 1] = u.y, w[4 * i + 2] = u.z, w[4 * i + 3] = u.w;
+        }
+    } else if constexpr (N == 2) {
+        const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+        w[0] = u.x, w[1] = u.y;
+    } else {
+        static_assert(N == 1);
+        w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+    }
+}
+
+// Elements [e0, e0 + E) of a head row starting at `head` (E divides 32, so they lie in one block).
+template <int E>
+__device__ __forceinline__ void load_raw(int fmt, const uint8_t* head, int e0, Raw<E>& r) {
+    r.s = 0;
+    switch (fmt) {
+        case kFmtF32:
+            load_words<E>(head + 4 * e0, r.w);
+            break;
+        case kFmtF16:
+        case kFmtBf16:
+            load_words<E / 2>(head + 2 * e0, r.w);
+            break;
+        case kFmtQ8_0: {
+            const uint8_t* b = head + kQ8Bytes * (e0 / 32);
+            r.s = ld_u16(b);
+#pragma unroll
+            for (int i = 0; i < E / 2; ++i) r.w[i] = ld_u16(b + 2 + e0 % 32 + 2 * i);
+            break;
+        }
+        default: {  // q4_0: elements o..o+E-1 of the block are nibbles of bytes o % 16 ..
+            const uint8_t* b = head + kQ4Bytes * (e0 / 32);
+            r.s = ld_u16(b);
+#pragma unroll
+            for (int i = 0; i < E / 2; ++i) r.w[i] = ld_u16(b + 2 + e0 % 16 + 2 * i);
+            break;
+        }
+    }
+}
+
+// The same values as the CPU dequantizers (exact conversions, q * d in fp32).
+template <int E>
+__device__ __forceinline__ void decode(int fmt, const Raw<E>& r, int e0, float* x) {
+    switch (fmt) {
+        case kFmtF32:
+#pragma unroll
+            for (int i = 0; i < E; ++i) x[i] = __uint_as_float(r.w[i]);
+            break;
+        case kFmtF16:
+#pragma unroll
+            for (int i = 0; i < E / 2; ++i) {
+                x[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(r.w[i] & 0xFFFFu)));
+                x[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(r.w[i] >> 16)));
+            }
+            break;
+        case kFmtBf16:
+#pragma unroll
+            for (int i = 0; i < E / 2; ++i) {
+                x[2 * i] = __uint_as_float(r.w[i] << 16);
+                x[2 * i + 1] = __uint_as_float(r.w[i] & 0xFFFF0000u);
+            }
+            break;
+        case kFmtQ8_0: {
+            const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(r.s)));
+#pragma unroll
+            for (int i = 0; i < E / 2; ++i) {
+                x[2 * i] = static_cast<float>(static_cast<int8_t>(r.w[i] & 0xFFu)) * d;
+                x[2 * i + 1] = static_cast<float>(static_cast<int8_t>((r.w[i] >> 8) & 0xFFu)) * d;
+            }
+            break;
+        }
+        default: {
+            const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(r.s)));
+            const int shift = (e0 % 32) >= 16 ? 4 : 0;
+#pragma unroll
+            for (int i = 0; i < E / 2; ++i) {
+                x[2 * i] = static_cast<float>(static_cast<int>((r.w[i] >> shift) & 0xFu) - 8) * d;
+                x[2 * i + 1] = static_cast<float>(static_cast<int>((r.w[i] >> (8 + shift)) & 0xFu) - 8) * d;
+            }
+            break;
+        }
+    }
+}
+
+// One stage of the transposed warp sum: a lane keeps the upper half of its values where its bit o is
+// set (the lower half otherwise) and adds its partner's copy of them. Compile-time sizes, so sc stays
+// in registers.
+template <int kHalf, int kO>
+__device__ __forceinline__ void halve(float* sc, int lane) {
+    const bool upper = (lane & kO) != 0;
+#pragma unroll
+    for (int i = 0; i < kHalf; ++i) {
+        const float send = upper ? sc[i] : sc[i + kHalf];
+        const float keep = upper ? sc[i + kHalf] : sc[i];
+        sc[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, kO);
+    }
+}
+
+__device__ __forceinline__ float gated(const AttnParams& p, int64_t t, int h, int c, float o) {
+    if (p.gate == nullptr) return o;
+    const float g = p.gate[t * p.gate_token_stride + h * p.gate_head_stride + c];
+    return o * (1.0f / (1.0f + expf(-g)));
+}
+
+// grid (row chunks, n_head_kv, n_split), kThreads threads.
+template <int D>
+__global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p) {
+    constexpr int E = D / 32;
+    // Keys a warp loads per step: more bytes in flight, but registers (q and acc take 2 * kRows * E).
+    constexpr int S = D >= 256 ? 2 : 4;
+    constexpr int kNv = S * kRows;              // (key, row) scores per step: 16 or 32
+    constexpr int kStages = kNv == 32 ? 5 : 4;  // halving stages of the transposed sum
+    constexpr int kKeyBits = S == 4 ? 2 : 1;    // the first stages split the keys
+    constexpr unsigned kFull = 0xFFFFFFFFu;
+    // The lane that ends up holding pair idx (its bit for stage k is bit (kStages - 1 - k) of idx).
+    auto lane_of = [](int idx) {
+        int ln = 0;
+#pragma unroll
+        for (int k = 0; k < kStages; ++k)
+            if (idx & (kNv >> (k + 1))) ln |= 16 >> k;
+        return ln;
+    };
+    __shared__ float sm_acc[kWarps][kRows][D];
+    __shared__ float sm_m[kWarps][kRows];
+    __shared__ float sm_l[kWarps][kRows];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int hk = blockIdx.y, split = blockIdx.z;
+    const int e0 = lane * E;
+    const int64_t pos0 = *p.pos0;
+
+    // This block's rows: query (t, h) with keys [0, key_end); padding rows see no key.
+    float qr[kRows][E];
+    int64_t key_end[kRows];
+    int64_t chunk_end = 0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const int64_t rg = static_cast<int64_t>(blockIdx.x) * kRows + r;
+        key_end[r] = 0;
+#pragma unroll
+        for (int e = 0; e < E; ++e) qr[r][e] = 0.0f;
+        if (rg < p.n_rows_q) {
+            const int64_t t = rg / p.group;
+            const int h = hk * p.group + static_cast<int>(rg % p.group);
+            key_end[r] = min(pos0 + t + 1, p.capacity);
+            chunk_end = max(chunk_end, key_end[r]);
+            const float* src = p.q + (t * p.n_head + h) * D + e0;
+#pragma unroll
+            for (int e = 0; e < E; ++e) qr[r][e] = src[e] * p.scale;
+        }
+    }
+    const int64_t k0 = split * p.keys_per_split;
+    const int64_t k1 = min(k0 + p.keys_per_split, chunk_end);
+
+    // After the transposed warp sum below, this lane holds the score of (key my_s, row my_r) of each
+    // step and the softmax state (m_mine, l_mine) of row my_r; acc holds every row.
+    int my_idx = 0;
+#pragma unroll
+    for (int k = 0; k < kStages; ++k)
+        if (lane & (16 >> k)) my_idx |= kNv >> (k + 1);
+    const int my_r = my_idx % kRows, my_s = my_idx / kRows;
+    int64_t my_key_end = 0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+        if (r == my_r) my_key_end = key_end[r];
+    float m_mine = -INFINITY, l_mine = 0.0f;
+    float acc[kRows][E];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[r][e] = 0.0f;
+    const uint8_t* kbase = p.k + hk * p.k_head_bytes;
+    const uint8_t* vbase = p.v + hk * p.v_head_bytes;
+
+    // Software pipelined: the next step's rows are loaded before this step's math, so two steps of
+    // K/V bytes are in flight per warp. Keys past k1 load a valid row (index clamped) and are masked.
+    Raw<E> rk[S], rv[S];
+    auto load_step = [&](int64_t j0, Raw<E>* ks, Raw<E>* vs) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            const int64_t j = max(k0, min(j0 + s, k1 - 1));
+            load_raw<E>(p.kf, kbase + static_cast<size_t>(j) * p.k_row_bytes, e0, ks[s]);
+            load_raw<E>(p.vf, vbase + static_cast<size_t>(j) * p.v_row_bytes, e0, vs[s]);
+        }
+    };
+    if (k0 + warp * S < k1) load_step(k0 + warp * S, rk, rv);
+    for (int64_t j0 = k0 + warp * S; j0 < k1; j0 += kWarps * S) {
+        Raw<E> nk[S], nv[S];
+        load_step(j0 + kWarps * S, nk, nv);
+        float sc[kNv];  // partial dot products, index s * kRows + r
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            float kx[E];
+            decode<E>(p.kf, rk[s], e0, kx);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int e = 0; e < E; ++e) dot = fmaf(qr[r][e], kx[e], dot);
+                sc[s * kRows + r] = dot;
+            }
+        }
+        // Transposed warp sum: each stage halves the values a lane keeps (the upper half where the
+        // lane's bit o is set) and adds the partner's copy of them, kNv - 1 shuffles for kNv sums.
+        halve<kNv / 2, 16>(sc, lane);
+        halve<kNv / 4, 8>(sc, lane);
+        halve<kNv / 8, 4>(sc, lane);
+        halve<kNv / 16, 2>(sc, lane);
+        if constexpr (kStages == 5) halve<1, 1>(sc, lane);
+        float score = sc[0];
+        if constexpr (kStages == 4) score += __shfl_xor_sync(kFull, score, 1);  // lanes l, l^1 hold one pair
+        if (j0 + my_s >= k1 || j0 + my_s >= my_key_end) score = -INFINITY;
+        // The row's max and sum over the step's keys: the lanes of one row differ in the key bits.
+        float tmax = score;
+#pragma unroll
+        for (int k = 0; k < kKeyBits; ++k) tmax = fmaxf(tmax, __shfl_xor_sync(kFull, tmax, 16 >> k));
+        const float m_new = fmaxf(m_mine, tmax);
+        const bool none = m_new == -INFINITY;                    // no key of this row yet
+        const float alpha = none ? 1.0f : expf(m_mine - m_new);  // 0 while m_mine is still -inf
+        const float pr = none ? 0.0f : expf(score - m_new);
+        float psum = pr;
+#pragma unroll
+        for (int k = 0; k < kKeyBits; ++k) psum += __shfl_xor_sync(kFull, psum, 16 >> k);
+        l_mine = l_mine * alpha + psum;
+        m_mine = m_new;
+
+        float vx[S][E];
+#pragma unroll
+        for (int s = 0; s < S; ++s) decode<E>(p.vf, rv[s], e0, vx[s]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const float a = __shfl_sync(kFull, alpha, lane_of(r));
+            float pk[S];
+#pragma unroll
+            for (int s = 0; s < S; ++s) pk[s] = __shfl_sync(kFull, pr, lane_of(s * kRows + r));
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                float v = acc[r][e] * a;
+#pragma unroll
+                for (int s = 0; s < S; ++s) v = fmaf(pk[s], vx[s][e], v);
+                acc[r][e] = v;
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            rk[s] = nk[s];
+            rv[s] = nv[s];
+        }
+    }
+
+    // Merge the warps (every thread reaches this barrier: the loop above has no early exit).
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int e = 0; e < E; ++e) sm_acc[warp][r][e0 + e] = acc[r][e];
+    if (my_s == 0 && lane == lane_of(my_idx)) {
+        sm_m[warp][my_r] = m_mine;
+        sm_l[warp][my_r] = l_mine;
+    }
+    __syncthreads();
+    const int64_t n_rows_all = p.n_q * p.n_head;
+    for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
+        const int r = idx / D, c = idx % D;
+        const int64_t rg = static_cast<int64_t>(blockIdx.x) * kRows + r;
+        if (rg >= p.n_rows_q) continue;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w)
+            if (sm_l[w][r] > 0.0f) M = fmaxf(M, sm_m[w][r]);
+        float L = 0.0f, A = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            if (sm_l[w][r] <= 0.0f) continue;  // this warp saw no key of the row
+            const float wt = expf(sm_m[w][r] - M);
+            L += wt * sm_l[w][r];
+            A += wt * sm_acc[w][r][c];
+        }
+        const int64_t t = rg / p.group;
+        const int h = hk * p.group + static_cast<int>(rg % p.group);
+        const int64_t row = t * p.n_head + h;
+        if (p.n_split == 1) {
+            p.out[row * D + c] = gated(p, t, h, c, A / L);  // L >= 1: the block saw key 0
+        } else {
+            p.part_acc[(split * n_rows_all + row) * D + c] = A;
+            if (c == 0) {
+                p.part_ml[(split * n_rows_all + row) * 2] = M;
+                p.part_ml[(split * n_rows_all + row) * 2 + 1] = L;
+            }
+        }
+    }
+}
+
+// One block per output row (t, h) and kCombineCols of its columns: out = sum_s w_s acc_s / sum_s
+// w_s l_s with w_s = exp(m_s - max m). kCombineGroups groups of threads take every kCombineGroups-th
+// split (many loads in flight, spread over n_rows * D / kCombineCols blocks) and their sums meet in
+// shared memory in a fixed order (deterministic).
+constexpr int kCombineCols = 64;
+constexpr int kCombineGroups = 16;
+constexpr int kCombineThreads = kCombineCols * kCombineGroups;
+
+template <int D>
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttnParams p) {
+    constexpr int kT = kCombineThreads;
+    __shared__ float sm_w[kTargetBlocks];
+    __shared__ float sm_red[kT / 32];
+    __shared__ float sm_a[kCombineGroups][kCombineCols];
+    __shared__ float sm_l[kCombineGroups];
+    const int64_t row = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int cl = tid % kCombineCols, g = tid / kCombineCols;
+    const int c = blockIdx.y * kCombineCols + cl;
+    const int64_t n_rows_all = p.n_q * p.n_head;
+    float mx = -INFINITY;
+    for (int s = tid; s < p.n_split; s += kT) {
+        const float* ml = p.part_ml + (s * n_rows_all + row) * 2;
+        if (ml[1] > 0.0f) mx = fmaxf(mx, ml[0]);
+    }
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    if (lane == 0) sm_red[warp] = mx;
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kT / 32; ++w) M = fmaxf(M, sm_red[w]);
+    for (int s = tid; s < p.n_split; s += kT) {
+        const float* ml = p.part_ml + (s * n_rows_all + row) * 2;
+        sm_w[s] = ml[1] > 0.0f ? expf(ml[0] - M) : 0.0f;  // a split without keys of this row weighs 0
+    }
+    __syncthreads();
+    // Splits without keys wrote acc = 0, l = 0, so their zero weight multiplies finite values.
+    float L = 0.0f, A = 0.0f;
+    const size_t split_stride = static_cast<size_t>(n_rows_all) * D;
+    const float* acc = p.part_acc + row * D + c;
+#pragma unroll 4
+    for (int s = g; s < p.n_split; s += kCombineGroups) {
+        const float w = sm_w[s];
+        L += w * p.part_ml[(s * n_rows_all + row) * 2 + 1];
+        A += w * acc[s * split_stride];
+    }
+    sm_a[g][cl] = A;
+    if (cl == 0) sm_l[g] = L;
+    __syncthreads();
+    if (g != 0) return;
+    A = 0.0f, L = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kCombineGroups; ++i) {
+        A += sm_a[i][cl];
+        L += sm_l[i];
+    }
+    const int64_t t = row / p.n_head;
+    const int h = static_cast<int>(row % p.n_head);
+    p.out[row * D + c] = gated(p, t, h, c, A / L);
+}
+
+struct Plan {
+    int64_t n_chunks = 0;  // blocks of kRows rows per KV head
+    int n_split = 1;
+    int64_t keys_per_split = 0;
+};
+
+// A pure function of the shape and max_keys (host values only), so the workspace size and the
+// launch agree and a captured graph stays valid while *pos0 + n_q <= max_keys.
+Plan make_plan(const ops::AttentionShape& s, int64_t n_q, int64_t max_keys) {
+    MOX_CHECK(s.n_head_kv >= 1 && s.n_head % s.n_head_kv == 0, "{} heads over {} KV heads", s.n_head,
+              s.n_head_kv);
+    MOX_CHECK(n_q >= 1 && max_keys >= n_q, "{} queries, max_keys {}", n_q, max_keys);
+    Plan plan;
+    const int64_t group = s.n_head / s.n_head_kv;
+    plan.n_chunks = (n_q * group + kRows - 1) / kRows;
+    const int64_t base = plan.n_chunks * s.n_head_kv;
+    int64_t n_split = (kTargetBlocks + base - 1) / base;
+    n_split = std::min(n_split, std::max<int64_t>(1, max_keys / kMinKeysPerSplit));
+    n_split = std::max<int64_t>(1, n_split);
+    int64_t per = (max_keys + n_split - 1) / n_split;
+    per = (per + 15) / 16 * 16;
+    plan.n_split = static_cast<int>((max_keys + per - 1) / per);
+    MOX_CHECK(plan.n_split <= kTargetBlocks, "{} splits",
+              plan.n_split);  // combine_kernel holds one weight each
+    plan.keys_per_split = per;
+    return plan;
+}
+
+}  // namespace
+
+void kv_store(const ops::KvView& kv, const int32_t* pos0, int64_t n_rows, const float* k, int64_t k_stride,
+              const float* v, int64_t v_stride, StreamHandle stream) {
+    if (n_rows == 0) return;
+    MOX_CHECK(n_rows > 0 && n_rows <= 0x7FFFFFFF, "kv_store of {} rows", n_rows);
+    MOX_CHECK(kv.row_elems % 32 == 0, "KV row of {} elements", kv.row_elems);
+    const int kf = kv_fmt(kv.k_type), vf = kv_fmt(kv.v_type);
+    const dim3 grid(static_cast<unsigned>(n_rows));
+    kv_store_kernel<<<grid, kStoreThreads, 0, stream>>>(kv.k, kv.k_row_bytes, kf, kv.capacity, pos0, k,
+                                                        k_stride, kv.row_elems);
+    MOX_CUDA_CHECK_LAUNCH("kv_store_kernel");
+    kv_store_kernel<<<grid, kStoreThreads, 0, stream>>>(kv.v, kv.v_row_bytes, vf, kv.capacity, pos0, v,
+                                                        v_stride, kv.row_elems);
+    MOX_CUDA_CHECK_LAUNCH("kv_store_kernel");
+}
+
+size_t attention_workspace_bytes(const ops::AttentionShape& shape, int64_t n_q, int64_t max_keys) {
+    const Plan plan = make_plan(shape, n_q, max_keys);
+    if (plan.n_split == 1) return 0;
+    return static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_q * shape.n_head) *
+           static_cast<size_t>(shape.head_dim + 2) * sizeof(float);
+}
+
+void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const float* q, int64_t n_q,
+               const int32_t* pos0, int64_t max_keys, const AttentionGate& gate, float* out, void* workspace,
+               StreamHandle stream) {
+    const Plan plan = make_plan(shape, n_q, max_keys);
+    const int64_t D = shape.head_dim;
+    MOX_CHECK(D == 64 || D == 128 || D == 256, "CUDA attention: head_dim {} (supported: 64, 128, 256)", D);
+    MOX_CHECK(kv.row_elems == shape.n_head_kv * D, "KV row of {} elements for {} x {}", kv.row_elems,
+              shape.n_head_kv, D);
+    MOX_CHECK(max_keys <= kv.capacity, "max_keys {} beyond the cache capacity {}", max_keys, kv.capacity);
+    MOX_CHECK(plan.n_chunks <= 0x7FFFFFFF && shape.n_head_kv <= 65535, "attention grid too large");
+    MOX_CHECK(plan.n_split == 1 || workspace != nullptr, "attention needs a workspace");
+
+    AttnParams p{};
+    p.k = kv.k;
+    p.v = kv.v;
+    p.k_row_bytes = kv.k_row_bytes;
+    p.v_row_bytes = kv.v_row_bytes;
+    p.k_head_bytes = quant::row_bytes(kv.k_type, D);
+    p.v_head_bytes = quant::row_bytes(kv.v_type, D);
+    p.kf = kv_fmt(kv.k_type);
+    p.vf = kv_fmt(kv.v_type);
+    p.n_head = static_cast<int>(shape.n_head);
+    p.group = static_cast<int>(shape.n_head / shape.n_head_kv);
+    p.n_q = n_q;
+    p.n_rows_q = n_q * p.group;
+    p.capacity = kv.capacity;
+    p.pos0 = pos0;
+    p.q = q;
+    p.scale = shape.scale;
+    p.gate = gate.gate;
+    p.gate_token_stride = gate.token_stride;
+    p.gate_head_stride = gate.head_stride;
+    p.out = out;
+    p.n_split = plan.n_split;
+    p.keys_per_split = plan.keys_per_split;
+    if (plan.n_split > 1) {
+        p.part_acc = static_cast<float*>(workspace);
+        p.part_ml = p.part_acc + static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_q * shape.n_head) *
+                                     static_cast<size_t>(D);
+    }
+
+    const dim3 grid(static_cast<unsigned>(plan.n_chunks), static_cast<unsigned>(shape.n_head_kv),
+                    static_cast<unsigned>(plan.n_split));
+    const unsigned n_rows_all = static_cast<unsigned>(n_q * shape.n_head);
+    switch (D) {
+        case 64:
+            attention_kernel<64><<<grid, kThreads, 0, stream>>>(p);
+            MOX_CUDA_CHECK_LAUNCH("attention_kernel<64>");
+            if (plan.n_split > 1)
+                combine_kernel<64><<<dim3(n_rows_all, 64 / kCombineCols), kCombineThreads, 0, stream>>>(p);
+            break;
+        case 128:
+            attention_kernel<128><<<grid, kThreads, 0, stream>>>(p);
+            MOX_CUDA_CHECK_LAUNCH("attention_kernel<128>");
+            if (plan.n_split > 1)
+                combine_kernel<128><<<dim3(n_rows_all, 128 / kCombineCols), kCombineThreads, 0, stream>>>(p);
+            break;
+        default:
+            attention_kernel<256><<<grid, kThreads, 0, stream>>>(p);
+            MOX_CUDA_CHECK_LAUNCH("attention_kernel<256>");
+            if (plan.n_split > 1)
+                combine_kernel<256><<<dim3(n_rows_all, 256 / kCombineCols), kCombineThreads, 0, stream>>>(p);
+            break;
+    }
+    MOX_CUDA_CHECK_LAUNCH("combine_kernel");
+}
+
+}  // namespace mox::cuda
