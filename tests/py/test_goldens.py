@@ -2,6 +2,7 @@
 tools/goldens/make_qwen35moe_goldens.py). Each test converts the HF checkpoint with `mox convert`,
 runs `mox logits` and compares. Bounds are max|mox - ref| / max|ref| unless stated."""
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -45,20 +46,35 @@ def run_logits(mox_bin, device_args):
     return run
 
 
+# On the GPU (MOX_TEST_DEVICE=cuda) batches of more than 8 tokens go through the tensor-core matmuls
+# with fp16 operands (activations and dequantized weights rounded to 11 significant bits, fp32
+# accumulation), and on this random model that rounding also flips near-tied expert choices; single
+# tokens (decode) stay fp32. So the GPU gets its own, looser bounds (the 200-token prompt is a prefill).
+ON_GPU = os.environ.get("MOX_TEST_DEVICE", "") == "cuda"
+
+
+def bound(cpu, gpu):
+    return gpu if ON_GPU else cpu
+
+
 def rel_err(a, ref):
-    return float(np.abs(a - ref).max() / np.abs(ref).max())
+    e = float(np.abs(a - ref).max() / np.abs(ref).max())
+    print(f"measured rel err {e:.3e}")  # shown with pytest -s (scripts/gpu_check.sh)
+    return e
 
 
 def argmax_agreement(a, ref):
-    return float((a.argmax(-1) == ref.argmax(-1)).mean())
+    agree = float((a.argmax(-1) == ref.argmax(-1)).mean())
+    print(f"measured argmax agreement {agree:.4f}")
+    return agree
 
 
 def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     assert got.shape == ref.shape
-    assert rel_err(got, ref) < 1e-3  # measured 2.0e-5
-    assert argmax_agreement(got, ref) == 1.0
+    assert rel_err(got, ref) < bound(1e-3, 5e-2)  # measured 2.0e-5 (CPU), 1.9e-2 (GPU)
+    assert argmax_agreement(got, ref) >= bound(1.0, 0.95)
 
 
 def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
@@ -68,26 +84,26 @@ def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_fil
     decode = np.load(GOLDEN / "logits_decode.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
                      "-ctk", "f32", "-ctv", "f32")
-    assert rel_err(got[:k], prefill[:k]) < 1e-3
-    assert rel_err(got[k:], decode) < 1e-3  # measured 7.2e-6: decode through the caches
-    assert argmax_agreement(got[k:], decode) == 1.0
+    assert rel_err(got[:k], prefill[:k]) < bound(1e-3, 5e-2)
+    assert rel_err(got[k:], decode) < bound(1e-3, 5e-2)  # measured 7.2e-6 (CPU): decode through the caches
+    assert argmax_agreement(got[k:], decode) >= bound(1.0, 0.95)
 
 
 # Quantized KV caches: the error is the cache's rounding (measured: f16 8.3e-3, q8_0 8.2e-3, q4_0 0.11).
-@pytest.mark.parametrize("kv,bound,agree", [("f16", 2e-2, 0.99), ("bf16", 5e-2, 0.97), ("q8_0", 2e-2, 0.98),
-                                            ("q4_0", 0.25, 0.9)])
-def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, bound, agree):
+@pytest.mark.parametrize("kv,max_err,agree", [("f16", 2e-2, 0.99), ("bf16", 5e-2, 0.97), ("q8_0", 2e-2, 0.98),
+                                              ("q4_0", 0.25, 0.9)])
+def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, max_err, agree):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", kv, "-ctv", kv)
-    assert rel_err(got, ref) < bound
-    assert argmax_agreement(got, ref) >= agree
+    assert rel_err(got, ref) < max(max_err, bound(0, 5e-2))
+    assert argmax_agreement(got, ref) >= min(agree, bound(1, 0.95))
 
 
 def test_f16_weights_match_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     # The golden weights are bf16-exact and small, so f16 holds them almost exactly (measured 1.4e-5).
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f16"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
-    assert rel_err(got, ref) < 1e-3
+    assert rel_err(got, ref) < bound(1e-3, 5e-2)
 
 
 # Quantized weights change the function: on this random model a weight error of 0.5% (Q8_0) flips
@@ -132,7 +148,8 @@ def test_quantized_file_equals_its_dequantized_f32_copy(mox_bin, converted, ids_
     ref = ("-ctk", "f32", "-ctv", "f32", "--isa", "scalar")
     a = run_logits(mox_bin, converted[outtype], ids_file, tmp_path / "a.npy", *ref)
     b = run_logits(mox_bin, copy, ids_file, tmp_path / "b.npy", *ref)
-    assert rel_err(a, b) < 1e-5
+    # GPU: the quantized and the float weights take different kernels, both rounding to fp16.
+    assert rel_err(a, b) < bound(1e-5, 5e-2)
 
 
 def test_prompt_longer_than_context_is_a_clear_error(mox_bin, converted, ids_file, tmp_path):
