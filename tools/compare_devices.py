@@ -28,11 +28,11 @@ def run_ids(mox, model, prompt, n, device, tmp):
     return [int(x) for x in prompt_ids.split(",") if x], [int(x) for x in gen_ids.split(",") if x], speed
 
 
-def logits(mox, model, ids, device, tmp):
+def logits(mox, model, ids, device, tmp, *extra):
     ids_file = Path(tmp) / "prefix.txt"
     ids_file.write_text(",".join(map(str, ids)))
     out = Path(tmp) / f"logits-{device}.npy"
-    subprocess.run([mox, "logits", "-m", model, "--tokens", f"@{ids_file}", "-o", str(out), "--device", device],
+    subprocess.run([mox, "logits", "-m", model, "--tokens", f"@{ids_file}", "-o", str(out), "--device", device, *extra],
                    check=True, capture_output=True)
     return np.load(out)
 
@@ -67,11 +67,18 @@ def main():
             diff = float(np.abs(lc - lg).max())
             rel = diff / float(np.abs(lc).max())
             diff_here = float(np.abs(last_c - last_g).max())
+            # The CPU's own fast kernels (8-bit activations) against its fp32 reference path: how far two
+            # correct implementations of this model drift apart by rounding alone.
+            ls = logits(a.mox, a.model, prefix, "cpu", tmp, "--isa", "scalar")[-1]
+            cpu_vs_ref = float(np.abs(last_c - ls).max())
+            gpu_vs_ref = float(np.abs(last_g - ls).max())
             lines += [f"- at that position the CPU's top two are {top[0]} ({last_c[top[0]]:.4f}) and {top[1]} "
                       f"({last_c[top[1]]:.4f}): margin {margin:.4f}; GPU logits there: {last_g[top[0]]:.4f} / "
                       f"{last_g[top[1]]:.4f}",
                       f"- largest |cpu - gpu| logit difference over the {len(prefix)}-token prefix: {diff:.4f} "
                       f"({rel:.2e} of the largest logit); at the divergent position: {diff_here:.4f}",
+                      f"- at that position, against the CPU's fp32 reference path (--isa scalar): CPU fast kernels "
+                      f"differ by up to {cpu_vs_ref:.4f}, the GPU by up to {gpu_vs_ref:.4f}",
                       "- verdict: " + ("numerics: a near-tie (the top-2 margin is within the two devices' logit "
                                        "difference at that position)" if margin <= 2 * diff_here
                                        else "NOT explained by numerics: the margin exceeds the logit difference")]
