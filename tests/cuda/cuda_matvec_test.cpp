@@ -20,19 +20,18 @@ namespace {
 
 using quant::TypeId;
 
-const TypeId kTypes[] = {TypeId::f32,     TypeId::f16,    TypeId::bf16,   TypeId::q4_0,    TypeId::q4_1,
-                         TypeId::q5_0,    TypeId::q5_1,   TypeId::q8_0,   TypeId::iq4_nl,  TypeId::mxfp4,
-                         TypeId::q2_k,    TypeId::q3_k,   TypeId::q4_k,   TypeId::q5_k,    TypeId::q6_k,
-                         TypeId::iq4_xs,  TypeId::iq2_xxs, TypeId::iq2_xs, TypeId::iq2_s, TypeId::iq3_xxs,
-                         TypeId::iq3_s,   TypeId::iq1_s,  TypeId::iq1_m};
+const TypeId kTypes[] = {TypeId::f32,    TypeId::f16,     TypeId::bf16,   TypeId::q4_0,   TypeId::q4_1,
+                         TypeId::q5_0,   TypeId::q5_1,    TypeId::q8_0,   TypeId::iq4_nl, TypeId::mxfp4,
+                         TypeId::q2_k,   TypeId::q3_k,    TypeId::q4_k,   TypeId::q5_k,   TypeId::q6_k,
+                         TypeId::iq4_xs, TypeId::iq2_xxs, TypeId::iq2_xs, TypeId::iq2_s,  TypeId::iq3_xxs,
+                         TypeId::iq3_s,  TypeId::iq1_s,   TypeId::iq1_m};
 
 // n_out rows of n_in weights of `type`: reference-quantized random values where the type has a
 // quantizer, random valid blocks otherwise.
 std::vector<uint8_t> make_weights(TypeId type, int64_t n_in, int64_t n_out, uint32_t seed) {
     const auto& tr = quant::traits(type);
     const size_t rb = quant::row_bytes(type, n_in);
-    if (tr.quantize == nullptr)
-        return test::random_blocks(type, n_out * (n_in / tr.block_elems), seed, 0.5f);
+    if (tr.quantize == nullptr) return test::random_blocks(type, n_out * (n_in / tr.block_elems), seed, 0.5f);
     auto wf = test::randn(static_cast<size_t>(n_in * n_out), seed);
     // Rows of different magnitude, so per-block scales differ.
     for (int64_t r = 0; r < n_out; ++r)
@@ -131,8 +130,9 @@ TEST(CudaMatvec, RejectsWhatItCannotDo) {
 TEST(CudaMatvec, BlockTypeBandwidth) {
     MOX_REQUIRE_CUDA_DEVICE();
     const int64_t n_in = 2048, n_out = 32768;
-    for (TypeId type : {TypeId::q4_k, TypeId::q4_1, TypeId::q5_0, TypeId::q5_1, TypeId::iq2_xxs, TypeId::iq2_xs,
-                        TypeId::iq2_s, TypeId::iq3_xxs, TypeId::iq3_s, TypeId::iq1_s, TypeId::iq1_m}) {
+    for (TypeId type :
+         {TypeId::q4_k, TypeId::q4_1, TypeId::q5_0, TypeId::q5_1, TypeId::iq2_xxs, TypeId::iq2_xs,
+          TypeId::iq2_s, TypeId::iq3_xxs, TypeId::iq3_s, TypeId::iq1_s, TypeId::iq1_m}) {
         const size_t rb = quant::row_bytes(type, n_in), bytes = rb * static_cast<size_t>(n_out);
         std::mt19937 rng(5);
         std::vector<uint32_t> words((bytes + 3) / 4);

@@ -147,7 +147,8 @@ TEST(CudaMoe, DecodeMatchesCpuMoeFfn) {
     check_moe(TypeId::iq4_xs, TypeId::q5_k, 256, 512, 12, 3, 40);
     check_moe(TypeId::q2_k, TypeId::q3_k, 256, 256, 10, 1, 50);
     check_moe(TypeId::f16, TypeId::bf16, 96, 40, 6, 6, 60);  // odd float sizes, k = n_expert
-    check_moe(TypeId::iq2_xxs, TypeId::iq3_s, 256, 256, 8, 2, 70);  // Unsloth UD-style i-quant mixes
+    // i-quant and legacy mixes as in Unsloth UD and older quants.
+    check_moe(TypeId::iq2_xxs, TypeId::iq3_s, 256, 256, 8, 2, 70);
     check_moe(TypeId::iq1_m, TypeId::iq2_s, 512, 512, 12, 3, 80);
     check_moe(TypeId::q4_1, TypeId::q5_0, 256, 96, 6, 2, 90);
 }
