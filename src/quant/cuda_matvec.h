@@ -16,15 +16,17 @@ namespace mox::cuda {
 
 inline constexpr int kMaxMatvecCols = 8;
 
-// Whether `type` has a CUDA matvec kernel: F32, F16, BF16, Q4_0, Q8_0, IQ4_NL, MXFP4, Q2_K..Q6_K,
-// IQ4_XS.
+// Whether `type` has a CUDA matvec kernel: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
+// MXFP4, Q2_K..Q6_K, IQ4_XS and the grid i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
+// IQ1_M: every block type of the registry but Q8_1 and Q8_K (activation-side formats).
 bool matvec_supported(quant::TypeId type);
 
 // y[c * n_out + r] = sum_i W[r, i] * x[c * n_in + i] for r < n_out, c < n_cols (1..8).
 // w: n_out rows of row_bytes (= quant::row_bytes(type, n_in)) on the device, 16-byte aligned (any
 // cudaMalloc'ed base; for F32/F16/BF16 any n_in works, otherwise n_in is a multiple of the block).
-// The 17/18/34-byte block types are read with aligned 4-byte loads, which may touch up to 3 bytes
-// past the last row: keep 16 bytes of slack after it (cuda::upload_weight does).
+// Block types of sizes that are not a multiple of 4 (17, 18, 22, 34, 66, 74, 98, 110 bytes) are
+// read with aligned 4-byte loads, which may touch up to 3 bytes past the last row: keep 16 bytes of
+// slack after it (cuda::upload_weight does).
 // x, y: device fp32. Asynchronous on `stream`; throws mox::Error for an unsupported type or a shape
 // whose activations exceed the shared memory of a block.
 void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,

@@ -1,12 +1,17 @@
-// CUDA matvec against the CPU reference: weights quantized by the reference quantizer, dequantized
-// by the reference dequantizer, dotted in double precision. Every supported type, odd shapes
-// (one block, odd block counts, n_out not a multiple of the rows a block handles), 1..8 columns.
+// CUDA matvec against the CPU reference: weights quantized by the reference quantizer (random
+// valid blocks for the grid i-quants, which have none), dequantized by the reference dequantizer,
+// dotted in double precision. Every supported type, odd shapes (one block, odd block counts, n_out
+// not a multiple of the rows a block handles), 1..8 columns.
 #include "cuda_test_util.h"
+#include "random_blocks.h"
 
 #include "quant/cuda_matvec.h"
 #include "quant/types.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <string>
 
 namespace mox::cuda {
@@ -15,9 +20,26 @@ namespace {
 
 using quant::TypeId;
 
-const TypeId kTypes[] = {TypeId::f32,    TypeId::f16,   TypeId::bf16,  TypeId::q4_0, TypeId::q8_0,
-                         TypeId::iq4_nl, TypeId::mxfp4, TypeId::q2_k,  TypeId::q3_k, TypeId::q4_k,
-                         TypeId::q5_k,   TypeId::q6_k,  TypeId::iq4_xs};
+const TypeId kTypes[] = {TypeId::f32,    TypeId::f16,     TypeId::bf16,   TypeId::q4_0,   TypeId::q4_1,
+                         TypeId::q5_0,   TypeId::q5_1,    TypeId::q8_0,   TypeId::iq4_nl, TypeId::mxfp4,
+                         TypeId::q2_k,   TypeId::q3_k,    TypeId::q4_k,   TypeId::q5_k,   TypeId::q6_k,
+                         TypeId::iq4_xs, TypeId::iq2_xxs, TypeId::iq2_xs, TypeId::iq2_s,  TypeId::iq3_xxs,
+                         TypeId::iq3_s,  TypeId::iq1_s,   TypeId::iq1_m};
+
+// n_out rows of n_in weights of `type`: reference-quantized random values where the type has a
+// quantizer, random valid blocks otherwise.
+std::vector<uint8_t> make_weights(TypeId type, int64_t n_in, int64_t n_out, uint32_t seed) {
+    const auto& tr = quant::traits(type);
+    const size_t rb = quant::row_bytes(type, n_in);
+    if (tr.quantize == nullptr) return test::random_blocks(type, n_out * (n_in / tr.block_elems), seed, 0.5f);
+    auto wf = test::randn(static_cast<size_t>(n_in * n_out), seed);
+    // Rows of different magnitude, so per-block scales differ.
+    for (int64_t r = 0; r < n_out; ++r)
+        for (int64_t i = 0; i < n_in; ++i) wf[r * n_in + i] *= 0.25f + 0.1f * static_cast<float>(r % 7);
+    std::vector<uint8_t> wq(rb * n_out);
+    for (int64_t r = 0; r < n_out; ++r) tr.quantize(wf.data() + r * n_in, wq.data() + r * rb, n_in);
+    return wq;
+}
 
 struct Shape {
     int64_t blocks;  // n_in in blocks of the type (n_in itself for float types, see below)
@@ -32,16 +54,9 @@ void check_case(TypeId type, int64_t n_in, int64_t n_out, int n_cols, uint32_t s
     const auto& tr = quant::traits(type);
     SCOPED_TRACE(fmt::format("{} n_in={} n_out={} cols={}", tr.name, n_in, n_out, n_cols));
     const size_t rb = quant::row_bytes(type, n_in);
-    auto wf = test::randn(static_cast<size_t>(n_in * n_out), seed);
-    // Rows of different magnitude, so per-block scales differ.
-    for (int64_t r = 0; r < n_out; ++r)
-        for (int64_t i = 0; i < n_in; ++i) wf[r * n_in + i] *= 0.25f + 0.1f * static_cast<float>(r % 7);
-    std::vector<uint8_t> wq(rb * n_out);
+    std::vector<uint8_t> wq = make_weights(type, n_in, n_out, seed);
     std::vector<float> wd(static_cast<size_t>(n_in * n_out));
-    for (int64_t r = 0; r < n_out; ++r) {
-        tr.quantize(wf.data() + r * n_in, wq.data() + r * rb, n_in);
-        tr.dequantize(wq.data() + r * rb, wd.data() + r * n_in, n_in);
-    }
+    for (int64_t r = 0; r < n_out; ++r) tr.dequantize(wq.data() + r * rb, wd.data() + r * n_in, n_in);
     const auto x = test::randn(static_cast<size_t>(n_in * n_cols), seed + 1);
 
     ops::Weight host{
@@ -92,7 +107,8 @@ TEST(CudaMatvec, ModelSizedRowsMatchReference) {
     MOX_REQUIRE_CUDA_DEVICE();
     // n_embd 2048 in, as Qwen3.5-MoE's projections; 8 columns need 64 KiB of staged activations
     // (the opt-in shared-memory path).
-    for (TypeId type : {TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::mxfp4, TypeId::iq4_xs}) {
+    for (TypeId type : {TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::mxfp4, TypeId::iq4_xs, TypeId::q5_1,
+                        TypeId::iq2_xxs, TypeId::iq3_s, TypeId::iq1_m}) {
         check_case(type, 2048, 96, 1, 7);
         check_case(type, 2048, 40, 8, 8);
     }
@@ -101,12 +117,48 @@ TEST(CudaMatvec, ModelSizedRowsMatchReference) {
 
 TEST(CudaMatvec, RejectsWhatItCannotDo) {
     MOX_REQUIRE_CUDA_DEVICE();
-    EXPECT_FALSE(matvec_supported(TypeId::iq2_xxs));
+    EXPECT_FALSE(matvec_supported(TypeId::q8_k));  // an activation format, never a weight
     EXPECT_FALSE(matvec_supported(TypeId::i32));
     DeviceBuffer buf(1024);
-    EXPECT_THROW(matvec(TypeId::iq2_xxs, buf.data(), 66, 256, 1, buf.as<float>(), 1, buf.as<float>()), Error);
+    EXPECT_THROW(matvec(TypeId::q8_k, buf.data(), 292, 256, 1, buf.as<float>(), 1, buf.as<float>()), Error);
     // Q4_K rows are whole super-blocks.
     EXPECT_THROW(matvec(TypeId::q4_k, buf.data(), 144, 200, 1, buf.as<float>(), 1, buf.as<float>()), Error);
+}
+
+// Timing, printed and not asserted: batch-1 matvec 2048 -> 32768 per block type, on random bytes so
+// the i-quants' grid lookups scatter as in real weights (all-zero bytes would hit one entry).
+TEST(CudaMatvec, BlockTypeBandwidth) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const int64_t n_in = 2048, n_out = 32768;
+    for (TypeId type :
+         {TypeId::q4_k, TypeId::q4_1, TypeId::q5_0, TypeId::q5_1, TypeId::iq2_xxs, TypeId::iq2_xs,
+          TypeId::iq2_s, TypeId::iq3_xxs, TypeId::iq3_s, TypeId::iq1_s, TypeId::iq1_m}) {
+        const size_t rb = quant::row_bytes(type, n_in), bytes = rb * static_cast<size_t>(n_out);
+        std::mt19937 rng(5);
+        std::vector<uint32_t> words((bytes + 3) / 4);
+        for (auto& v : words) v = rng();
+        std::vector<uint8_t> host(bytes + 16);
+        std::memcpy(host.data(), words.data(), bytes);
+        DeviceBuffer w = test::to_device(host);
+        DeviceBuffer x = test::to_device(test::randn(static_cast<size_t>(n_in), 6));
+        DeviceBuffer y(static_cast<size_t>(n_out) * sizeof(float));
+        const auto run = [&] { matvec(type, w.data(), rb, n_in, n_out, x.as<float>(), 1, y.as<float>()); };
+        for (int i = 0; i < 3; ++i) run();
+        std::vector<float> ms;
+        Event a, b;
+        for (int i = 0; i < 20; ++i) {
+            a.record();
+            run();
+            b.record();
+            b.synchronize();
+            ms.push_back(Event::elapsed_ms(a, b));
+        }
+        std::sort(ms.begin(), ms.end());
+        const float med = ms[ms.size() / 2];
+        std::printf("[bench] matvec %-8s 2048 -> 32768, batch 1: %7.1f MB %8.3f ms %7.1f GB/s\n",
+                    std::string(quant::type_name(type)).c_str(), static_cast<double>(bytes) / 1e6, med,
+                    static_cast<double>(bytes) / (med * 1e-3) / 1e9);
+    }
 }
 
 }  // namespace mox::cuda

@@ -1,6 +1,7 @@
 // CUDA MoE decode kernels against the CPU operators (ops::route_softmax_topk, ops::moe_ffn with the
 // scalar reference kernels: dequantize + fp32 dot).
 #include "cuda_test_util.h"
+#include "random_blocks.h"
 
 #include "ops/context.h"
 #include "ops/cuda_moe.h"
@@ -26,9 +27,13 @@ HostStack make_stack(TypeId type, int64_t n_in, int64_t n_out, int64_t n_expert,
     HostStack s;
     const size_t rb = quant::row_bytes(type, n_in);
     s.bytes.resize(rb * static_cast<size_t>(n_out * n_expert));
-    const auto f = test::randn(static_cast<size_t>(n_in * n_out * n_expert), seed, scale);
-    for (int64_t r = 0; r < n_out * n_expert; ++r)
-        tr.quantize(f.data() + r * n_in, s.bytes.data() + r * rb, n_in);
+    if (tr.quantize == nullptr) {  // grid i-quants: random valid blocks, |w| around `scale`
+        s.bytes = test::random_blocks(type, n_out * n_expert * (n_in / tr.block_elems), seed, scale / 32);
+    } else {
+        const auto f = test::randn(static_cast<size_t>(n_in * n_out * n_expert), seed, scale);
+        for (int64_t r = 0; r < n_out * n_expert; ++r)
+            tr.quantize(f.data() + r * n_in, s.bytes.data() + r * rb, n_in);
+    }
     s.w = ops::Weight{.data = s.bytes.data(),
                       .type = type,
                       .n_in = n_in,
@@ -142,6 +147,10 @@ TEST(CudaMoe, DecodeMatchesCpuMoeFfn) {
     check_moe(TypeId::iq4_xs, TypeId::q5_k, 256, 512, 12, 3, 40);
     check_moe(TypeId::q2_k, TypeId::q3_k, 256, 256, 10, 1, 50);
     check_moe(TypeId::f16, TypeId::bf16, 96, 40, 6, 6, 60);  // odd float sizes, k = n_expert
+    // i-quant and legacy mixes as in Unsloth UD and older quants.
+    check_moe(TypeId::iq2_xxs, TypeId::iq3_s, 256, 256, 8, 2, 70);
+    check_moe(TypeId::iq1_m, TypeId::iq2_s, 512, 512, 12, 3, 80);
+    check_moe(TypeId::q4_1, TypeId::q5_0, 256, 96, 6, 2, 90);
 }
 
 }  // namespace mox::cuda

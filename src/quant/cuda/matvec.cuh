@@ -177,6 +177,36 @@ bool dispatch_type(quant::TypeId type, Fn&& fn) {
         case TypeId::iq4_xs:
             fn(seg::IQ4_XS{});
             return true;
+        case TypeId::q4_1:
+            fn(seg::Q4_1{});
+            return true;
+        case TypeId::q5_0:
+            fn(seg::Q5_0{});
+            return true;
+        case TypeId::q5_1:
+            fn(seg::Q5_1{});
+            return true;
+        case TypeId::iq2_xxs:
+            fn(seg::IQ2_XXS{});
+            return true;
+        case TypeId::iq2_xs:
+            fn(seg::IQ2_XS{});
+            return true;
+        case TypeId::iq2_s:
+            fn(seg::IQ2_S{});
+            return true;
+        case TypeId::iq3_xxs:
+            fn(seg::IQ3_XXS{});
+            return true;
+        case TypeId::iq3_s:
+            fn(seg::IQ3_S{});
+            return true;
+        case TypeId::iq1_s:
+            fn(seg::IQ1_S{});
+            return true;
+        case TypeId::iq1_m:
+            fn(seg::IQ1_M{});
+            return true;
         default:
             return false;
     }

@@ -2,19 +2,25 @@
 // CUDA matvec and MoE kernels (quant/cuda/matvec.cuh). Only .cu files include this header.
 //
 // A segment is 32 elements that one lane decodes from one block with a few wide loads: a whole
-// 32-element block (Q4_0, Q8_0, IQ4_NL, MXFP4, float types) or one eighth of a 256-element
-// super-block (K-quants, IQ4_XS). The 32 values come out in the order the bytes hold them
-// ("consumption order" j = 0..31), which is not always element order: elem_of(sb, j) maps j of
-// segment sb of a block to its element index inside the block, and the kernels lay the activations
-// out in shared memory in that order (matvec.cuh), so decoding never shuffles values.
+// 32-element block (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, float types) or one eighth of a
+// 256-element super-block (K-quants, IQ4_XS, the grid i-quants IQ2_*, IQ3_*, IQ1_*). The 32
+// values come out in the order the bytes hold them ("consumption order" j = 0..31), which is not
+// always element order: elem_of(sb, j) maps j of segment sb of a block to its element index inside
+// the block, and the kernels lay the activations out in shared memory in that order (matvec.cuh),
+// so decoding never shuffles values.
 //
 // Decoded value of j: d[j / 8] * q[j] - m[j / 8]  (m only where kHasMin). q holds small integers or
 // table values, exactly as floats; d and m are the fp32 products (d * sub-scale), (dmin * sub-min)
 // that the reference forms first (shared/spec/gguf-and-quants.md §3), so each weight is bit-exact
-// with the CPU reference before it meets the activation.
+// with the CPU reference before it meets the activation. This holds for every type here: Q4_1/Q5_1
+// (value d * q + m) keep m negated, exactly; the grid i-quants keep the reference's sub-block scale
+// as d and the signed grid value (IQ1_*: grid + delta, formed first by the reference too) as q.
 //
-// Block layouts: shared/spec/gguf-and-quants.md §3.1 (legacy), §3.3 (K-quants), §3.4 (IQ4_XS), §3.5.
+// Block layouts: shared/spec/gguf-and-quants.md §3.1 (legacy), §3.3 (K-quants), §3.4 (IQ4_XS), §3.5,
+// §4 (grid i-quants; their tables live in quant/cuda/iq_tables.cuh).
 #pragma once
+
+#include "quant/cuda/iq_tables.cuh"
 
 #include <cuda_fp16.h>
 
@@ -246,6 +252,73 @@ struct Q8_0 {  // 34 B: d f16, qs[32] int8
     }
 };
 
+// Q4_1 and Q5_1 store value d * q + m; as a segment that is d * q - (-m), so m[] holds -m (exact).
+
+struct Q4_1 {  // 20 B: d f16, m f16, qs[16]; 4-byte aligned
+    static constexpr int kBlockElems = 32, kBlockBytes = 20, kSegs = 1, kTable = kNoTable;
+    static constexpr bool kHasMin = true;
+    __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + g * kBlockBytes;
+        const uint32_t dm = __ldg(reinterpret_cast<const uint32_t*>(b));
+        set_d(s, f16_bits(dm & 0xFFFFu));
+        const float m = -f16_bits(dm >> 16);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) s.m[k] = m;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(b + 4) + k);
+            put4(s.q + 4 * k, v & 0x0F0F0F0Fu, kMagic);
+            put4(s.q + 16 + 4 * k, (v >> 4) & 0x0F0F0F0Fu, kMagic);
+        }
+    }
+};
+
+// Bits 0-3 of v, each moved to bit 4 of its own byte: the fifth bits of four Q5 elements.
+__device__ __forceinline__ uint32_t spread4_bit4(uint32_t v) {
+    return ((v & 1u) | ((v & 2u) << 7) | ((v & 4u) << 14) | ((v & 8u) << 21)) << 4;
+}
+
+// The 32 five-bit quants of a Q5_0/Q5_1 block minus `bias`: nibbles in qs[4] (words), fifth bit of
+// element e = bit e of qh.
+__device__ __forceinline__ void put_q5(Seg& s, const uint32_t (&qs)[4], uint32_t qh, float bias) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        put4(s.q + 4 * k, (qs[k] & 0x0F0F0F0Fu) | spread4_bit4(qh >> (4 * k)), bias);
+        put4(s.q + 16 + 4 * k, ((qs[k] >> 4) & 0x0F0F0F0Fu) | spread4_bit4(qh >> (16 + 4 * k)), bias);
+    }
+}
+
+struct Q5_0 {  // 22 B: d f16, qh u32, qs[16]; 2-byte aligned; value d * (q - 16)
+    static constexpr int kBlockElems = 32, kBlockBytes = 22, kSegs = 1, kTable = kNoTable;
+    static constexpr bool kHasMin = false;
+    __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + g * kBlockBytes;
+        set_d(s, f16_at(b));
+        uint32_t w[5];
+        load_words(b + 2, w);
+        const uint32_t qs[4] = {w[1], w[2], w[3], w[4]};
+        put_q5(s, qs, w[0], kMagic + 16.0f);
+    }
+};
+
+struct Q5_1 {  // 24 B: d f16, m f16, qh u32, qs[16]; 8-byte aligned; value d * q + m
+    static constexpr int kBlockElems = 32, kBlockBytes = 24, kSegs = 1, kTable = kNoTable;
+    static constexpr bool kHasMin = true;
+    __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + g * kBlockBytes;
+        const uint2 h = ld64_a8(b), v0 = ld64_a8(b + 8), v1 = ld64_a8(b + 16);
+        set_d(s, f16_bits(h.x & 0xFFFFu));
+        const float m = -f16_bits(h.x >> 16);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) s.m[k] = m;
+        const uint32_t qs[4] = {v0.x, v0.y, v1.x, v1.y};
+        put_q5(s, qs, h.y, kMagic);
+    }
+};
+
 // ---- K-quants: 256-element super-blocks, 8 segments each.
 
 // 6-bit scale and min of sub-block sb (0..7) from Q4_K/Q5_K's 12 packed bytes (spec §3.3). Byte
@@ -423,6 +496,197 @@ struct IQ4_XS {  // 136 B: d f16; scales_h u16; scales_l[4]; qs[128]
         for (int k = 0; k < 4; ++k) {
             put4_table(s.q + 4 * k, w[k], tbl);
             put4_table(s.q + 16 + 4 * k, w[k] >> 4, tbl);
+        }
+    }
+};
+
+// ---- Grid i-quants (spec §4): 256-element super-blocks; segment ib is sub-block ib (elements
+// 32 ib .. 32 ib + 31, in order), made of 4 groups of 8 (group l = j / 8, one scale each). Grid
+// tables: quant/cuda/iq_tables.cuh. All these blocks are 2-byte aligned (IQ1_M: 8-byte).
+//
+// Exactness: the reference forms the sub-block scale first (e.g. d * (0.5 + s) * 0.25) and
+// multiplies it by the grid value and a +-1 sign; here d[] is that same scale and q[] the signed
+// grid value (a sign flip is exact), so d * q is the reference's value bit for bit. IQ1_*: q is
+// grid + delta, which the reference also forms first (exact in fp32: values in {-1, 0, 1} +- 1/8).
+
+__host__ __device__ constexpr int iq_elem_of(int sb, int j) {
+    return 32 * sb + j;
+}
+
+// Eight grid magnitudes (bytes of lo, then of hi) into q[0..7], negated where bit j of `signs` is set.
+__device__ __forceinline__ void put8_signed(float* q, uint32_t lo, uint32_t hi, uint32_t signs) {
+    put4(q, lo, kMagic);
+    put4(q + 4, hi, kMagic);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+        q[j] = __int_as_float(__float_as_int(q[j]) ^ static_cast<int>(((signs >> j) & 1u) << 31));
+}
+
+// Eight IQ1 grid values (int8 bytes -1/0/1 of lo, then hi) plus delta into q[0..7]. Adding 1 per byte
+// (no carries: __vadd4) gives 0..2, which byte_f turns back into -1..1.
+__device__ __forceinline__ void put8_iq1(float* q, uint2 e, float delta) {
+    put4(q, __vadd4(e.x, 0x01010101u), kMagic + 1.0f);
+    put4(q + 4, __vadd4(e.y, 0x01010101u), kMagic + 1.0f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[j] += delta;
+}
+
+// IQ2_XXS/IQ2_XS/IQ2_S/IQ3_XXS sub-block scale: d * (0.5 + s) * 0.25 (IQ3_XXS: * 0.5), in the
+// reference's order.
+__device__ __forceinline__ float iq_scale(float d, uint32_t s, float f) {
+    return d * (0.5f + static_cast<float>(s)) * f;
+}
+
+struct IQ2_XXS {  // 66 B: d f16; per sub-block 8 bytes: 4 grid indices, u32 (4 x 7 sign bits, s)
+    static constexpr int kBlockElems = 256, kBlockBytes = 66, kSegs = 8, kTable = kNoTable;
+    static constexpr bool kHasMin = false;
+    __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int ib = static_cast<int>(g & 7);
+        uint32_t w[2];
+        load_words(b + 2 + 8 * ib, w);
+        set_d(s, iq_scale(f16_at(b), w[1] >> 28, 0.25f));
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint2 e = grid8(kIqGrids.iq2xxs_grid, (w[0] >> (8 * l)) & 255u);
+            put8_signed(s.q + 8 * l, e.x, e.y, ksigns((w[1] >> (7 * l)) & 127u));
+        }
+    }
+};
+
+struct IQ2_XS {  // 74 B: d f16; qs u16[32] (9-bit index, 7-bit sign index); scales[8]
+    static constexpr int kBlockElems = 256, kBlockBytes = 74, kSegs = 8, kTable = kNoTable;
+    static constexpr bool kHasMin = false;
+    __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int ib = static_cast<int>(g & 7);
+        uint32_t w[2];
+        load_words(b + 2 + 8 * ib, w);
+        const float d = f16_at(b);
+        const uint32_t sc = b[66 + ib];
+        s.d[0] = s.d[1] = iq_scale(d, sc & 15u, 0.25f);
+        s.d[2] = s.d[3] = iq_scale(d, sc >> 4, 0.25f);
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t q = (w[l >> 1] >> (16 * (l & 1))) & 0xFFFFu;
+            const uint2 e = grid8(kIqGrids.iq2xs_grid, q & 511u);
+            put8_signed(s.q + 8 * l, e.x, e.y, ksigns(q >> 9));
+        }
+    }
+};
+
+struct IQ2_S {  // 82 B: d f16; qs[32]; signs[32]; qh[8]; scales[8]
+    static constexpr int kBlockElems = 256, kBlockBytes = 82, kSegs = 8, kTable = kNoTable;
+    static constexpr bool kHasMin = false;
+    __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int ib = static_cast<int>(g & 7);
+        const uint32_t qs = ld32_a2(b + 2 + 4 * ib), sg = ld32_a2(b + 34 + 4 * ib);
+        const uint32_t qh = b[66 + ib], sc = b[74 + ib];
+        const float d = f16_at(b);
+        s.d[0] = s.d[1] = iq_scale(d, sc & 15u, 0.25f);
+        s.d[2] = s.d[3] = iq_scale(d, sc >> 4, 0.25f);
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t index = ((qs >> (8 * l)) & 255u) | (((qh >> (2 * l)) & 3u) << 8);
+            const uint2 e = grid8(kIqGrids.iq2s_grid, index);
+            put8_signed(s.q + 8 * l, e.x, e.y, sg >> (8 * l));
+        }
+    }
+};
+
+struct IQ3_XXS {  // 98 B: d f16; qs[64] (grid indices, 8 per sub-block); u32[8] (4 x 7 sign bits, s)
+    static constexpr int kBlockElems = 256, kBlockBytes = 98, kSegs = 8, kTable = kNoTable;
+    static constexpr bool kHasMin = false;
+    __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int ib = static_cast<int>(g & 7);
+        uint32_t w[2];
+        load_words(b + 2 + 8 * ib, w);
+        const uint32_t aux = ld32_a2(b + 66 + 4 * ib);
+        set_d(s, iq_scale(f16_at(b), aux >> 28, 0.5f));
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            // Group l: index byte 2l for elements 0-3, 2l + 1 for 4-7 (both in word l / 2).
+            const uint32_t v = w[l >> 1] >> (16 * (l & 1));
+            const uint32_t lo = grid4(kIqGrids.iq3xxs_grid, v & 255u);
+            const uint32_t hi = grid4(kIqGrids.iq3xxs_grid, (v >> 8) & 255u);
+            put8_signed(s.q + 8 * l, lo, hi, ksigns((aux >> (7 * l)) & 127u));
+        }
+    }
+};
+
+struct IQ3_S {  // 110 B: d f16; qs[64]; qh[8]; signs[32]; scales[4]
+    static constexpr int kBlockElems = 256, kBlockBytes = 110, kSegs = 8, kTable = kNoTable;
+    static constexpr bool kHasMin = false;
+    __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int ib = static_cast<int>(g & 7);
+        uint32_t w[2];
+        load_words(b + 2 + 8 * ib, w);
+        const uint32_t qh = b[66 + ib], sg = ld32_a2(b + 74 + 4 * ib);
+        const uint32_t nib = (b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 15u;
+        set_d(s, f16_at(b) * static_cast<float>(1 + 2 * nib));
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            // Indices k = 2l (elements 0-3) and 2l + 1 (4-7): byte k of the 8, ninth bit k of qh.
+            const uint32_t v = w[l >> 1] >> (16 * (l & 1));
+            const uint32_t lo = grid4(kIqGrids.iq3s_grid, (v & 255u) | (((qh >> (2 * l)) & 1u) << 8));
+            const uint32_t hi =
+                grid4(kIqGrids.iq3s_grid, ((v >> 8) & 255u) | (((qh >> (2 * l + 1)) & 1u) << 8));
+            put8_signed(s.q + 8 * l, lo, hi, sg >> (8 * l));
+        }
+    }
+};
+
+struct IQ1_S {  // 50 B: d f16; qs[32]; qh u16[8] (3 index bits per group, s, delta sign)
+    static constexpr int kBlockElems = 256, kBlockBytes = 50, kSegs = 8, kTable = kNoTable;
+    static constexpr bool kHasMin = false;
+    __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int ib = static_cast<int>(g & 7);
+        const uint32_t qs = ld32_a2(b + 2 + 4 * ib);
+        const uint32_t qh = *reinterpret_cast<const uint16_t*>(b + 34 + 2 * ib);
+        set_d(s, f16_at(b) * static_cast<float>(2 * ((qh >> 12) & 7u) + 1));
+        const float delta = (qh & 0x8000u) ? -0.125f : 0.125f;  // quant::kIq1Delta
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t index = ((qs >> (8 * l)) & 255u) | (((qh >> (3 * l)) & 7u) << 8);
+            put8_iq1(s.q + 8 * l, grid8(kIqGrids.iq1s_grid, index), delta);
+        }
+    }
+};
+
+struct IQ1_M {  // 56 B: qs[32]; qh[16] (per group: 3 index bits, delta sign); scales u16[4] (+ d)
+    static constexpr int kBlockElems = 256, kBlockBytes = 56, kSegs = 8, kTable = kNoTable;
+    static constexpr bool kHasMin = false;
+    __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int ib = static_cast<int>(g & 7);
+        const uint32_t qs = ld32_a4(b + 4 * ib);
+        const uint32_t qh = *reinterpret_cast<const uint16_t*>(b + 32 + 2 * ib);  // nibble l: group l
+        // Scale words 0-3 (words 0, 1 in sc.x, 2, 3 in sc.y); their top nibbles are the f16 d.
+        const uint2 sc = ld64_a8(b + 48);
+        const uint32_t d_bits =
+            ((sc.x >> 12) & 15u) | ((sc.x >> 28) << 4) | (((sc.y >> 12) & 15u) << 8) | ((sc.y >> 28) << 12);
+        const float d = f16_bits(d_bits);
+        // Word ib / 2, from bit 6 (ib % 2): 3-bit scale of groups 0-1, then of groups 2-3.
+        const uint32_t word = ((ib >> 2) ? sc.y : sc.x) >> (16 * ((ib >> 1) & 1));
+        const uint32_t shift = 6 * (ib & 1);
+        s.d[0] = s.d[1] = d * static_cast<float>(2 * ((word >> shift) & 7u) + 1);
+        s.d[2] = s.d[3] = d * static_cast<float>(2 * ((word >> (shift + 3)) & 7u) + 1);
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t nib = (qh >> (4 * l)) & 15u;
+            const uint32_t index = ((qs >> (8 * l)) & 255u) | ((nib & 7u) << 8);
+            put8_iq1(s.q + 8 * l, grid8(kIqGrids.iq1s_grid, index), (nib & 8u) ? -0.125f : 0.125f);
         }
     }
 };
