@@ -34,7 +34,8 @@ DeviceBuffer poisoned(size_t count) {
 TEST(CudaBasic, EmbedRowsEqualTheReferenceDequantizer) {
     MOX_REQUIRE_CUDA_DEVICE();
     for (TypeId type : {TypeId::f32, TypeId::f16, TypeId::bf16, TypeId::q8_0, TypeId::q4_0, TypeId::q4_k, TypeId::q5_k,
-                        TypeId::q6_k, TypeId::iq4_xs, TypeId::q2_k, TypeId::q3_k}) {
+                        TypeId::q6_k, TypeId::iq4_xs, TypeId::q2_k, TypeId::q3_k, TypeId::q4_1, TypeId::q5_0,
+                        TypeId::q5_1}) {
         const auto& tr = quant::traits(type);
         SCOPED_TRACE(tr.name);
         const int64_t n_in = 512, n_rows = 37;

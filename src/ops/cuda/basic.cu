@@ -38,7 +38,7 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
             const int64_t e = base + T::elem_of(sb, j);
-            float v = s.d[j / 8] * s.q[j];
+            float v = __fmul_rn(s.d[j / 8], s.q[j]);  // no fma: the reference rounds the product first
             if constexpr (T::kHasMin) v -= s.m[j / 8];
             if (e < n_in) out[t * n_in + e] = v;
         }
