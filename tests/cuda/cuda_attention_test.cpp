@@ -10,7 +10,6 @@
 #include "quant/types.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -64,14 +63,6 @@ void check_store(TypeId type, int64_t row_elems, int64_t capacity, int64_t pos0,
     const std::vector<uint8_t> k_gpu = test::to_host<uint8_t>(kc, k_cpu.size()),
                                v_gpu = test::to_host<uint8_t>(vc, v_cpu.size());
 
-    if (std::getenv("MOX_ATTN_DEBUG")) {
-        const size_t o = static_cast<size_t>(pos0) * rb;
-        fmt::print("dbg {} k cpu {} gpu {} | v cpu {} gpu {}\n", quant::traits(type).name,
-                   std::vector<int>(k_cpu.begin() + o, k_cpu.begin() + o + 8),
-                   std::vector<int>(k_gpu.begin() + o, k_gpu.begin() + o + 8),
-                   std::vector<int>(v_cpu.begin() + o, v_cpu.begin() + o + 8),
-                   std::vector<int>(v_gpu.begin() + o, v_gpu.begin() + o + 8));
-    }
     const bool quantized = type == TypeId::q8_0 || type == TypeId::q4_0;
     const size_t block = type == TypeId::q8_0 ? 34 : 18;
     int64_t off_by_one = 0;
@@ -255,6 +246,14 @@ TEST(CudaAttention, PrefillRealShape) {
                       .gate = n_q % 3 != 0},
                      ++seed);
         }
+}
+
+// A prefill block over a long cache with max_keys far beyond it: the context is split across blocks
+// for n_q > 1 too, and the early rows' blocks past their last key contribute nothing.
+TEST(CudaAttention, PrefillSplitContext) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    run_case({.k_type = TypeId::q8_0, .v_type = TypeId::q8_0, .n_q = 9, .pos0 = 3000, .max_keys = 8192}, 850);
+    run_case({.n_head = 4, .n_head_kv = 4, .head_dim = 64, .n_q = 3, .pos0 = 700, .max_keys = 4096}, 851);
 }
 
 TEST(CudaAttention, PrefillOtherShapes) {

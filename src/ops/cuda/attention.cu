@@ -7,13 +7,15 @@
 // attention: one kernel for decode and prefill. The rows of one KV head are (token, group member)
 // pairs r = t * group + g; a block takes kRows = 8 of them (all 8 query heads of a token in the real
 // model), one KV head and one range of keys (a "split"). Each warp walks its own keys of the range
-// (kSteps keys at a time, interleaved with the other warps), lane l holding elements [l*E, l*E+E) of
-// every row of q, of the decoded K/V rows and of the accumulators (E = head_dim / 32), with its own
-// online-softmax state; so K/V bytes are read and converted once per block and shared by all its
-// rows, and the inner loop needs no barrier. The warps then merge through shared memory. With one
-// split the block normalises, gates and writes the output; with several (decode: the context is cut
-// across blocks so that ~1k blocks stream the cache) it writes (max, sum, acc) partials and
-// combine_kernel merges them in a fixed order (deterministic).
+// (S = 2 or 4 keys a step, interleaved with the other warps, the next step's bytes loaded before this
+// step's math), lane l holding elements [l*E, l*E+E) of every row of q, of the decoded K/V rows and of
+// the accumulators (E = head_dim / 32). The S x 8 partial dot products are summed across the warp by
+// a transposed butterfly that leaves one (key, row) score per lane, so each lane computes one exp and
+// keeps the softmax state of one row; K/V bytes are read and converted once per block and shared by
+// all its rows, and the key loop needs no barrier. The warps then merge through shared memory. With
+// one split the block normalises, gates and writes the output; with several (decode: the context is
+// cut so that the blocks fill the GPU) it writes (max, sum, acc) partials and combine_kernel merges
+// them in a fixed order (deterministic, no atomics).
 #include "ops/cuda_attention.h"
 #include "quant/cuda/check.cuh"
 
@@ -132,8 +134,8 @@ __global__ void __launch_bounds__(kStoreThreads)
 constexpr int kRows = 8;   // query rows per block
 constexpr int kWarps = 4;  // warps per block, each with its own keys
 constexpr int kThreads = kWarps * 32;
-constexpr int kTargetBlocks =
-    264;  // 2 blocks per SM of an H100/H200 (132 SMs), the most that fit (registers)
+// 2 blocks per SM of an H100/H200 (132 SMs): the most that fit (registers), all in one wave.
+constexpr int kTargetBlocks = 264;
 constexpr int64_t kMinKeysPerSplit = 256;
 
 struct AttnParams {
