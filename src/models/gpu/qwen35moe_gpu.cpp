@@ -44,13 +44,61 @@ DeviceBuffer upload_floats(const std::vector<float>& v) {
 
 const float* f(const DeviceBuffer& b) { return b.as<const float>(); }
 
+// Projections that read the same input, uploaded back to back in one allocation. A decode step runs
+// each run of equal type (and width) as one matvec whose outputs land consecutively; a batch runs
+// every part on its own (the tensor-core matmul), part i writing [n, n_out_i] at kUbatch * offset[i].
+struct InputGroup {
+    struct Run {
+        ops::Weight whole;   // the run's rows as one matrix
+        int64_t offset = 0;  // output offset of its first row
+    };
+    DeviceBuffer buffer;
+    std::vector<ops::Weight> parts;
+    std::vector<int64_t> offset;  // per part: rows before it
+    std::vector<Run> runs;
+    int64_t n_out = 0;  // rows of all parts
+
+    // Where part i's output starts for n tokens inside a buffer laid out for this group.
+    float* out(float* base, size_t i, int64_t n) const { return base + (n == 1 ? 1 : kUbatch) * offset[i]; }
+};
+
+InputGroup upload_group(const std::vector<const ops::Weight*>& ws, cuda::StreamHandle s) {
+    InputGroup g;
+    size_t bytes = 0;
+    for (const ops::Weight* w : ws) bytes += cuda::weight_bytes(*w);
+    std::vector<uint8_t> host(bytes + 16, 0);  // 16 zero bytes of slack for the matvec's vector loads
+    size_t at = 0;
+    for (const ops::Weight* w : ws) {
+        std::memcpy(host.data() + at, w->data, cuda::weight_bytes(*w));
+        at += cuda::weight_bytes(*w);
+    }
+    g.buffer = DeviceBuffer(bytes + 16);
+    g.buffer.upload(host.data(), bytes + 16, 0, s);
+    at = 0;
+    for (const ops::Weight* w : ws) {
+        ops::Weight v = *w;
+        v.data = g.buffer.as<const uint8_t>() + at;
+        at += cuda::weight_bytes(*w);
+        const bool extends = !g.runs.empty() && g.runs.back().whole.type == v.type && g.runs.back().whole.n_in == v.n_in;
+        if (extends) g.runs.back().whole.n_out += v.n_out;
+        else g.runs.push_back({v, g.n_out});
+        g.parts.push_back(v);
+        g.offset.push_back(g.n_out);
+        g.n_out += v.n_out;
+    }
+    cuda::device_synchronize();  // the host copy goes away here
+    return g;
+}
+
 struct GpuLayer {
     DeviceBuffer attn_norm, post_attention_norm;
     // Gated DeltaNet
-    DeviceWeight attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out;
+    InputGroup dn_in;  // attn_qkv, attn_gate (z), ssm_beta, ssm_alpha
+    DeviceWeight ssm_out;
     DeviceBuffer ssm_conv1d, ssm_dt_bias, ssm_a, ssm_norm;
     // Gated attention
-    DeviceWeight attn_q, attn_k, attn_v, attn_output;
+    InputGroup attn_in;  // attn_q (query and gate), attn_k, attn_v
+    DeviceWeight attn_output;
     DeviceBuffer attn_q_norm, attn_k_norm;
     // MoE
     DeviceWeight router, gate_exps, up_exps, down_exps, shexp_gate, shexp_up, shexp_down;
@@ -93,7 +141,10 @@ private:
     void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys);
     void moe(const GpuLayer& L, int64_t n);
     // y [n, n_out] = x [n, n_in] W^T: matvec for up to 8 tokens, the tensor-core matmul above.
-    void linear(const DeviceWeight& w, const float* x, int64_t n, float* y);
+    void linear(const ops::Weight& w, const float* x, int64_t n, float* y);
+    void linear(const DeviceWeight& w, const float* x, int64_t n, float* y) { linear(w.view, x, n, y); }
+    // Every part of g for n tokens of x, into a buffer laid out for g (InputGroup::out).
+    void project(const InputGroup& g, const float* x, int64_t n, float* base);
     // Logits of `count` consecutive rows of u_ starting at row r0 into host memory.
     void logits_rows(int64_t r0, int64_t count, float* host);
 
@@ -107,8 +158,8 @@ private:
     // Activations for one micro-batch (fp32, token-major rows).
     DeviceBuffer tokens_, pos_;  // int32 [kUbatch], int32 [1]
     DeviceBuffer x_, u_, mix_, shared_;
-    DeviceBuffer qkv_, conv_, z_, beta_, alpha_, y_;  // DeltaNet
-    DeviceBuffer qg_, q_, k_, v_, o_, attn_ws_;       // attention
+    DeviceBuffer dn_proj_, conv_, y_;              // DeltaNet: [qkv | z | beta | alpha] projections
+    DeviceBuffer attn_proj_, q_, o_, attn_ws_;     // attention: [query+gate | k | v] projections
     size_t attn_ws_bytes_ = 0;
     DeviceBuffer router_logits_, ids_, weights_, h_, sh_g_, sh_u_, sh_h_, zero_id_, unit_weight_;  // MoE
     DeviceBuffer work_;  // matmul / batched-MoE scratch
@@ -133,6 +184,14 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
         weight_bytes += cuda::weight_bytes(w);
         return up(w);
     };
+    auto upg = [&](const std::vector<const ops::Weight*>& ws) {
+        for (const ops::Weight* w : ws) {
+            if (!cuda::matvec_supported(w->type))
+                fail("--device cuda: weight type {} has no CUDA kernel", quant::traits(w->type).name);
+            weight_bytes += cuda::weight_bytes(*w);
+        }
+        return upload_group(ws, s);
+    };
     token_embd_ = upw(m.token_embd_);
     output_ = m.output_.data == m.token_embd_.data ? upw(m.token_embd_) : upw(m.output_);
     output_norm_ = upload_floats(m.output_norm_);
@@ -143,19 +202,14 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
         G.attn_norm = upload_floats(L.attn_norm);
         G.post_attention_norm = upload_floats(L.post_attention_norm);
         if (L.recurrent) {
-            G.attn_qkv = upw(L.attn_qkv);
-            G.attn_gate = upw(L.attn_gate);
-            G.ssm_beta = upw(L.ssm_beta);
-            G.ssm_alpha = upw(L.ssm_alpha);
+            G.dn_in = upg({&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha});
             G.ssm_out = upw(L.ssm_out);
             G.ssm_conv1d = upload_floats(L.ssm_conv1d);
             G.ssm_dt_bias = upload_floats(L.ssm_dt_bias);
             G.ssm_a = upload_floats(L.ssm_a);
             G.ssm_norm = upload_floats(L.ssm_norm);
         } else {
-            G.attn_q = upw(L.attn_q);
-            G.attn_k = upw(L.attn_k);
-            G.attn_v = upw(L.attn_v);
+            G.attn_in = upg({&L.attn_q, &L.attn_k, &L.attn_v});
             G.attn_output = upw(L.attn_output);
             G.attn_q_norm = upload_floats(L.attn_q_norm);
             G.attn_k_norm = upload_floats(L.attn_k_norm);
@@ -179,11 +233,10 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
     pos_ = DeviceBuffer(sizeof(int32_t));
     x_ = fbuf(nb * d), u_ = fbuf(nb * d), mix_ = fbuf(nb * d), shared_ = fbuf(nb * d);
     const int64_t C = hp_.conv_channels(), inner = hp_.ssm_inner, Hv = hp_.ssm_v_heads;
-    qkv_ = fbuf(nb * C), conv_ = fbuf(nb * C), z_ = fbuf(nb * inner), y_ = fbuf(nb * inner);
-    beta_ = fbuf(nb * Hv), alpha_ = fbuf(nb * Hv);
+    // The projections of a DeltaNet / attention input, laid out for their InputGroup.
+    dn_proj_ = fbuf(nb * (C + inner + 2 * Hv)), conv_ = fbuf(nb * C), y_ = fbuf(nb * inner);
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
-    qg_ = fbuf(nb * 2 * H * hd), q_ = fbuf(nb * H * hd), o_ = fbuf(nb * H * hd);
-    k_ = fbuf(nb * Hkv * hd), v_ = fbuf(nb * Hkv * hd);
+    attn_proj_ = fbuf(nb * (2 * H * hd + 2 * Hkv * hd)), q_ = fbuf(nb * H * hd), o_ = fbuf(nb * H * hd);
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used;
     router_logits_ = fbuf(nb * E);
     ids_ = DeviceBuffer(static_cast<size_t>(nb * K) * sizeof(int32_t));
@@ -199,10 +252,12 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
 
     // Scratch of the largest matmul / batched MoE of a micro-batch.
     for (const GpuLayer& G : layers_) {
-        for (const DeviceWeight* w : {&G.attn_qkv, &G.attn_gate, &G.ssm_beta, &G.ssm_alpha, &G.ssm_out, &G.attn_q, &G.attn_k,
-                                      &G.attn_v, &G.attn_output, &G.router, &G.shexp_gate, &G.shexp_up, &G.shexp_down})
-            if (w->view.valid())
-                work_bytes_ = std::max(work_bytes_, cuda::matmul_workspace_bytes(w->view.type, w->view.n_in, w->view.n_out, nb));
+        std::vector<ops::Weight> ws = {G.ssm_out.view, G.attn_output.view, G.router.view, G.shexp_gate.view, G.shexp_up.view,
+                                       G.shexp_down.view};
+        ws.insert(ws.end(), G.dn_in.parts.begin(), G.dn_in.parts.end());
+        ws.insert(ws.end(), G.attn_in.parts.begin(), G.attn_in.parts.end());
+        for (const ops::Weight& w : ws)
+            if (w.valid()) work_bytes_ = std::max(work_bytes_, cuda::matmul_workspace_bytes(w.type, w.n_in, w.n_out, nb));
         work_bytes_ = std::max(work_bytes_, cuda::moe_batch_workspace_bytes(G.gate_exps.view, G.down_exps.view, nb, K));
     }
     work_ = DeviceBuffer(std::max<size_t>(work_bytes_, 16));
@@ -242,8 +297,15 @@ std::unique_ptr<DeviceSequenceState> Qwen35MoeGpu::new_state(const StateOptions&
     return seq;
 }
 
-void Qwen35MoeGpu::linear(const DeviceWeight& w, const float* x, int64_t n, float* y) {
-    const ops::Weight& v = w.view;
+void Qwen35MoeGpu::project(const InputGroup& g, const float* x, int64_t n, float* base) {
+    if (n == 1) {
+        for (const InputGroup::Run& r : g.runs) linear(r.whole, x, 1, base + r.offset);
+    } else {
+        for (size_t i = 0; i < g.parts.size(); ++i) linear(g.parts[i], x, n, g.out(base, i, n));
+    }
+}
+
+void Qwen35MoeGpu::linear(const ops::Weight& v, const float* x, int64_t n, float* y) {
     if (n <= cuda::kMaxMatvecCols)
         cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream_.handle());
     else
@@ -344,18 +406,20 @@ void Qwen35MoeGpu::trunk(Qwen35MoeState& st, GpuSequence& seq, int64_t n, int64_
 void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
-    linear(L.attn_qkv, u, n, qkv_.as<float>());
-    linear(L.attn_gate, u, n, z_.as<float>());
-    linear(L.ssm_beta, u, n, beta_.as<float>());
-    linear(L.ssm_alpha, u, n, alpha_.as<float>());
+    float* proj = dn_proj_.as<float>();
+    project(L.dn_in, u, n, proj);
+    float* qkv = L.dn_in.out(proj, 0, n);
+    float* z = L.dn_in.out(proj, 1, n);
+    float* beta = L.dn_in.out(proj, 2, n);
+    float* alpha = L.dn_in.out(proj, 3, n);
     const int64_t C = hp_.conv_channels();
-    cuda::conv_silu(seq.conv[static_cast<size_t>(ri)].as<float>(), f(L.ssm_conv1d), qkv_.as<float>(), C, n, C,
-                    hp_.ssm_conv_kernel, conv_.as<float>(), s);
+    cuda::conv_silu(seq.conv[static_cast<size_t>(ri)].as<float>(), f(L.ssm_conv1d), qkv, C, n, C, hp_.ssm_conv_kernel,
+                    conv_.as<float>(), s);
     const cuda::DeltaNetShape shape{hp_.ssm_k_heads, hp_.ssm_v_heads, hp_.ssm_state, hp_.ssm_state,
                                     static_cast<float>(hp_.rms_eps)};
     const cuda::DeltaNetWeights w{f(L.ssm_a), f(L.ssm_dt_bias), f(L.ssm_norm)};
-    cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta_.as<float>(), alpha_.as<float>(),
-                    z_.as<float>(), w, shape, n, y_.as<float>(), s);
+    cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta, alpha, z, w, shape, n,
+                    y_.as<float>(), s);
     linear(L.ssm_out, y_.as<float>(), n, mix_.as<float>());
 }
 
@@ -364,20 +428,21 @@ void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, in
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
-    linear(L.attn_q, u, n, qg_.as<float>());
-    linear(L.attn_k, u, n, k_.as<float>());
-    linear(L.attn_v, u, n, v_.as<float>());
+    float* proj = attn_proj_.as<float>();
+    project(L.attn_in, u, n, proj);
+    float* qg = L.attn_in.out(proj, 0, n);  // [n][H][query: hd | gate: hd]
+    float* k = L.attn_in.out(proj, 1, n);
+    float* v = L.attn_in.out(proj, 2, n);
     const cuda::QkPrepShape qs{H, Hkv, hd, hp_.n_rot, static_cast<float>(hp_.rms_eps), static_cast<float>(hp_.rope_theta)};
-    cuda::qk_norm_rope(qg_.as<float>(), f(L.attn_q_norm), k_.as<float>(), f(L.attn_k_norm), pos_.as<int32_t>(), n, qs,
-                       q_.as<float>(), s);
+    cuda::qk_norm_rope(qg, f(L.attn_q_norm), k, f(L.attn_k_norm), pos_.as<int32_t>(), n, qs, q_.as<float>(), s);
     const StateOptions& so = seq.options;
     const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(), seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
                          so.k_type, so.v_type, Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd),
                          quant::row_bytes(so.v_type, Hkv * hd), so.n_ctx};
-    cuda::kv_store(kv, pos_.as<int32_t>(), n, k_.as<float>(), Hkv * hd, v_.as<float>(), Hkv * hd, s);
+    cuda::kv_store(kv, pos_.as<int32_t>(), n, k, Hkv * hd, v, Hkv * hd, s);
     const ops::AttentionShape shape{H, Hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
     // The gate sits after each head's query in the q projection: [n][H][q: hd | gate: hd].
-    const cuda::AttentionGate gate{qg_.as<float>() + hd, 2 * H * hd, 2 * hd};
+    const cuda::AttentionGate gate{qg + hd, 2 * H * hd, 2 * hd};
     cuda::attention(kv, shape, q_.as<float>(), n, pos_.as<int32_t>(), max_keys, gate, o_.as<float>(), attn_ws_.data(), s);
     linear(L.attn_output, o_.as<float>(), n, mix_.as<float>());
 }
