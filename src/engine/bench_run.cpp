@@ -12,6 +12,10 @@
 
 #include <fmt/format.h>
 
+#ifdef MOX_HAVE_CUDA
+#include "ops/cuda_device.h"
+#endif
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -151,7 +155,16 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     const double tokens = static_cast<double>(c.test.n_prompt + c.test.n_gen);
-    return {.ns = ns, .tokens_per_s = ns > 0 ? tokens * 1e9 / ns : 0};
+    BenchSample sample{.ns = ns, .tokens_per_s = ns > 0 ? tokens * 1e9 / ns : 0, .vram_bytes = std::nullopt};
+#ifdef MOX_HAVE_CUDA
+    if (device == models::Device::cuda) {
+        // Everything this process holds on the device (weights, activations, this row's state)
+        // plus the CUDA context, as the driver counts it: total - free.
+        const ops::CudaDeviceInfo info = ops::cuda_devices().front();
+        sample.vram_bytes = info.total_bytes - info.free_bytes;
+    }
+#endif
+    return sample;
 }
 
 }  // namespace mox::engine

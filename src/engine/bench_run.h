@@ -17,6 +17,7 @@ namespace mox::engine {
 struct BenchSample {
     double ns = 0;            // the timed part: prompt processing plus generation
     double tokens_per_s = 0;  // (n_prompt + n_gen) / seconds, as llama-bench counts pp+tg tests
+    std::optional<uint64_t> vram_bytes;  // GPU rows: device memory in use (driver) at the end, state alive
 };
 
 class BenchRunner {

@@ -256,6 +256,7 @@ void run_bench(const BenchFlags& f) {
             const engine::MemoryUse mem = engine::process_memory();
             r.host_rss_bytes = mem.rss_bytes;
             r.host_peak_bytes = mem.peak_bytes;
+            r.vram_bytes = s.vram_bytes;
         }
     }
     if (tty) fmt::print(stderr, "\r\033[K");
