@@ -26,9 +26,10 @@ echo "== fuzz (GGUF reader, ${MOX_FUZZ_SECONDS:-60}s)"
 scripts/fuzz.sh "${MOX_FUZZ_SECONDS:-60}"
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-    echo "== CUDA compile check (sm_90)"
+    echo "== CUDA build check (sm_90): the kernels, mox with the GPU forward, the CUDA tests (they skip without a GPU)"
     export PATH="$PATH:/usr/local/cuda/bin"
-    cmake -S . -B build-cuda -G Ninja -DMOX_CUDA=ON -DMOX_CUDA_ARCHS=90 -DMOX_TESTS=OFF >/dev/null
-    cmake --build build-cuda -j "$jobs" --target mox_cuda
+    cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOX_CUDA=ON -DMOX_CUDA_ARCHS=90 >/dev/null
+    cmake --build build-cuda -j "$jobs" --target mox mox_cuda_tests
+    build-cuda/tests/mox_cuda_tests --gtest_brief=1
 fi
 echo "== all tests passed"
