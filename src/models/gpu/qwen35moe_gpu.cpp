@@ -145,8 +145,9 @@ private:
     void linear(const DeviceWeight& w, const float* x, int64_t n, float* y) { linear(w.view, x, n, y); }
     // Every part of g for n tokens of x, into a buffer laid out for g (InputGroup::out).
     void project(const InputGroup& g, const float* x, int64_t n, float* base);
-    // Logits of `count` consecutive rows of u_ starting at row r0 into host memory.
-    void logits_rows(int64_t r0, int64_t count, float* host);
+    // Logits of `count` (<= 8) consecutive rows of u_ from row r0 into logits_; then to host memory.
+    void logits_compute(int64_t r0, int64_t count);
+    void logits_fetch(int64_t count, float* host);
 
     const Qwen35Moe& m_;
     const Qwen35MoeHparams& hp_;
@@ -345,6 +346,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                     cuda::Graph::begin_capture(s);
                     try {
                         trunk(st, *seq, 1, keys);
+                        logits_compute(0, 1);
                     } catch (...) {
                         cuda::Graph::abort_capture(s);
                         throw;
@@ -353,15 +355,18 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                     seq->graph_keys = keys;
                 }
                 seq->decode_graph.launch(s);
-            } else {
-                trunk(st, *seq, n, std::min(st.n_ctx(), pos + n));
+                logits_fetch(1, logits.data() + row_out * V);  // the graph computed them
+                ++row_out;
+                continue;
             }
+            trunk(st, *seq, n, std::min(st.n_ctx(), pos + n));
             // Logits: every row of the chunk, or the sequence's last row in its last chunk.
             const bool last_chunk = c0 + n == n_total;
             const int64_t r_first = all_logits ? 0 : (last_chunk ? n - 1 : n);
             for (int64_t r = r_first; r < n; r += kLogitRows) {
                 const int64_t cnt = std::min(kLogitRows, n - r);
-                logits_rows(r, cnt, logits.data() + row_out * V);
+                logits_compute(r, cnt);
+                logits_fetch(cnt, logits.data() + row_out * V);
                 row_out += cnt;
             }
         }
@@ -369,13 +374,15 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
     stream_.synchronize();
 }
 
-void Qwen35MoeGpu::logits_rows(int64_t r0, int64_t count, float* host) {
-    const int64_t V = hp_.n_vocab, d = hp_.n_embd;
-    const cuda::StreamHandle s = stream_.handle();
+void Qwen35MoeGpu::logits_compute(int64_t r0, int64_t count) {
     const ops::Weight& w = output_.view;
-    cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * d, static_cast<int>(count),
-                 logits_.as<float>(), s);
-    const size_t bytes = static_cast<size_t>(count * V) * sizeof(float);
+    cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * hp_.n_embd, static_cast<int>(count),
+                 logits_.as<float>(), stream_.handle());
+}
+
+void Qwen35MoeGpu::logits_fetch(int64_t count, float* host) {
+    const cuda::StreamHandle s = stream_.handle();
+    const size_t bytes = static_cast<size_t>(count * hp_.n_vocab) * sizeof(float);
     cuda::copy_to_host(logits_host_.data(), logits_.data(), bytes, s);
     std::memcpy(host, logits_host_.data(), bytes);
 }
