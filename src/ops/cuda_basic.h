@@ -36,7 +36,9 @@ void qk_norm_rope(const float* qg, const float* q_norm, float* k, const float* k
 void shared_expert_add(float* out, const float* shared, const float* u, const float* gate_inp, int64_t n, int64_t d,
                        StreamHandle stream = nullptr);
 
-// y[t, :] = silu(g[t, :]) * u[t, :] over n * d elements (the shared expert's SwiGLU in prefill).
-void swiglu(const float* g, const float* u, int64_t count, float* y, StreamHandle stream = nullptr);
+// y[t, j] = silu(g[t * stride + j]) * u[t * stride + j] for t < n_rows, j < width; y is [n_rows, width]
+// (the shared expert's SwiGLU in prefill; gate and up may sit side by side in one row: stride 2 width).
+void swiglu(const float* g, const float* u, int64_t n_rows, int64_t width, int64_t stride, float* y,
+            StreamHandle stream = nullptr);
 
 }  // namespace mox::cuda

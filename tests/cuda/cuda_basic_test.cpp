@@ -143,9 +143,20 @@ TEST(CudaBasic, SharedExpertAddAndSwiglu) {
     const int64_t count = 100003;
     const auto g = test::randn(count, 5, 3.0f), v = test::randn(count, 6);
     DeviceBuffer dgg = test::to_device(g), dv = test::to_device(v), dy = poisoned(count);
-    swiglu(dgg.as<float>(), dv.as<float>(), count, dy.as<float>());
+    swiglu(dgg.as<float>(), dv.as<float>(), 1, count, count, dy.as<float>());
     const auto y = test::to_host<float>(dy, count);
     for (int64_t i = 0; i < count; ++i) ASSERT_NEAR(y[i], ops::silu(g[i]) * v[i], 1e-5 * (1 + std::abs(y[i]))) << i;
+    // Gate and up side by side in one row of 2 * width (the fused shared-expert projection).
+    const int64_t rows = 37, width = 512;
+    const auto gu = test::randn(static_cast<size_t>(rows * 2 * width), 7, 2.0f);
+    DeviceBuffer dgu = test::to_device(gu), dy2 = poisoned(static_cast<size_t>(rows * width));
+    swiglu(dgu.as<float>(), dgu.as<float>() + width, rows, width, 2 * width, dy2.as<float>());
+    const auto y2 = test::to_host<float>(dy2, static_cast<size_t>(rows * width));
+    for (int64_t t = 0; t < rows; ++t)
+        for (int64_t j = 0; j < width; ++j) {
+            const float want = ops::silu(gu[t * 2 * width + j]) * gu[t * 2 * width + width + j];
+            ASSERT_NEAR(y2[t * width + j], want, 1e-5 * (1 + std::abs(want))) << t << "," << j;
+        }
 }
 
 TEST(CudaGraph, ReplaysCapturedLaunchesWithNewDeviceInputs) {

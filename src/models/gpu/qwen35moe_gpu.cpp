@@ -101,7 +101,8 @@ struct GpuLayer {
     DeviceWeight attn_output;
     DeviceBuffer attn_q_norm, attn_k_norm;
     // MoE
-    DeviceWeight router, gate_exps, up_exps, down_exps, shexp_gate, shexp_up, shexp_down;
+    DeviceWeight router, gate_exps, up_exps, down_exps, shexp_down;
+    InputGroup shexp_gate_up;  // one matmul for both when they share a type
     DeviceBuffer shexp_gate_inp;
 };
 
@@ -162,7 +163,7 @@ private:
     DeviceBuffer dn_proj_, conv_, y_;              // DeltaNet: [qkv | z | beta | alpha] projections
     DeviceBuffer attn_proj_, q_, o_, attn_ws_;     // attention: [query+gate | k | v] projections
     size_t attn_ws_bytes_ = 0;
-    DeviceBuffer router_logits_, ids_, weights_, h_, sh_g_, sh_u_, sh_h_, zero_id_, unit_weight_;  // MoE
+    DeviceBuffer router_logits_, ids_, weights_, h_, sh_gu_, sh_h_, zero_id_, unit_weight_;  // MoE
     DeviceBuffer work_;  // matmul / batched-MoE scratch
     size_t work_bytes_ = 0;
     DeviceBuffer logits_;
@@ -220,8 +221,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
         G.up_exps = upw(L.experts.up);
         G.down_exps = upw(L.experts.down);
         if (hp_.n_ff_shexp > 0) {
-            G.shexp_gate = upw(L.shexp_gate);
-            G.shexp_up = upw(L.shexp_up);
+            G.shexp_gate_up = upg({&L.shexp_gate, &L.shexp_up});
             G.shexp_down = upw(L.shexp_down);
             G.shexp_gate_inp = upload_floats(L.shexp_gate_inp);
         }
@@ -244,7 +244,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
     weights_ = fbuf(nb * K);
     h_ = fbuf(K * hp_.n_ff_exp);
     const int64_t ffs = std::max<int64_t>(hp_.n_ff_shexp, 1);
-    sh_g_ = fbuf(nb * ffs), sh_u_ = fbuf(nb * ffs), sh_h_ = fbuf(nb * ffs);
+    sh_gu_ = fbuf(nb * 2 * ffs), sh_h_ = fbuf(nb * ffs);
     zero_id_ = DeviceBuffer(sizeof(int32_t));
     zero_id_.zero(s);
     unit_weight_ = fbuf(1);
@@ -253,8 +253,8 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
 
     // Scratch of the largest matmul / batched MoE of a micro-batch.
     for (const GpuLayer& G : layers_) {
-        std::vector<ops::Weight> ws = {G.ssm_out.view, G.attn_output.view, G.router.view, G.shexp_gate.view, G.shexp_up.view,
-                                       G.shexp_down.view};
+        std::vector<ops::Weight> ws = {G.ssm_out.view, G.attn_output.view, G.router.view, G.shexp_down.view};
+        for (const InputGroup::Run& r : G.shexp_gate_up.runs) ws.push_back(r.whole);
         ws.insert(ws.end(), G.dn_in.parts.begin(), G.dn_in.parts.end());
         ws.insert(ws.end(), G.attn_in.parts.begin(), G.attn_in.parts.end());
         for (const ops::Weight& w : ws)
@@ -472,12 +472,19 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t n) {
     float* shared = shared_.as<float>();
     if (n == 1) {
         // The shared expert is a one-expert stack: the decode MoE kernels with expert 0, weight 1.
-        cuda::moe_gate_up(L.shexp_gate.view, L.shexp_up.view, zero_id_.as<int32_t>(), 1, u, sh_h_.as<float>(), s);
+        cuda::moe_gate_up(L.shexp_gate_up.parts[0], L.shexp_gate_up.parts[1], zero_id_.as<int32_t>(), 1, u, sh_h_.as<float>(), s);
         cuda::moe_down(L.shexp_down.view, zero_id_.as<int32_t>(), unit_weight_.as<float>(), 1, sh_h_.as<float>(), shared, s);
     } else {
-        linear(L.shexp_gate, u, n, sh_g_.as<float>());
-        linear(L.shexp_up, u, n, sh_u_.as<float>());
-        cuda::swiglu(sh_g_.as<float>(), sh_u_.as<float>(), n * hp_.n_ff_shexp, sh_h_.as<float>(), s);
+        const int64_t ff = hp_.n_ff_shexp;
+        float* gu = sh_gu_.as<float>();
+        if (L.shexp_gate_up.runs.size() == 1) {
+            linear(L.shexp_gate_up.runs[0].whole, u, n, gu);  // rows [gate | up] of width 2 ff
+            cuda::swiglu(gu, gu + ff, n, ff, 2 * ff, sh_h_.as<float>(), s);
+        } else {
+            linear(L.shexp_gate_up.parts[0], u, n, gu);
+            linear(L.shexp_gate_up.parts[1], u, n, gu + n * ff);
+            cuda::swiglu(gu, gu + n * ff, n, ff, ff, sh_h_.as<float>(), s);
+        }
         linear(L.shexp_down, sh_h_.as<float>(), n, shared);
     }
     cuda::shared_expert_add(mix_.as<float>(), shared, u, f(L.shexp_gate_inp), n, d, s);

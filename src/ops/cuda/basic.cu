@@ -119,12 +119,13 @@ __global__ void __launch_bounds__(kNormThreads)
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[t * d + i] += g * shared[t * d + i];
 }
 
-__global__ void swiglu_kernel(const float* __restrict__ g, const float* __restrict__ u, int64_t count,
-                              float* __restrict__ y) {
+__global__ void swiglu_kernel(const float* __restrict__ g, const float* __restrict__ u, int64_t width, int64_t stride,
+                              int64_t count, float* __restrict__ y) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const float a = g[i];
-        y[i] = a / (1.0f + expf(-a)) * u[i];
+        const int64_t src = i / width * stride + i % width;
+        const float a = g[src];
+        y[i] = a / (1.0f + expf(-a)) * u[src];
     }
 }
 
@@ -169,11 +170,14 @@ void shared_expert_add(float* out, const float* shared, const float* u, const fl
     MOX_CUDA_CHECK_LAUNCH("shared_expert_add_kernel");
 }
 
-void swiglu(const float* g, const float* u, int64_t count, float* y, StreamHandle stream) {
+void swiglu(const float* g, const float* u, int64_t n_rows, int64_t width, int64_t stride, float* y,
+            StreamHandle stream) {
+    const int64_t count = n_rows * width;
     if (count == 0) return;
+    MOX_CHECK(width > 0 && stride >= width, "swiglu: width {} stride {}", width, stride);
     const int threads = 256;
     const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, 4096);
-    swiglu_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(g, u, count, y);
+    swiglu_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(g, u, width, stride, count, y);
     MOX_CUDA_CHECK_LAUNCH("swiglu_kernel");
 }
 
