@@ -320,12 +320,14 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
     logits.resize(static_cast<size_t>(n_rows * V));
     const cuda::StreamHandle s = stream_.handle();
     int64_t row_out = 0;
+    for (const SequenceBatch& b : batch)  // before anything runs, so no state is left half-updated
+        if (!dynamic_cast<GpuSequence*>(b.state->device_.get()))
+            fail("this sequence's state was made by a model on another device");
     // Sequences run one after another (each continues its own state); tokens of one go in
     // micro-batches of up to kUbatch.
     for (const SequenceBatch& b : batch) {
         Qwen35MoeState& st = *b.state;
-        auto* seq = dynamic_cast<GpuSequence*>(st.device_.get());
-        if (!seq) fail("this sequence's state was made by a model on another device");
+        auto* seq = static_cast<GpuSequence*>(st.device_.get());
         const auto n_total = static_cast<int64_t>(b.tokens.size());
         for (int64_t c0 = 0; c0 < n_total; c0 += kUbatch) {
             const int64_t n = std::min(kUbatch, n_total - c0);
