@@ -193,6 +193,8 @@ void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, s
     for (const SequenceBatch& b : batch) {
         MOX_CHECK(b.state != nullptr);
         if (b.tokens.empty()) fail("empty sequence in batch");
+        if ((b.state->device_ != nullptr) != (gpu_ != nullptr))
+            fail("this sequence's state was made by a model on another device");
         if (b.state->n_past_ + static_cast<int64_t>(b.tokens.size()) > b.state->n_ctx())
             fail("sequence of {} tokens after {} already in context exceeds the context size {}", b.tokens.size(),
                  b.state->n_past_, b.state->n_ctx());
