@@ -183,7 +183,8 @@ void run_case(const Case& c, const std::vector<int64_t>& blocks, uint32_t seed,
         conv_silu(G.conv_state.as<float>(), G.conv_w.as<float>(), x.as<float>(), G.C + c.x_pad, n, G.C,
                   c.kernel, conv_out.as<float>());
         delta_net(G.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
-                  G.weights(), G.shape(), n, out.as<float>(), nullptr, n == 1 ? DeltaNetMethod::automatic : method);
+                  G.weights(), G.shape(), n, out.as<float>(), nullptr,
+                  n == 1 ? DeltaNetMethod::automatic : method);
         device_synchronize();
         done += n;
 
@@ -198,13 +199,14 @@ void run_case(const Case& c, const std::vector<int64_t>& blocks, uint32_t seed,
         worst_state = std::max(worst_state, rel_error(got_S, L.S));
         if (::testing::Test::HasFailure()) return;
     }
-    std::printf("[delta_net] Hk %lld Hv %lld dk %lld dv %lld, %s: worst relative error output %.2e, state %.2e\n",
-                static_cast<long long>(c.hk), static_cast<long long>(c.hv), static_cast<long long>(c.dk),
-                static_cast<long long>(c.dv),
-                method == DeltaNetMethod::chunked     ? "chunked"
-                : method == DeltaNetMethod::automatic ? "automatic"
-                                                      : "sequential",
-                worst_out, worst_state);
+    std::printf(
+        "[delta_net] Hk %lld Hv %lld dk %lld dv %lld, %s: worst relative error output %.2e, state %.2e\n",
+        static_cast<long long>(c.hk), static_cast<long long>(c.hv), static_cast<long long>(c.dk),
+        static_cast<long long>(c.dv),
+        method == DeltaNetMethod::chunked     ? "chunked"
+        : method == DeltaNetMethod::automatic ? "automatic"
+                                              : "sequential",
+        worst_out, worst_state);
 }
 
 const Case kSmall16{.hk = 2, .hv = 4, .dk = 16, .dv = 16};
@@ -212,7 +214,8 @@ const Case kSmall32{.hk = 2, .hv = 4, .dk = 32, .dv = 32, .x_pad = 5};
 const Case kSmall64{.hk = 2, .hv = 4, .dk = 64, .dv = 64};
 const Case kMixed{.hk = 1, .hv = 3, .dk = 48, .dv = 80, .kernel = 3, .x_pad = 3};  // odd dims, Hv = 3 Hk
 const Case kReal{.hk = 16, .hv = 32, .dk = 128, .dv = 128};                        // Qwen3.5/3.6-MoE
-const Case kChunkMixed{.hk = 1, .hv = 3, .dk = 64, .dv = 96, .x_pad = 3};  // chunked: 3 column blocks, Hv = 3 Hk
+const Case kChunkMixed{
+    .hk = 1, .hv = 3, .dk = 64, .dv = 96, .x_pad = 3};  // chunked: 3 column blocks, Hv = 3 Hk
 
 std::vector<int64_t> decode_steps(int n) {
     return std::vector<int64_t>(static_cast<size_t>(n), 1);
@@ -240,8 +243,7 @@ TEST(CudaDeltaNet, PrefillBlocksThenDecodeMatchCpu) {
 TEST(CudaDeltaNet, ChunkedPrefillThenDecodeMatchCpu) {
     MOX_REQUIRE_CUDA_DEVICE();
     const std::vector<int64_t> blocks{3, 64, 65, 300, 1, 1, 512, 1, 1, 1};
-    for (const Case& c : {kSmall64, kChunkMixed})
-        run_case(c, blocks, 41, DeltaNetMethod::chunked, 1e-3);
+    for (const Case& c : {kSmall64, kChunkMixed}) run_case(c, blocks, 41, DeltaNetMethod::chunked, 1e-3);
     run_case(kReal, {64, 65, 300, 1, 1, 512, 2048, 1, 1, 1}, 42, DeltaNetMethod::chunked, 1e-3);
     // The automatic choice: sequential below 16 tokens, chunked from 16.
     run_case(kReal, {3, 15, 16, 1, 130, 1}, 43, DeltaNetMethod::automatic, 1e-3);
@@ -259,18 +261,20 @@ TEST(CudaDeltaNet, ChunkedMatchesSequentialOnGpu) {
         for (int64_t n : {64, 130, 512}) {
             SCOPED_TRACE(fmt::format("{} tokens", n));
             const Inputs in = make_inputs(L, n, seed += 10);
-            DeviceBuffer x = test::to_device(in.x), b = test::to_device(in.b), alpha = test::to_device(in.alpha),
-                         z = test::to_device(in.z);
+            DeviceBuffer x = test::to_device(in.x), b = test::to_device(in.b),
+                         alpha = test::to_device(in.alpha), z = test::to_device(in.z);
             DeviceBuffer conv_out(static_cast<size_t>(n * L.C) * 4);
             DeviceBuffer out_seq = test::to_device(nan_vec(static_cast<size_t>(n * inner)));
             DeviceBuffer out_chk = test::to_device(nan_vec(static_cast<size_t>(n * inner)));
             // Both layers' conv states are equal (same start, same inputs): one conv serves both.
-            conv_silu(seq.conv_state.as<float>(), seq.conv_w.as<float>(), x.as<float>(), L.C + c.x_pad, n, L.C,
-                      c.kernel, conv_out.as<float>());
-            delta_net(seq.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
-                      seq.weights(), seq.shape(), n, out_seq.as<float>(), nullptr, DeltaNetMethod::sequential);
-            delta_net(chk.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
-                      chk.weights(), chk.shape(), n, out_chk.as<float>(), nullptr, DeltaNetMethod::chunked);
+            conv_silu(seq.conv_state.as<float>(), seq.conv_w.as<float>(), x.as<float>(), L.C + c.x_pad, n,
+                      L.C, c.kernel, conv_out.as<float>());
+            delta_net(seq.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(),
+                      z.as<float>(), seq.weights(), seq.shape(), n, out_seq.as<float>(), nullptr,
+                      DeltaNetMethod::sequential);
+            delta_net(chk.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(),
+                      z.as<float>(), chk.weights(), chk.shape(), n, out_chk.as<float>(), nullptr,
+                      DeltaNetMethod::chunked);
             device_synchronize();
             const std::vector<float> o_seq = test::to_host<float>(out_seq, static_cast<size_t>(n * inner));
             const std::vector<float> o_chk = test::to_host<float>(out_chk, static_cast<size_t>(n * inner));
@@ -278,9 +282,10 @@ TEST(CudaDeltaNet, ChunkedMatchesSequentialOnGpu) {
             const std::vector<float> s_chk = test::to_host<float>(chk.S, L.S.size());
             expect_close("output", o_chk, o_seq, 1e-3);
             expect_close("state S", s_chk, s_seq, 1e-3);
-            std::printf("[delta_net] chunked vs sequential, dk %lld dv %lld, %lld tokens: output %.2e, state %.2e\n",
-                        static_cast<long long>(c.dk), static_cast<long long>(c.dv), static_cast<long long>(n),
-                        rel_error(o_chk, o_seq), rel_error(s_chk, s_seq));
+            std::printf(
+                "[delta_net] chunked vs sequential, dk %lld dv %lld, %lld tokens: output %.2e, state %.2e\n",
+                static_cast<long long>(c.dk), static_cast<long long>(c.dv), static_cast<long long>(n),
+                rel_error(o_chk, o_seq), rel_error(s_chk, s_seq));
             if (::testing::Test::HasFailure()) return;
         }
     }
@@ -356,10 +361,12 @@ TEST(CudaDeltaNet, Timing) {
         const double us_c = time_us(5, [&] { conv(n); });
         const double us_s = time_us(5, [&] { dnet(n, DeltaNetMethod::sequential); });
         const double us_k = time_us(5, [&] { dnet(n, DeltaNetMethod::chunked); });
-        std::printf("[bench] prefill %4lld tokens: conv_silu %8.1f us, delta_net sequential %8.1f us (%.2f us/token), "
-                    "chunked %8.1f us (%.3f us/token)\n",
-                    static_cast<long long>(n), us_c, us_s, us_s / static_cast<double>(n), us_k,
-                    us_k / static_cast<double>(n));
+        std::printf(
+            "[bench] prefill %4lld tokens: conv_silu %8.1f us, delta_net sequential %8.1f us (%.2f "
+            "us/token), "
+            "chunked %8.1f us (%.3f us/token)\n",
+            static_cast<long long>(n), us_c, us_s, us_s / static_cast<double>(n), us_k,
+            us_k / static_cast<double>(n));
     }
 }
 

@@ -29,7 +29,9 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 
 namespace mox::cuda {
 
@@ -52,7 +54,8 @@ __device__ __forceinline__ float silu_f(float x) {
 // tokens [run * kConvTokens, +kConvTokens) of channel c; its window starts with the kernel-1 inputs
 // before the run (from x, or from the state for run 0). Only run 0 reads the state, and it writes
 // the new state (the last kernel-1 inputs of [state, x]) after all its reads of it, so no thread
-// races with it (x and out are never the state). Taps are predicated on `kernel` so register indices stay compile-time.
+// races with it (x and out are never the state). Taps are predicated on `kernel` so register indices stay
+// compile-time.
 __global__ void __launch_bounds__(kConvThreads)
     conv_silu_kernel(float* __restrict__ state, const float* __restrict__ weight, const float* __restrict__ x,
                      int64_t x_stride, int64_t n_tokens, int64_t channels, int kernel,
@@ -70,7 +73,8 @@ __global__ void __launch_bounds__(kConvThreads)
     for (int j = 0; j < kMaxConvKernel; ++j) w[j] = j < kernel ? weight[c * kernel + j] : 0.0f;
     float window[kMaxConvKernel - 1];  // window[j]: input at position t - (kernel - 1) + j
 #pragma unroll
-    for (int j = 0; j < kMaxConvKernel - 1; ++j) window[j] = j < kernel - 1 ? input(t0 - (kernel - 1) + j) : 0.0f;
+    for (int j = 0; j < kMaxConvKernel - 1; ++j)
+        window[j] = j < kernel - 1 ? input(t0 - (kernel - 1) + j) : 0.0f;
     float w_last = 0.0f;  // the tap on the current input: w[kernel - 1]
 #pragma unroll
     for (int j = 0; j < kMaxConvKernel; ++j)
@@ -132,9 +136,9 @@ __device__ __forceinline__ float gate_log_decay(float a_h, float alpha, float dt
 // Sequential form.
 
 inline constexpr int kSeqWarps = 8;
-inline constexpr int kSeqCpw = 2;                        // v columns per warp
+inline constexpr int kSeqCpw = 2;                      // v columns per warp
 inline constexpr int kSeqSlice = kSeqWarps * kSeqCpw;  // v columns per block
-inline constexpr int kMaxCluster = 8;                    // portable cluster size limit
+inline constexpr int kMaxCluster = 8;                  // portable cluster size limit
 static_assert(kSeqSlice * kMaxCluster >= kMaxHeadDim, "a cluster must cover dv");
 
 // One token's inputs as one lane of one warp sees them.
@@ -146,7 +150,8 @@ struct TokenIn {
 };
 
 template <int R>
-__device__ __forceinline__ void load_token(const DnArgs& p, int64_t t, int h, int j0, int lane, TokenIn<R>& in) {
+__device__ __forceinline__ void load_token(const DnArgs& p, int64_t t, int h, int j0, int lane,
+                                           TokenIn<R>& in) {
     const int64_t C = 2 * static_cast<int64_t>(p.n_k_heads) * p.dk + static_cast<int64_t>(p.n_v_heads) * p.dv;
     const int kh = h % p.n_k_heads;
     const float* row = p.conv + t * C;
@@ -307,8 +312,8 @@ void launch_delta_net_seq(const DnArgs& p, StreamHandle stream) {
 // ---------------------------------------------------------------------------------------------
 // Chunked form.
 
-inline constexpr int kChunk = 64;       // tokens per chunk (spec: 64)
-inline constexpr int kChunkCols = 32;   // v columns per block
+inline constexpr int kChunk = 64;      // tokens per chunk (spec: 64)
+inline constexpr int kChunkCols = 32;  // v columns per block
 inline constexpr int kChunkWarps = 8;
 // `automatic` runs the chunked form from this many tokens: one chunk costs about as much as ~10
 // sequential tokens (a cluster barrier and a dependent chain of warp sums per token).
@@ -404,7 +409,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
     const int h = blockIdx.x, j0 = static_cast<int>(blockIdx.y) * kChunkCols;
     const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
     const int kh = h % p.n_k_heads;
-    const int64_t row_len = 2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(p.n_v_heads) * p.dv;
+    const int64_t row_len =
+        2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(p.n_v_heads) * p.dv;
     const int64_t inner = static_cast<int64_t>(p.n_v_heads) * p.dv;
     float* S = p.S + static_cast<int64_t>(h) * p.dv * DK;
     const float a_h = p.a[h], dt_h = p.dt_bias[h];
@@ -435,7 +441,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
                         qv[m][r] = q[lane + r * kWarp];
                         kv[m][r] = k[lane + r * kWarp];
                     }
-                    vv[m] = row[2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(h) * p.dv + j0 + lane];
+                    vv[m] = row[2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(h) * p.dv +
+                                j0 + lane];
                     const int64_t gi = (c0 + t) * p.n_v_heads + h;
                     bv[m] = p.b[gi];
                     av[m] = p.alpha[gi];
@@ -498,14 +505,16 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
                 const float* lhs = (is_b ? Qs : Ks) + ti * 16 * ldk;
                 // K^T as matrix_b: element (i, s) = Ks[s][i], i.e. column-major with ld ldk.
                 mma_steps<FragA_row, FragB_col>(acc, lhs, ldk, 8, Ks + si * 16 * ldk, ldk, 8, DK / 8);
-                wmma::store_matrix_sync((is_b ? Bs : As) + ti * 16 * ldc + si * 16, acc, ldc, wmma::mem_row_major);
+                wmma::store_matrix_sync((is_b ? Bs : As) + ti * 16 * ldc + si * 16, acc, ldc,
+                                        wmma::mem_row_major);
             } else {
                 const bool is_y = task >= 28;
                 const int idx = (task - 20) % 8;
                 const int ti = idx / 2, tj = idx % 2;
                 const float* lhs = (is_y ? Qs : Ks) + ti * 16 * ldk;
                 mma_steps<FragA_row, FragB_row>(acc, lhs, ldk, 8, Ss + tj * 16, ldv, 8 * ldv, DK / 8);
-                wmma::store_matrix_sync((is_y ? Ys : Xs) + ti * 16 * ldv + tj * 16, acc, ldv, wmma::mem_row_major);
+                wmma::store_matrix_sync((is_y ? Ys : Xs) + ti * 16 * ldv + tj * 16, acc, ldv,
+                                        wmma::mem_row_major);
             }
         }
         __syncthreads();  // B2: gamma, A, B, X, Y visible
@@ -604,7 +613,7 @@ __global__ void __launch_bounds__(kWarp* kNormWarps) gated_norm_kernel(DnArgs p)
     const int64_t row = static_cast<int64_t>(blockIdx.x) * kNormWarps + threadIdx.x / kWarp;
     const int lane = threadIdx.x % kWarp;
     if (row >= p.n_tokens * p.n_v_heads) return;  // whole warps; no barriers
-    float* o = p.out + row * p.dv;                 // rows (t, h) are consecutive: [t][h][dv]
+    float* o = p.out + row * p.dv;                // rows (t, h) are consecutive: [t][h][dv]
     const float* z = p.z + row * p.dv;
     constexpr int R = kMaxHeadDim / kWarp;
     float v[R];
@@ -627,8 +636,17 @@ __global__ void __launch_bounds__(kWarp* kNormWarps) gated_norm_kernel(DnArgs p)
 template <int DK>
 void launch_delta_net_chunked(const DnArgs& p, StreamHandle stream) {
     constexpr size_t smem = ChunkSmem<DK>::bytes;
-    MOX_CUDA_CHECK(cudaFuncSetAttribute(delta_net_chunk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
+    // The opt-in to more than 48 KB of shared memory, once per device (a bit per device id), so a
+    // stream capture never sees the call after the first (eager) use.
+    static std::atomic<uint64_t> opted_in{0};
+    int device = 0;
+    MOX_CUDA_CHECK(cudaGetDevice(&device));
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (bit == 0 || (opted_in.load(std::memory_order_acquire) & bit) == 0) {
+        MOX_CUDA_CHECK(cudaFuncSetAttribute(
+            delta_net_chunk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        opted_in.fetch_or(bit, std::memory_order_release);
+    }
     const dim3 grid(static_cast<unsigned>(p.n_v_heads), static_cast<unsigned>(p.dv / kChunkCols));
     delta_net_chunk_kernel<DK><<<grid, kChunkThreads, smem, stream>>>(p);
     MOX_CUDA_CHECK_LAUNCH("delta_net_chunk_kernel");
@@ -652,7 +670,8 @@ void conv_silu(float* state, const float* weight, const float* x, int64_t x_stri
     if (n_tokens <= 0 || channels <= 0) return;
     const int64_t runs = (n_tokens + kConvTokens - 1) / kConvTokens;
     if (runs > 65535) fail("conv_silu: {} tokens in one call", n_tokens);
-    const dim3 grid(static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads), static_cast<unsigned>(runs));
+    const dim3 grid(static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads),
+                    static_cast<unsigned>(runs));
     conv_silu_kernel<<<grid, kConvThreads, 0, stream>>>(state, weight, x, x_stride, n_tokens, channels,
                                                         static_cast<int>(kernel), out);
     MOX_CUDA_CHECK_LAUNCH("conv_silu_kernel");
@@ -670,8 +689,8 @@ void delta_net(float* S, const float* conv, const float* b, const float* alpha, 
         fail("delta_net: head dims dk {} / dv {} not in [1, {}]", dk, dv, kMaxHeadDim);
     if (Hv > 65535) fail("delta_net: {} value heads", Hv);
     if (method == DeltaNetMethod::chunked && !chunk_supported(dk, dv))
-        fail("delta_net: the chunked form needs dk 64 or 128 and dv a multiple of {} (dk {}, dv {})", kChunkCols,
-             dk, dv);
+        fail("delta_net: the chunked form needs dk 64 or 128 and dv a multiple of {} (dk {}, dv {})",
+             kChunkCols, dk, dv);
     if (n_tokens <= 0) return;
     const DnArgs p{.S = S,
                    .conv = conv,
@@ -689,8 +708,9 @@ void delta_net(float* S, const float* conv, const float* b, const float* alpha, 
                    .eps = shape.eps,
                    .q_scale = 1.0f / std::sqrt(static_cast<float>(dk)),
                    .n_tokens = n_tokens};
-    const bool chunked = method == DeltaNetMethod::chunked ||
-                         (method == DeltaNetMethod::automatic && n_tokens >= kChunkMinTokens && chunk_supported(dk, dv));
+    const bool chunked =
+        method == DeltaNetMethod::chunked ||
+        (method == DeltaNetMethod::automatic && n_tokens >= kChunkMinTokens && chunk_supported(dk, dv));
     if (chunked) {
         if (dk == 64) return launch_delta_net_chunked<64>(p, stream);
         return launch_delta_net_chunked<128>(p, stream);
