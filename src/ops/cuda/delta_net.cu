@@ -367,23 +367,51 @@ __device__ __forceinline__ void split_tf32(Frag& hi, Frag& lo) {
     }
 }
 
-// acc += A B over `steps` k-steps of 8: A tile 16 x 8 at a + kk * a_step (ld lda), B tile 8 x 16 at
-// b + kk * b_step (ld ldb), in split tf32.
-template <class FA, class FB>
-__device__ __forceinline__ void mma_steps(FragAcc& acc, const float* a, int lda, int a_step, const float* b,
-                                          int ldb, int b_step, int steps) {
+// acc[ia][ib] += A_ia B_ib over `steps` k-steps of 8: A tiles 16 x 8 at a[ia] + kk * a_step (ld lda),
+// B tiles 8 x 16 at b[ib] + kk * b_step (ld ldb), in split tf32. The hi*hi products go to acc, the
+// two cross products to corr (the caller adds corr to acc at the end): separate accumulators are
+// independent chains of dependent mma, and each fragment loaded serves NA x NB products.
+template <class FA, class FB, int NA, int NB>
+__device__ __forceinline__ void mma_steps(FragAcc (&acc)[NA][NB], FragAcc (&corr)[NA][NB],
+                                          const float* const (&a)[NA], int lda, int a_step,
+                                          const float* const (&b)[NB], int ldb, int b_step, int steps) {
 #pragma unroll 2
     for (int kk = 0; kk < steps; ++kk) {
-        FA a_hi, a_lo;
-        FB b_hi, b_lo;
-        wmma::load_matrix_sync(a_hi, a + kk * a_step, lda);
-        wmma::load_matrix_sync(b_hi, b + kk * b_step, ldb);
-        split_tf32(a_hi, a_lo);
-        split_tf32(b_hi, b_lo);
-        wmma::mma_sync(acc, a_lo, b_hi, acc);
-        wmma::mma_sync(acc, a_hi, b_lo, acc);
-        wmma::mma_sync(acc, a_hi, b_hi, acc);
+        FA a_hi[NA], a_lo[NA];
+        FB b_hi[NB], b_lo[NB];
+#pragma unroll
+        for (int ia = 0; ia < NA; ++ia) {
+            wmma::load_matrix_sync(a_hi[ia], a[ia] + kk * a_step, lda);
+            split_tf32(a_hi[ia], a_lo[ia]);
+        }
+#pragma unroll
+        for (int ib = 0; ib < NB; ++ib) {
+            wmma::load_matrix_sync(b_hi[ib], b[ib] + kk * b_step, ldb);
+            split_tf32(b_hi[ib], b_lo[ib]);
+        }
+#pragma unroll
+        for (int ia = 0; ia < NA; ++ia)
+#pragma unroll
+            for (int ib = 0; ib < NB; ++ib) {
+                wmma::mma_sync(corr[ia][ib], a_lo[ia], b_hi[ib], corr[ia][ib]);
+                wmma::mma_sync(corr[ia][ib], a_hi[ia], b_lo[ib], corr[ia][ib]);
+                wmma::mma_sync(acc[ia][ib], a_hi[ia], b_hi[ib], acc[ia][ib]);
+            }
     }
+#pragma unroll
+    for (int ia = 0; ia < NA; ++ia)
+#pragma unroll
+        for (int ib = 0; ib < NB; ++ib)
+#pragma unroll
+            for (int e = 0; e < acc[ia][ib].num_elements; ++e) acc[ia][ib].x[e] += corr[ia][ib].x[e];
+}
+
+template <int NA, int NB>
+__device__ __forceinline__ void zero_frags(FragAcc (&f)[NA][NB]) {
+#pragma unroll
+    for (int ia = 0; ia < NA; ++ia)
+#pragma unroll
+        for (int ib = 0; ib < NB; ++ib) wmma::fill_fragment(f[ia][ib], 0.0f);
 }
 
 // grid (Hv, dv / kChunkCols), kChunkThreads threads, ChunkSmem<DK>::bytes of dynamic shared memory.
@@ -492,29 +520,28 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
             gs[2 * lane] = before + g0;
             gs[2 * lane + 1] = x;
         }
-        // Tasks: 0..19 the 10 lower 16x16 tiles (ti >= si) of K K^T then of Q K^T; 20..35 the
-        // 4 x 2 tiles of X = K St then of Y = Q St.
-        for (int task = warp; task < 36; task += kChunkWarps) {
-            FragAcc acc;
-            wmma::fill_fragment(acc, 0.0f);
-            if (task < 20) {
-                const bool is_b = task >= 10;
-                const int idx = task % 10;
-                const int ti = idx >= 6 ? 3 : idx >= 3 ? 2 : idx >= 1 ? 1 : 0;
-                const int si = idx - ti * (ti + 1) / 2;
-                const float* lhs = (is_b ? Qs : Ks) + ti * 16 * ldk;
+        // Tasks 0..9: lower 16x16 tile (ti >= si) of K K^T and of Q K^T (one K^T fragment for
+        // both); 10..17: tile (ti, tj) of X = K St and of Y = Q St (one St fragment for both).
+        for (int task = warp; task < 18; task += kChunkWarps) {
+            FragAcc acc[2][1], corr[2][1];
+            zero_frags(acc);
+            zero_frags(corr);
+            if (task < 10) {
+                const int ti = task >= 6 ? 3 : task >= 3 ? 2 : task >= 1 ? 1 : 0;
+                const int si = task - ti * (ti + 1) / 2;
+                const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
                 // K^T as matrix_b: element (i, s) = Ks[s][i], i.e. column-major with ld ldk.
-                mma_steps<FragA_row, FragB_col>(acc, lhs, ldk, 8, Ks + si * 16 * ldk, ldk, 8, DK / 8);
-                wmma::store_matrix_sync((is_b ? Bs : As) + ti * 16 * ldc + si * 16, acc, ldc,
-                                        wmma::mem_row_major);
+                const float* const rhs[1] = {Ks + si * 16 * ldk};
+                mma_steps<FragA_row, FragB_col>(acc, corr, lhs, ldk, 8, rhs, ldk, 8, DK / 8);
+                wmma::store_matrix_sync(As + ti * 16 * ldc + si * 16, acc[0][0], ldc, wmma::mem_row_major);
+                wmma::store_matrix_sync(Bs + ti * 16 * ldc + si * 16, acc[1][0], ldc, wmma::mem_row_major);
             } else {
-                const bool is_y = task >= 28;
-                const int idx = (task - 20) % 8;
-                const int ti = idx / 2, tj = idx % 2;
-                const float* lhs = (is_y ? Qs : Ks) + ti * 16 * ldk;
-                mma_steps<FragA_row, FragB_row>(acc, lhs, ldk, 8, Ss + tj * 16, ldv, 8 * ldv, DK / 8);
-                wmma::store_matrix_sync((is_y ? Ys : Xs) + ti * 16 * ldv + tj * 16, acc, ldv,
-                                        wmma::mem_row_major);
+                const int ti = (task - 10) / 2, tj = (task - 10) % 2;
+                const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
+                const float* const rhs[1] = {Ss + tj * 16};
+                mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldk, 8, rhs, ldv, 8 * ldv, DK / 8);
+                wmma::store_matrix_sync(Xs + ti * 16 * ldv + tj * 16, acc[0][0], ldv, wmma::mem_row_major);
+                wmma::store_matrix_sync(Ys + ti * 16 * ldv + tj * 16, acc[1][0], ldv, wmma::mem_row_major);
             }
         }
         __syncthreads();  // B2: gamma, A, B, X, Y visible
@@ -565,28 +592,39 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
         }
         __syncthreads();  // B4: V' visible
 
-        // 5. O = e^gamma Y + Bm V' (8 tiles, causal: k-steps up to the tile's last row) and
-        // St <- e^gamma_last St + Kd^T V' (DK/16 x 2 tiles). Each tile has one owner warp.
+        // 5. O = e^gamma Y + Bm V' (tasks 0..7: tile (ti, tj); causal: k-steps up to the tile's
+        // last row) and St <- e^gamma_last St + Kd^T V' (tasks 8..: row tile ti, both column tiles,
+        // one Kd^T fragment for both). Each output tile has one owner warp.
         const float e_last = expf(g_last);
-        for (int task = warp; task < 8 + 2 * (DK / 16); task += kChunkWarps) {
-            FragAcc acc;
+        for (int task = warp; task < 8 + DK / 16; task += kChunkWarps) {
             if (task < 8) {
                 const int ti = task / 2, tj = task % 2;
                 float* o = Ys + ti * 16 * ldv + tj * 16;
-                wmma::load_matrix_sync(acc, o, ldv, wmma::mem_row_major);
-                mma_steps<FragA_row, FragB_row>(acc, Bs + ti * 16 * ldc, ldc, 8, Xs + tj * 16, ldv, 8 * ldv,
-                                                2 * (ti + 1));
-                wmma::store_matrix_sync(o, acc, ldv, wmma::mem_row_major);
+                FragAcc acc[1][1], corr[1][1];
+                wmma::load_matrix_sync(acc[0][0], o, ldv, wmma::mem_row_major);
+                zero_frags(corr);
+                const float* const lhs[1] = {Bs + ti * 16 * ldc};
+                const float* const rhs[1] = {Xs + tj * 16};
+                mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldc, 8, rhs, ldv, 8 * ldv, 2 * (ti + 1));
+                wmma::store_matrix_sync(o, acc[0][0], ldv, wmma::mem_row_major);
             } else {
-                const int ti = (task - 8) / 2, tj = (task - 8) % 2;
-                float* st = Ss + ti * 16 * ldv + tj * 16;
-                wmma::load_matrix_sync(acc, st, ldv, wmma::mem_row_major);
+                const int ti = task - 8;
+                float* st = Ss + ti * 16 * ldv;
+                FragAcc acc[1][2], corr[1][2];
 #pragma unroll
-                for (int e = 0; e < acc.num_elements; ++e) acc.x[e] *= e_last;
+                for (int tj = 0; tj < 2; ++tj) {
+                    wmma::load_matrix_sync(acc[0][tj], st + tj * 16, ldv, wmma::mem_row_major);
+#pragma unroll
+                    for (int e = 0; e < acc[0][tj].num_elements; ++e) acc[0][tj].x[e] *= e_last;
+                }
+                zero_frags(corr);
                 // Kd^T as matrix_a: element (i, s) = Ks[s][i], column-major with ld ldk.
-                mma_steps<FragA_col, FragB_row>(acc, Ks + ti * 16, ldk, 8 * ldk, Xs + tj * 16, ldv, 8 * ldv,
-                                                kChunk / 8);
-                wmma::store_matrix_sync(st, acc, ldv, wmma::mem_row_major);
+                const float* const lhs[1] = {Ks + ti * 16};
+                const float* const rhs[2] = {Xs, Xs + 16};
+                mma_steps<FragA_col, FragB_row>(acc, corr, lhs, ldk, 8 * ldk, rhs, ldv, 8 * ldv, kChunk / 8);
+#pragma unroll
+                for (int tj = 0; tj < 2; ++tj)
+                    wmma::store_matrix_sync(st + tj * 16, acc[0][tj], ldv, wmma::mem_row_major);
             }
         }
         __syncthreads();  // B5: O and St visible
