@@ -566,28 +566,50 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
         }
         __syncthreads();  // B3: L, masked B, R, e^gamma Y, decayed K visible; X free
 
-        // 4. (I + L) V' = R by forward substitution, V' into Xs. Warp w owns columns 4w..4w+3:
-        // lane = 8 * (column - 4w) + part; part p sums the terms s = p + 8m and keeps V'[p + 8m]
-        // in vp[m]. L[t][s] = 0 for s >= t, so the unwritten vp (0) never matter.
+        // 4. (I + L) V' = R by forward substitution, V' into Xs. Warp w owns columns 4w..4w+3,
+        // 8 lanes per column: lane = 8 * (column - 4w) + part, and part p keeps V'[p + 8m] in
+        // vp[m]. Rows go in blocks of 8: the terms from earlier blocks are independent per row
+        // (each lane sums its s = p + 8m, then a transposing butterfly leaves lane p with the full
+        // sum of row 8 blk + p: 7 shuffles for 8 rows); inside the block, row r is final once rows
+        // < r are subtracted, and is broadcast from lane r to the lanes of the later rows.
         {
-            const int col = warp * 4 + lane / 8, part = lane % 8;
+            const int col = warp * 4 + lane / 8, part = lane % 8, group = lane & ~7;
             float vp[kChunk / 8];
 #pragma unroll
-            for (int m = 0; m < kChunk / 8; ++m) vp[m] = 0.0f;
+            for (int blk = 0; blk < kChunk / 8; ++blk) {
+                const int row = 8 * blk + part;
+                float x = 0.0f;
+                if (blk > 0) {
+                    float sums[8];  // this lane's terms of rows 8 blk + r
 #pragma unroll
-            for (int t = 0; t < kChunk; ++t) {
-                float acc = 0.0f;
+                    for (int r = 0; r < 8; ++r) {
+                        float acc = 0.0f;
 #pragma unroll
-                for (int m = 0; m < kChunk / 8; ++m)
-                    if (8 * m < t) acc += As[t * ldc + part + 8 * m] * vp[m];
-                acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 1);
-                acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 2);
-                acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 4);
-                const float val = Vs[t * ldv + col] - acc;
-                if (part == t % 8) {
-                    vp[t / 8] = val;
-                    Xs[t * ldv + col] = val;
+                        for (int m = 0; m < blk; ++m) acc += As[(8 * blk + r) * ldc + part + 8 * m] * vp[m];
+                        sums[r] = acc;
+                    }
+                    // Butterfly: at offset o, keep the half of the rows whose bit o matches this
+                    // lane's part, send the other half to the partner lane (part ^ o).
+#pragma unroll
+                    for (int half = 4; half >= 1; half /= 2) {
+                        const bool upper = (part & half) != 0;
+#pragma unroll
+                        for (int i = 0; i < half; ++i) {
+                            const float send = upper ? sums[i] : sums[i + half];
+                            const float keep = upper ? sums[i + half] : sums[i];
+                            sums[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, half);
+                        }
+                    }
+                    x = sums[0];  // all terms s < 8 blk of row 8 blk + part
                 }
+                float val = Vs[row * ldv + col] - x;
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const float vr = __shfl_sync(0xFFFFFFFFu, val, group | r);  // row 8 blk + r, final
+                    if (part > r) val -= As[row * ldc + 8 * blk + r] * vr;
+                }
+                vp[blk] = val;
+                Xs[row * ldv + col] = val;
             }
         }
         __syncthreads();  // B4: V' visible
