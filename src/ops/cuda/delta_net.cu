@@ -16,10 +16,12 @@
 // Chunked delta rule (spec §3a, ops::delta_rule_chunked): one block per (value head, 32 v columns),
 // walking the chunks of 64 tokens with the state slice St [dk][32] in shared memory. Per chunk:
 // A = K K^T, B = Q K^T (lower tiles), X = K St, Y = Q St on tensor cores; then L = beta A e^(dgamma)
-// (s < t), R = beta (V - e^gamma X); a warp-parallel forward substitution (I + L) V' = R; then
+// (s < t), R = beta (V - e^gamma X); a forward substitution (I + L) V' = R in blocks of 8 rows
+// (8 lanes per column); then
 // O = e^gamma Y + (B masked, e^(dgamma)) V' and St <- e^gamma_last St + (e^(gamma_last - gamma) K)^T
 // V' on tensor cores. The products use split tf32 (x = hi + lo, hi*hi + hi*lo + lo*hi), which keeps
 // about 21 mantissa bits. A small second kernel applies the gated RMSNorm to the chunked output.
+// The chunk kernel needs no workspace: 146 KB of shared memory per block (dk 128), one block per SM.
 #include "core/error.h"
 #include "ops/cuda_delta_net.h"
 #include "quant/cuda/check.cuh"
