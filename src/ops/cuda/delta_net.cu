@@ -343,10 +343,13 @@ struct ChunkSmem {
     static constexpr int b_off = a_off + kChunk * ldc;
     static constexpr int g_off = b_off + kChunk * ldc;  // gamma [kChunk]
     static constexpr int beta_off = g_off + kChunk;     // beta [kChunk]
-    static constexpr int floats = beta_off + kChunk;
+    static constexpr int eg_off = beta_off + kChunk;    // e^gamma_t [kChunk]
+    static constexpr int ed_off = eg_off + kChunk;      // e^(gamma_last - gamma_s) [kChunk]
+    static constexpr int floats = ed_off + kChunk;
     static constexpr size_t bytes = static_cast<size_t>(floats) * sizeof(float);
     static_assert(q_off % 8 == 0 && s_off % 8 == 0 && v_off % 8 == 0 && x_off % 8 == 0 && y_off % 8 == 0 &&
-                      a_off % 8 == 0 && b_off % 8 == 0 && g_off % 8 == 0 && beta_off % 8 == 0,
+                      a_off % 8 == 0 && b_off % 8 == 0 && g_off % 8 == 0 && beta_off % 8 == 0 &&
+                      eg_off % 8 == 0 && ed_off % 8 == 0,
                   "32-byte aligned arrays");
     static_assert(ldk % 4 == 0 && ldv % 4 == 0 && ldc % 4 == 0, "wmma strides");
     static_assert(bytes <= 227 * 1024, "Hopper's shared memory per block");
@@ -435,6 +438,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
     float* Bs = sm + L::b_off;  // Q K^T (lower tiles), then masked and decayed
     float* gs = sm + L::g_off;  // g, then gamma (cumulative within the chunk)
     float* bs = sm + L::beta_off;
+    float* egs = sm + L::eg_off;  // e^gamma_t
+    float* eds = sm + L::ed_off;  // e^(gamma_last - gamma_s)
 
     const int h = blockIdx.x, j0 = static_cast<int>(blockIdx.y) * kChunkCols;
     const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
@@ -508,7 +513,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
         }
         __syncthreads();  // B1: rows, g, beta (and at the first chunk St) visible
 
-        // 2. gamma (warp 0, inclusive scan: lane l owns rows 2l, 2l + 1) while all warps multiply.
+        // 2. gamma (warp 0, inclusive scan: lane l owns rows 2l, 2l + 1) and its exponentials
+        // (arguments <= 0) while all warps multiply.
         if (warp == 0) {
             const float g0 = gs[2 * lane], g1 = gs[2 * lane + 1];
             float x = g0 + g1;
@@ -519,8 +525,14 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
             }
             float before = __shfl_up_sync(0xFFFFFFFFu, x, 1);
             if (lane == 0) before = 0.0f;
-            gs[2 * lane] = before + g0;
+            const float last = __shfl_sync(0xFFFFFFFFu, x, kWarp - 1);  // gamma of row 63
+            const float ga = before + g0;
+            gs[2 * lane] = ga;
             gs[2 * lane + 1] = x;
+            egs[2 * lane] = expf(ga);
+            egs[2 * lane + 1] = expf(x);
+            eds[2 * lane] = expf(last - ga);
+            eds[2 * lane + 1] = expf(last - x);
         }
         // Tasks 0..9: lower 16x16 tile (ti >= si) of K K^T and of Q K^T (one K^T fragment for
         // both); 10..17: tile (ti, tj) of X = K St and of Y = Q St (one St fragment for both).
@@ -558,13 +570,13 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
         }
         for (int e = tid; e < kChunk * kChunkCols; e += kChunkThreads) {
             const int t = e / kChunkCols, j = e % kChunkCols;
-            const float eg = expf(gs[t]);
+            const float eg = egs[t];
             Vs[t * ldv + j] = bs[t] * (Vs[t * ldv + j] - eg * Xs[t * ldv + j]);
             Ys[t * ldv + j] *= eg;
         }
         for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
             const int s = e / DK, i = e % DK;
-            Ks[s * ldk + i] *= expf(g_last - gs[s]);
+            Ks[s * ldk + i] *= eds[s];
         }
         __syncthreads();  // B3: L, masked B, R, e^gamma Y, decayed K visible; X free
 
