@@ -42,8 +42,16 @@ struct DeltaNetWeights {
 //   out[t, h * dv + j] = rms_norm(o)[j] * norm[j] * silu(z[t, h * dv + j]).
 // S: [Hv][dv][dk] (ops/delta_net.h's layout), updated in place. b, alpha: [n_tokens, Hv];
 // z, out: [n_tokens, Hv * dv].
+//
+// Two forms of the rule: `sequential` walks the tokens one by one (fp32 throughout; decode and short
+// blocks); `chunked` is spec §3a's chunked form over chunks of 64 tokens, its matrix products on
+// tensor cores in split tf32 (hi + lo parts, close to fp32: ~1e-5 relative against the
+// recurrence), for dk 64 or 128 and dv a multiple of 32. `automatic` picks chunked for n_tokens >=
+// 16 where the shape allows it. Forcing `chunked` on another shape throws.
+enum class DeltaNetMethod { automatic, sequential, chunked };
+
 void delta_net(float* S, const float* conv, const float* b, const float* alpha, const float* z,
                const DeltaNetWeights& w, const DeltaNetShape& shape, int64_t n_tokens, float* out,
-               StreamHandle stream = nullptr);
+               StreamHandle stream = nullptr, DeltaNetMethod method = DeltaNetMethod::automatic);
 
 }  // namespace mox::cuda

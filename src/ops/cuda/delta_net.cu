@@ -1,53 +1,97 @@
 // Gated DeltaNet kernels (ops/cuda_delta_net.h): the causal conv + SiLU, and the gated delta rule
-// with its gated RMSNorm, token-sequential over the block of tokens of one call.
+// with its gated RMSNorm, token-sequential or chunked.
 //
-// delta_net design: one thread block per value head, so the whole head's state S_h [dv][dk] lives
-// in registers for all tokens of the call (read once, written once) and the gated RMSNorm, which
-// needs the whole dv row of o, is a block reduction. Each warp owns CPW consecutive v columns; a
-// column j of S (dk contiguous floats) is spread over the 32 lanes, lane l holding elements
-// l, l + 32, ... (R = ceil(dk / 32) of them), so u = S^T k and o = S^T q are warp sums. Columns
-// are independent in the recurrence; only the norm couples them. Each warp L2-normalises q and k
-// itself (a warp sum over dk, cheaper than a block barrier), and the next token's inputs are
-// loaded before the current token is computed so global latency overlaps the reductions.
+// conv_silu: one thread per (channel, run of kConvTokens tokens), so a prefill spreads over
+// channels x tokens; the thread of the first run alone reads and rewrites the conv state.
+//
+// Sequential delta rule: a cluster of ceil(dv / 16) thread blocks per value head, each block owning
+// 16 v columns (8 warps x 2 columns), so decode streams the 4 MiB of state with 256 blocks instead
+// of 32. The state slice lives in registers for all tokens of the call (read once, written once).
+// A column j of S (dk contiguous floats) is spread over the 32 lanes, lane l holding elements
+// l, l + 32, ... (R = ceil(dk / 32) of them), so u = S^T k and o = S^T q are warp sums; every warp
+// L2-normalises q and k itself (warp sums over dk). The gated RMSNorm needs all dv outputs of the
+// head: per token each warp puts its sum of o^2 in shared memory, one cluster barrier, and every
+// block sums the cluster's partials through distributed shared memory in the same order.
+//
+// Chunked delta rule (spec §3a, ops::delta_rule_chunked): one block per (value head, 32 v columns),
+// walking the chunks of 64 tokens with the state slice St [dk][32] in shared memory. Per chunk:
+// A = K K^T, B = Q K^T (lower tiles), X = K St, Y = Q St on tensor cores; then L = beta A e^(dgamma)
+// (s < t), R = beta (V - e^gamma X); a forward substitution (I + L) V' = R in blocks of 8 rows
+// (8 lanes per column); then
+// O = e^gamma Y + (B masked, e^(dgamma)) V' and St <- e^gamma_last St + (e^(gamma_last - gamma) K)^T
+// V' on tensor cores. The products use split tf32 (x = hi + lo, hi*hi + hi*lo + lo*hi), which keeps
+// about 21 mantissa bits. A small second kernel applies the gated RMSNorm to the chunked output.
+// The chunk kernel needs no workspace: 146 KB of shared memory per block (dk 128), one block per SM.
 #include "core/error.h"
 #include "ops/cuda_delta_net.h"
 #include "quant/cuda/check.cuh"
 #include "quant/cuda/matvec.cuh"
 
+#include <cooperative_groups.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 
 namespace mox::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
+namespace wmma = nvcuda::wmma;
+
 inline constexpr int kMaxConvKernel = 8;
-inline constexpr int kConvThreads = 256;
-inline constexpr int kMaxWarps = 16;  // 512 threads: up to 128 registers per thread
+inline constexpr int kConvThreads = 128;
+inline constexpr int kConvTokens = 8;  // tokens per conv thread
+static_assert(kConvTokens >= kMaxConvKernel - 1, "only the first token run may reach into the conv state");
 inline constexpr int kMaxHeadDim = 128;
 
 __device__ __forceinline__ float silu_f(float x) {
     return x / (1.0f + expf(-x));
 }
 
-// One thread per channel, walking its channel through the tokens with the kernel-1 previous inputs
-// in registers (window[0] oldest). Taps are predicated on `kernel` so indices stay compile-time.
+// grid (ceil(channels / kConvThreads), ceil(n_tokens / kConvTokens)). Thread (c, run) computes
+// tokens [run * kConvTokens, +kConvTokens) of channel c; its window starts with the kernel-1 inputs
+// before the run (from x, or from the state for run 0). Only run 0 reads the state, and it writes
+// the new state (the last kernel-1 inputs of [state, x]) after all its reads of it, so no thread
+// races with it (x and out are never the state). Taps are predicated on `kernel` so register indices stay
+// compile-time.
 __global__ void __launch_bounds__(kConvThreads)
     conv_silu_kernel(float* __restrict__ state, const float* __restrict__ weight, const float* __restrict__ x,
                      int64_t x_stride, int64_t n_tokens, int64_t channels, int kernel,
                      float* __restrict__ out) {
     const int64_t c = static_cast<int64_t>(blockIdx.x) * kConvThreads + threadIdx.x;
-    if (c >= channels) return;
-    float window[kMaxConvKernel - 1];
+    if (c >= channels) return;  // no barriers below
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kConvTokens;
+    const int64_t t1 = t0 + kConvTokens < n_tokens ? t0 + kConvTokens : n_tokens;
+    // Input at position pos (< 0: before x[0], i.e. state row pos + kernel - 1).
+    auto input = [&](int64_t pos) {
+        return pos < 0 ? state[(pos + kernel - 1) * channels + c] : x[pos * x_stride + c];
+    };
     float w[kMaxConvKernel];
 #pragma unroll
-    for (int j = 0; j < kMaxConvKernel - 1; ++j) window[j] = j < kernel - 1 ? state[j * channels + c] : 0.0f;
-#pragma unroll
     for (int j = 0; j < kMaxConvKernel; ++j) w[j] = j < kernel ? weight[c * kernel + j] : 0.0f;
+    float window[kMaxConvKernel - 1];  // window[j]: input at position t - (kernel - 1) + j
+#pragma unroll
+    for (int j = 0; j < kMaxConvKernel - 1; ++j)
+        window[j] = j < kernel - 1 ? input(t0 - (kernel - 1) + j) : 0.0f;
     float w_last = 0.0f;  // the tap on the current input: w[kernel - 1]
 #pragma unroll
     for (int j = 0; j < kMaxConvKernel; ++j)
         if (j == kernel - 1) w_last = w[j];
-    for (int64_t t = 0; t < n_tokens; ++t) {
+    // The new state (run 0 only): all of it is read (and the window above) before any is written.
+    if (blockIdx.y == 0) {
+        float new_state[kMaxConvKernel - 1];
+#pragma unroll
+        for (int j = 0; j < kMaxConvKernel - 1; ++j)
+            new_state[j] = j < kernel - 1 ? input(n_tokens - (kernel - 1) + j) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMaxConvKernel - 1; ++j)
+            if (j < kernel - 1) state[j * channels + c] = new_state[j];
+    }
+    for (int64_t t = t0; t < t1; ++t) {
         const float xc = x[t * x_stride + c];
         float sum = w_last * xc;
 #pragma unroll
@@ -63,9 +107,6 @@ __global__ void __launch_bounds__(kConvThreads)
                 window[j] = xc;
         }
     }
-#pragma unroll
-    for (int j = 0; j < kMaxConvKernel - 1; ++j)
-        if (j < kernel - 1) state[j * channels + c] = window[j];
 }
 
 struct DnArgs {
@@ -83,17 +124,36 @@ struct DnArgs {
     int64_t n_tokens;
 };
 
+__device__ __forceinline__ float gate_beta(float b) {
+    return 1.0f / (1.0f + expf(-b));
+}
+
+// g = a * softplus(alpha + dt_bias) (<= 0), softplus the identity above 20 (spec §3a).
+__device__ __forceinline__ float gate_log_decay(float a_h, float alpha, float dt_h) {
+    const float sp_in = alpha + dt_h;
+    return a_h * (sp_in > 20.0f ? sp_in : log1pf(expf(sp_in)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sequential form.
+
+inline constexpr int kSeqWarps = 8;
+inline constexpr int kSeqCpw = 2;                      // v columns per warp
+inline constexpr int kSeqSlice = kSeqWarps * kSeqCpw;  // v columns per block
+inline constexpr int kMaxCluster = 8;                  // portable cluster size limit
+static_assert(kSeqSlice * kMaxCluster >= kMaxHeadDim, "a cluster must cover dv");
+
 // One token's inputs as one lane of one warp sees them.
-template <int R, int CPW>
+template <int R>
 struct TokenIn {
     float q[R], k[R];  // elements lane + 32 r of the q and k heads (0 past dk)
-    float v, z;        // lane c < CPW: of the warp's column j0 + c (v is shuffled to all lanes)
+    float v, z;        // lane c < kSeqCpw: of the warp's column j0 + c (v is shuffled to all lanes)
     float b, alpha;
 };
 
-template <int R, int CPW>
+template <int R>
 __device__ __forceinline__ void load_token(const DnArgs& p, int64_t t, int h, int j0, int lane,
-                                           TokenIn<R, CPW>& in) {
+                                           TokenIn<R>& in) {
     const int64_t C = 2 * static_cast<int64_t>(p.n_k_heads) * p.dk + static_cast<int64_t>(p.n_v_heads) * p.dv;
     const int kh = h % p.n_k_heads;
     const float* row = p.conv + t * C;
@@ -108,56 +168,59 @@ __device__ __forceinline__ void load_token(const DnArgs& p, int64_t t, int h, in
         in.k[r] = i < p.dk ? k[i] : 0.0f;
     }
     const int j = j0 + lane;
-    const bool mine = lane < CPW && j < p.dv;
+    const bool mine = lane < kSeqCpw && j < p.dv;
     in.v = mine ? v[j] : 0.0f;
     in.z = mine ? z[j] : 0.0f;
     in.b = p.b[t * p.n_v_heads + h];
     in.alpha = p.alpha[t * p.n_v_heads + h];
 }
 
-// grid: Hv blocks; block: kWarp * ceil(dv / CPW) threads (at most kMaxWarps warps); dk <= 32 R.
-template <int R, int CPW>
-__global__ void __launch_bounds__(kWarp* kMaxWarps) delta_net_kernel(DnArgs p) {
-    __shared__ float red[2][kMaxWarps];  // per-warp sums of o^2, double-buffered by token parity
+// grid (Hv, n_split), cluster (1, n_split, 1), block kWarp * kSeqWarps threads; block y owns v
+// columns [y * kSeqSlice, +kSeqSlice) (columns past dv hold S = 0, v = 0, so o = 0 there);
+// dk <= 32 R. Every thread runs every token and reaches every cluster barrier.
+template <int R>
+__global__ void __launch_bounds__(kWarp* kSeqWarps) delta_net_seq_kernel(DnArgs p) {
+    __shared__ float red[2][kSeqWarps];  // per-warp sums of o^2, double-buffered by token parity
+    cg::cluster_group cluster = cg::this_cluster();
+    const unsigned n_ranks = cluster.num_blocks();
     const int h = blockIdx.x;
-    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
-    const int j0 = warp * CPW;
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int j0 = static_cast<int>(blockIdx.y) * kSeqSlice + warp * kSeqCpw;
     float* S = p.S + static_cast<int64_t>(h) * p.dv * p.dk;
 
-    float s[CPW][R];  // S[j0 + c][lane + 32 r]
+    float s[kSeqCpw][R];  // S[j0 + c][lane + 32 r]
 #pragma unroll
-    for (int c = 0; c < CPW; ++c)
+    for (int c = 0; c < kSeqCpw; ++c)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const int j = j0 + c, i = lane + r * kWarp;
             s[c][r] = j < p.dv && i < p.dk ? S[static_cast<int64_t>(j) * p.dk + i] : 0.0f;
         }
-    // Lane c < CPW writes column j0 + c of the output: it keeps that column's gated-norm weight.
-    const float nw = lane < CPW && j0 + lane < p.dv ? p.norm[j0 + lane] : 0.0f;
+    // Lane c < kSeqCpw writes column j0 + c of the output: it keeps that column's norm weight.
+    const float nw = lane < kSeqCpw && j0 + lane < p.dv ? p.norm[j0 + lane] : 0.0f;
     const float a_h = p.a[h], dt_h = p.dt_bias[h];
 
-    TokenIn<R, CPW> cur, next{};
-    load_token<R, CPW>(p, 0, h, j0, lane, cur);
+    TokenIn<R> cur, next{};
+    load_token<R>(p, 0, h, j0, lane, cur);
     for (int64_t t = 0; t < p.n_tokens; ++t) {
-        if (t + 1 < p.n_tokens) load_token<R, CPW>(p, t + 1, h, j0, lane, next);
+        if (t + 1 < p.n_tokens) load_token<R>(p, t + 1, h, j0, lane, next);
 
         // L2 norms of q and k (clamped at eps, as ops::l2_norm), q also scaled by 1/sqrt(dk). The
         // scales multiply the warp sums below instead of q and k first, so these two reductions
-        // overlap the first column reductions instead of preceding them.
+        // overlap the column reductions instead of preceding them.
         float qq = 0.0f, kk = 0.0f;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             qq += cur.q[r] * cur.q[r];
             kk += cur.k[r] * cur.k[r];
         }
-        const float beta = 1.0f / (1.0f + expf(-cur.b));
-        const float sp_in = cur.alpha + dt_h;
-        const float decay = expf(a_h * (sp_in > 20.0f ? sp_in : log1pf(expf(sp_in))));
+        const float beta = gate_beta(cur.b);
+        const float decay = expf(gate_log_decay(a_h, cur.alpha, dt_h));
 
         // Per column: decay, u = S^T k, delta-rule update, o = S^T q (after the update).
-        float u[CPW];
+        float u[kSeqCpw];
 #pragma unroll
-        for (int c = 0; c < CPW; ++c) {
+        for (int c = 0; c < kSeqCpw; ++c) {
             float acc = 0.0f;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -169,14 +232,14 @@ __global__ void __launch_bounds__(kWarp* kMaxWarps) delta_net_kernel(DnArgs p) {
         qq = warp_sum(qq);
         kk = warp_sum(kk);
 #pragma unroll
-        for (int c = 0; c < CPW; ++c) u[c] = warp_sum(u[c]);
+        for (int c = 0; c < kSeqCpw; ++c) u[c] = warp_sum(u[c]);
         const float qs = p.q_scale / fmaxf(sqrtf(qq), p.eps), ks = 1.0f / fmaxf(sqrtf(kk), p.eps);
         float k[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) k[r] = cur.k[r] * ks;
-        float o[CPW];
+        float o[kSeqCpw];
 #pragma unroll
-        for (int c = 0; c < CPW; ++c) {
+        for (int c = 0; c < kSeqCpw; ++c) {
             const float delta = beta * (__shfl_sync(0xFFFFFFFFu, cur.v, c) - u[c] * ks);
             float acc = 0.0f;
 #pragma unroll
@@ -188,53 +251,487 @@ __global__ void __launch_bounds__(kWarp* kMaxWarps) delta_net_kernel(DnArgs p) {
         }
         float oo = 0.0f;
 #pragma unroll
-        for (int c = 0; c < CPW; ++c) {
-            o[c] = warp_sum(o[c]) * qs;  // columns past dv have S = 0, so o = 0 there
+        for (int c = 0; c < kSeqCpw; ++c) {
+            o[c] = warp_sum(o[c]) * qs;
             oo += o[c] * o[c];
         }
 
-        // Gated RMSNorm over the head's dv outputs. One barrier per token: a warp can only rewrite
-        // red[t & 1] at token t + 2, after every warp has passed token t + 1's barrier, i.e. after
-        // every warp finished reading token t's sums.
+        // Gated RMSNorm over the head's dv outputs, spread over the cluster's blocks. One cluster
+        // barrier per token: a warp can only rewrite red[t & 1] at token t + 2, after every thread
+        // of the cluster has passed token t + 1's barrier, i.e. finished reading token t's sums.
         const int buf = static_cast<int>(t & 1);
         if (lane == 0) red[buf][warp] = oo;
-        __syncthreads();
-        float total = 0.0f;
-        for (int w = 0; w < n_warps; ++w) total += red[buf][w];
+        cluster.sync();
+        float total = 0.0f;  // same order in every block: same scale
+        for (unsigned rank = 0; rank < n_ranks; ++rank) {
+            const float* peer = cluster.map_shared_rank(&red[buf][0], rank);
+#pragma unroll
+            for (int w = 0; w < kSeqWarps; ++w) total += peer[w];
+        }
         const float scale = rsqrtf(total / static_cast<float>(p.dv) + p.eps);
         float* out = p.out + t * p.n_v_heads * static_cast<int64_t>(p.dv) + static_cast<int64_t>(h) * p.dv;
         float oc = 0.0f;  // o of column j0 + lane
 #pragma unroll
-        for (int c = 0; c < CPW; ++c)
+        for (int c = 0; c < kSeqCpw; ++c)
             if (lane == c) oc = o[c];
-        if (lane < CPW && j0 + lane < p.dv) out[j0 + lane] = oc * scale * nw * silu_f(cur.z);
+        if (lane < kSeqCpw && j0 + lane < p.dv) out[j0 + lane] = oc * scale * nw * silu_f(cur.z);
         cur = next;
     }
 
 #pragma unroll
-    for (int c = 0; c < CPW; ++c)
+    for (int c = 0; c < kSeqCpw; ++c)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const int j = j0 + c, i = lane + r * kWarp;
             if (j < p.dv && i < p.dk) S[static_cast<int64_t>(j) * p.dk + i] = s[c][r];
         }
-}
-
-template <int R, int CPW>
-void launch_delta_net(const DnArgs& p, StreamHandle stream) {
-    const int warps = (p.dv + CPW - 1) / CPW;
-    delta_net_kernel<R, CPW><<<p.n_v_heads, warps * kWarp, 0, stream>>>(p);
-    MOX_CUDA_CHECK_LAUNCH("delta_net_kernel");
+    // Peers may still be reading this block's red[] for the last token: stay until they are done.
+    cluster.sync();
 }
 
 template <int R>
-void launch_delta_net_r(const DnArgs& p, StreamHandle stream) {
-    // Columns per warp: the fewest that keep the block within kMaxWarps warps (dv 128: 8 columns
-    // in 16 warps, the state slice 8 x 4 floats per lane).
-    if (p.dv <= kMaxWarps) return launch_delta_net<R, 1>(p, stream);
-    if (p.dv <= kMaxWarps * 2) return launch_delta_net<R, 2>(p, stream);
-    if (p.dv <= kMaxWarps * 4) return launch_delta_net<R, 4>(p, stream);
-    launch_delta_net<R, 8>(p, stream);
+void launch_delta_net_seq(const DnArgs& p, StreamHandle stream) {
+    // Blocks per head: enough to cover dv, rounded up to a power of two (cluster sizes 1, 2, 4, 8;
+    // blocks wholly past dv just take part in the barriers).
+    int n_split = 1;
+    while (n_split * kSeqSlice < p.dv) n_split *= 2;  // <= kMaxCluster as dv <= 128
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(p.n_v_heads), static_cast<unsigned>(n_split), 1);
+    cfg.blockDim = dim3(kWarp * kSeqWarps, 1, 1);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(n_split);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    MOX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, delta_net_seq_kernel<R>, p));
+    MOX_CUDA_CHECK_LAUNCH("delta_net_seq_kernel");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunked form.
+
+inline constexpr int kChunk = 64;      // tokens per chunk (spec: 64)
+inline constexpr int kChunkCols = 32;  // v columns per block
+inline constexpr int kChunkWarps = 8;
+// `automatic` runs the chunked form from this many tokens: one chunk costs about as much as ~10
+// sequential tokens (a cluster barrier and a dependent chain of warp sums per token).
+inline constexpr int64_t kChunkMinTokens = 16;
+inline constexpr int kChunkThreads = kChunkWarps * kWarp;
+static_assert(kChunkCols == kWarp, "V rows are loaded one lane per column");
+static_assert(kChunkWarps * 4 == kChunkCols, "the solve gives each warp 4 columns");
+static_assert(kChunk == 64, "the solve keeps 8 rows per lane (64 = 8 lanes x 8)");
+
+// Shared-memory layout of the chunk kernel, in floats. Row strides are the widths + 4 (multiples of
+// 4 floats as wmma requires; the +4 spreads rows over banks); every array starts on 32 bytes and
+// every tile origin below is a multiple of 8 rows / 8 columns, so wmma pointers stay 32-byte aligned.
+template <int DK>
+struct ChunkSmem {
+    static constexpr int ldk = DK + 4;          // Ks, Qs: [kChunk][ldk]
+    static constexpr int ldv = kChunkCols + 4;  // Ss [DK][ldv]; Vs, Xs, Ys [kChunk][ldv]
+    static constexpr int ldc = kChunk + 4;      // As, Bs: [kChunk][ldc]
+    static constexpr int k_off = 0;
+    static constexpr int q_off = k_off + kChunk * ldk;
+    static constexpr int s_off = q_off + kChunk * ldk;
+    static constexpr int v_off = s_off + DK * ldv;
+    static constexpr int x_off = v_off + kChunk * ldv;
+    static constexpr int y_off = x_off + kChunk * ldv;
+    static constexpr int a_off = y_off + kChunk * ldv;
+    static constexpr int b_off = a_off + kChunk * ldc;
+    static constexpr int g_off = b_off + kChunk * ldc;  // gamma [kChunk]
+    static constexpr int beta_off = g_off + kChunk;     // beta [kChunk]
+    static constexpr int eg_off = beta_off + kChunk;    // e^gamma_t [kChunk]
+    static constexpr int ed_off = eg_off + kChunk;      // e^(gamma_last - gamma_s) [kChunk]
+    static constexpr int floats = ed_off + kChunk;
+    static constexpr size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+    static_assert(q_off % 8 == 0 && s_off % 8 == 0 && v_off % 8 == 0 && x_off % 8 == 0 && y_off % 8 == 0 &&
+                      a_off % 8 == 0 && b_off % 8 == 0 && g_off % 8 == 0 && beta_off % 8 == 0 &&
+                      eg_off % 8 == 0 && ed_off % 8 == 0,
+                  "32-byte aligned arrays");
+    static_assert(ldk % 4 == 0 && ldv % 4 == 0 && ldc % 4 == 0, "wmma strides");
+    static_assert(bytes <= 227 * 1024, "Hopper's shared memory per block");
+};
+
+using FragA_row = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
+using FragA_col = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major>;
+using FragB_row = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
+using FragB_col = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major>;
+using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+
+template <class Frag>
+__device__ __forceinline__ void split_tf32(Frag& hi, Frag& lo) {
+#pragma unroll
+    for (int e = 0; e < hi.num_elements; ++e) {
+        const float x = hi.x[e];
+        const float h = wmma::__float_to_tf32(x);
+        hi.x[e] = h;
+        lo.x[e] = wmma::__float_to_tf32(x - h);
+    }
+}
+
+// acc[ia][ib] += A_ia B_ib over `steps` k-steps of 8: A tiles 16 x 8 at a[ia] + kk * a_step (ld lda),
+// B tiles 8 x 16 at b[ib] + kk * b_step (ld ldb), in split tf32. The hi*hi products go to acc, the
+// two cross products to corr (the caller adds corr to acc at the end): separate accumulators are
+// independent chains of dependent mma, and each fragment loaded serves NA x NB products.
+template <class FA, class FB, int NA, int NB>
+__device__ __forceinline__ void mma_steps(FragAcc (&acc)[NA][NB], FragAcc (&corr)[NA][NB],
+                                          const float* const (&a)[NA], int lda, int a_step,
+                                          const float* const (&b)[NB], int ldb, int b_step, int steps) {
+#pragma unroll 2
+    for (int kk = 0; kk < steps; ++kk) {
+        FA a_hi[NA], a_lo[NA];
+        FB b_hi[NB], b_lo[NB];
+#pragma unroll
+        for (int ia = 0; ia < NA; ++ia) {
+            wmma::load_matrix_sync(a_hi[ia], a[ia] + kk * a_step, lda);
+            split_tf32(a_hi[ia], a_lo[ia]);
+        }
+#pragma unroll
+        for (int ib = 0; ib < NB; ++ib) {
+            wmma::load_matrix_sync(b_hi[ib], b[ib] + kk * b_step, ldb);
+            split_tf32(b_hi[ib], b_lo[ib]);
+        }
+#pragma unroll
+        for (int ia = 0; ia < NA; ++ia)
+#pragma unroll
+            for (int ib = 0; ib < NB; ++ib) {
+                wmma::mma_sync(corr[ia][ib], a_lo[ia], b_hi[ib], corr[ia][ib]);
+                wmma::mma_sync(corr[ia][ib], a_hi[ia], b_lo[ib], corr[ia][ib]);
+                wmma::mma_sync(acc[ia][ib], a_hi[ia], b_hi[ib], acc[ia][ib]);
+            }
+    }
+#pragma unroll
+    for (int ia = 0; ia < NA; ++ia)
+#pragma unroll
+        for (int ib = 0; ib < NB; ++ib)
+#pragma unroll
+            for (int e = 0; e < acc[ia][ib].num_elements; ++e) acc[ia][ib].x[e] += corr[ia][ib].x[e];
+}
+
+template <int NA, int NB>
+__device__ __forceinline__ void zero_frags(FragAcc (&f)[NA][NB]) {
+#pragma unroll
+    for (int ia = 0; ia < NA; ++ia)
+#pragma unroll
+        for (int ib = 0; ib < NB; ++ib) wmma::fill_fragment(f[ia][ib], 0.0f);
+}
+
+// grid (Hv, dv / kChunkCols), kChunkThreads threads, ChunkSmem<DK>::bytes of dynamic shared memory.
+// Writes the raw read-out o (before the gated RMSNorm) to out. Barriers: every thread runs every
+// chunk and reaches every __syncthreads (loops have block-uniform bounds).
+template <int DK>
+__global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArgs p) {
+    using L = ChunkSmem<DK>;
+    constexpr int ldk = L::ldk, ldv = L::ldv, ldc = L::ldc;
+    constexpr int R = DK / kWarp;
+    extern __shared__ __align__(128) float sm[];
+    float* Ks = sm + L::k_off;  // k rows (normalised), later scaled by e^(gamma_last - gamma_s)
+    float* Qs = sm + L::q_off;  // q rows (normalised, times 1/sqrt(dk))
+    float* Ss = sm + L::s_off;  // St[i][j] = S[j0 + j][i]
+    float* Vs = sm + L::v_off;  // v rows of the block's columns, then R = beta (v - e^gamma X)
+    float* Xs = sm + L::x_off;  // X = K St, then V'
+    float* Ys = sm + L::y_off;  // Y = Q St, then e^gamma Y, then O
+    float* As = sm + L::a_off;  // K K^T (lower tiles), then L
+    float* Bs = sm + L::b_off;  // Q K^T (lower tiles), then masked and decayed
+    float* gs = sm + L::g_off;  // g, then gamma (cumulative within the chunk)
+    float* bs = sm + L::beta_off;
+    float* egs = sm + L::eg_off;  // e^gamma_t
+    float* eds = sm + L::ed_off;  // e^(gamma_last - gamma_s)
+
+    const int h = blockIdx.x, j0 = static_cast<int>(blockIdx.y) * kChunkCols;
+    const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+    const int kh = h % p.n_k_heads;
+    const int64_t row_len =
+        2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(p.n_v_heads) * p.dv;
+    const int64_t inner = static_cast<int64_t>(p.n_v_heads) * p.dv;
+    float* S = p.S + static_cast<int64_t>(h) * p.dv * DK;
+    const float a_h = p.a[h], dt_h = p.dt_bias[h];
+
+    for (int e = tid; e < kChunkCols * DK; e += kChunkThreads) {
+        const int j = e / DK, i = e % DK;
+        Ss[i * ldv + j] = S[static_cast<int64_t>(j0 + j) * DK + i];
+    }
+
+    for (int64_t c0 = 0; c0 < p.n_tokens; c0 += kChunk) {
+        const int n = static_cast<int>(p.n_tokens - c0 < kChunk ? p.n_tokens - c0 : kChunk);
+
+        // 1. Rows of the chunk: warp w takes rows w, w + 8, ...; all its loads are issued before
+        // any is used. Rows t >= n are zero with g = beta = 0, so they add nothing (L, R, V' and K
+        // rows are 0 there) and gamma stays gamma_{n-1} up to row 63.
+        {
+            constexpr int kRows = kChunk / kChunkWarps;
+            float qv[kRows][R], kv[kRows][R], vv[kRows], bv[kRows], av[kRows];
+#pragma unroll
+            for (int m = 0; m < kRows; ++m) {
+                const int t = warp + m * kChunkWarps;
+                if (t < n) {
+                    const float* row = p.conv + (c0 + t) * row_len;
+                    const float* q = row + static_cast<int64_t>(kh) * DK;
+                    const float* k = row + static_cast<int64_t>(p.n_k_heads + kh) * DK;
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        qv[m][r] = q[lane + r * kWarp];
+                        kv[m][r] = k[lane + r * kWarp];
+                    }
+                    vv[m] = row[2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(h) * p.dv +
+                                j0 + lane];
+                    const int64_t gi = (c0 + t) * p.n_v_heads + h;
+                    bv[m] = p.b[gi];
+                    av[m] = p.alpha[gi];
+                } else {
+#pragma unroll
+                    for (int r = 0; r < R; ++r) qv[m][r] = kv[m][r] = 0.0f;
+                    vv[m] = bv[m] = av[m] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < kRows; ++m) {
+                const int t = warp + m * kChunkWarps;
+                float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    qq += qv[m][r] * qv[m][r];
+                    kk += kv[m][r] * kv[m][r];
+                }
+                qq = warp_sum(qq);
+                kk = warp_sum(kk);
+                const float qs = p.q_scale / fmaxf(sqrtf(qq), p.eps), ks = 1.0f / fmaxf(sqrtf(kk), p.eps);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    Qs[t * ldk + lane + r * kWarp] = qv[m][r] * qs;
+                    Ks[t * ldk + lane + r * kWarp] = kv[m][r] * ks;
+                }
+                Vs[t * ldv + lane] = vv[m];
+                if (lane == 0) {
+                    gs[t] = t < n ? gate_log_decay(a_h, av[m], dt_h) : 0.0f;
+                    bs[t] = t < n ? gate_beta(bv[m]) : 0.0f;
+                }
+            }
+        }
+        __syncthreads();  // B1: rows, g, beta (and at the first chunk St) visible
+
+        // 2. gamma (warp 0, inclusive scan: lane l owns rows 2l, 2l + 1) and its exponentials
+        // (arguments <= 0) while all warps multiply.
+        if (warp == 0) {
+            const float g0 = gs[2 * lane], g1 = gs[2 * lane + 1];
+            float x = g0 + g1;
+#pragma unroll
+            for (int off = 1; off < kWarp; off <<= 1) {
+                const float y = __shfl_up_sync(0xFFFFFFFFu, x, off);
+                if (lane >= off) x += y;
+            }
+            float before = __shfl_up_sync(0xFFFFFFFFu, x, 1);
+            if (lane == 0) before = 0.0f;
+            const float last = __shfl_sync(0xFFFFFFFFu, x, kWarp - 1);  // gamma of row 63
+            const float ga = before + g0;
+            gs[2 * lane] = ga;
+            gs[2 * lane + 1] = x;
+            egs[2 * lane] = expf(ga);
+            egs[2 * lane + 1] = expf(x);
+            eds[2 * lane] = expf(last - ga);
+            eds[2 * lane + 1] = expf(last - x);
+        }
+        // Tasks 0..9: lower 16x16 tile (ti >= si) of K K^T and of Q K^T (one K^T fragment for
+        // both); 10..17: tile (ti, tj) of X = K St and of Y = Q St (one St fragment for both).
+        for (int task = warp; task < 18; task += kChunkWarps) {
+            FragAcc acc[2][1], corr[2][1];
+            zero_frags(acc);
+            zero_frags(corr);
+            if (task < 10) {
+                const int ti = task >= 6 ? 3 : task >= 3 ? 2 : task >= 1 ? 1 : 0;
+                const int si = task - ti * (ti + 1) / 2;
+                const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
+                // K^T as matrix_b: element (i, s) = Ks[s][i], i.e. column-major with ld ldk.
+                const float* const rhs[1] = {Ks + si * 16 * ldk};
+                mma_steps<FragA_row, FragB_col>(acc, corr, lhs, ldk, 8, rhs, ldk, 8, DK / 8);
+                wmma::store_matrix_sync(As + ti * 16 * ldc + si * 16, acc[0][0], ldc, wmma::mem_row_major);
+                wmma::store_matrix_sync(Bs + ti * 16 * ldc + si * 16, acc[1][0], ldc, wmma::mem_row_major);
+            } else {
+                const int ti = (task - 10) / 2, tj = (task - 10) % 2;
+                const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
+                const float* const rhs[1] = {Ss + tj * 16};
+                mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldk, 8, rhs, ldv, 8 * ldv, DK / 8);
+                wmma::store_matrix_sync(Xs + ti * 16 * ldv + tj * 16, acc[0][0], ldv, wmma::mem_row_major);
+                wmma::store_matrix_sync(Ys + ti * 16 * ldv + tj * 16, acc[1][0], ldv, wmma::mem_row_major);
+            }
+        }
+        __syncthreads();  // B2: gamma, A, B, X, Y visible
+
+        // 3. Decays and gates (exp of gamma differences <= 0 only, or of gamma <= 0).
+        const float g_last = gs[kChunk - 1];
+        for (int e = tid; e < kChunk * kChunk; e += kChunkThreads) {
+            const int t = e / kChunk, s = e % kChunk;
+            const float dec = s <= t ? expf(gs[t] - gs[s]) : 0.0f;
+            As[t * ldc + s] = s < t ? bs[t] * As[t * ldc + s] * dec : 0.0f;
+            Bs[t * ldc + s] = s <= t ? Bs[t * ldc + s] * dec : 0.0f;
+        }
+        for (int e = tid; e < kChunk * kChunkCols; e += kChunkThreads) {
+            const int t = e / kChunkCols, j = e % kChunkCols;
+            const float eg = egs[t];
+            Vs[t * ldv + j] = bs[t] * (Vs[t * ldv + j] - eg * Xs[t * ldv + j]);
+            Ys[t * ldv + j] *= eg;
+        }
+        for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
+            const int s = e / DK, i = e % DK;
+            Ks[s * ldk + i] *= eds[s];
+        }
+        __syncthreads();  // B3: L, masked B, R, e^gamma Y, decayed K visible; X free
+
+        // 4. (I + L) V' = R by forward substitution, V' into Xs. Warp w owns columns 4w..4w+3,
+        // 8 lanes per column: lane = 8 * (column - 4w) + part, and part p keeps V'[p + 8m] in
+        // vp[m]. Rows go in blocks of 8: the terms from earlier blocks are independent per row
+        // (each lane sums its s = p + 8m, then a transposing butterfly leaves lane p with the full
+        // sum of row 8 blk + p: 7 shuffles for 8 rows); inside the block, row r is final once rows
+        // < r are subtracted, and is broadcast from lane r to the lanes of the later rows.
+        {
+            const int col = warp * 4 + lane / 8, part = lane % 8, group = lane & ~7;
+            float vp[kChunk / 8];
+#pragma unroll
+            for (int blk = 0; blk < kChunk / 8; ++blk) {
+                const int row = 8 * blk + part;
+                float x = 0.0f;
+                if (blk > 0) {
+                    float sums[8];  // this lane's terms of rows 8 blk + r
+#pragma unroll
+                    for (int r = 0; r < 8; ++r) {
+                        float acc = 0.0f;
+#pragma unroll
+                        for (int m = 0; m < blk; ++m) acc += As[(8 * blk + r) * ldc + part + 8 * m] * vp[m];
+                        sums[r] = acc;
+                    }
+                    // Butterfly: at offset o, keep the half of the rows whose bit o matches this
+                    // lane's part, send the other half to the partner lane (part ^ o).
+#pragma unroll
+                    for (int half = 4; half >= 1; half /= 2) {
+                        const bool upper = (part & half) != 0;
+#pragma unroll
+                        for (int i = 0; i < half; ++i) {
+                            const float send = upper ? sums[i] : sums[i + half];
+                            const float keep = upper ? sums[i + half] : sums[i];
+                            sums[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, half);
+                        }
+                    }
+                    x = sums[0];  // all terms s < 8 blk of row 8 blk + part
+                }
+                float val = Vs[row * ldv + col] - x;
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const float vr = __shfl_sync(0xFFFFFFFFu, val, group | r);  // row 8 blk + r, final
+                    if (part > r) val -= As[row * ldc + 8 * blk + r] * vr;
+                }
+                vp[blk] = val;
+                Xs[row * ldv + col] = val;
+            }
+        }
+        __syncthreads();  // B4: V' visible
+
+        // 5. O = e^gamma Y + Bm V' (tasks 0..7: tile (ti, tj); causal: k-steps up to the tile's
+        // last row) and St <- e^gamma_last St + Kd^T V' (tasks 8..: row tile ti, both column tiles,
+        // one Kd^T fragment for both). Each output tile has one owner warp.
+        const float e_last = expf(g_last);
+        for (int task = warp; task < 8 + DK / 16; task += kChunkWarps) {
+            if (task < 8) {
+                const int ti = task / 2, tj = task % 2;
+                float* o = Ys + ti * 16 * ldv + tj * 16;
+                FragAcc acc[1][1], corr[1][1];
+                wmma::load_matrix_sync(acc[0][0], o, ldv, wmma::mem_row_major);
+                zero_frags(corr);
+                const float* const lhs[1] = {Bs + ti * 16 * ldc};
+                const float* const rhs[1] = {Xs + tj * 16};
+                mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldc, 8, rhs, ldv, 8 * ldv, 2 * (ti + 1));
+                wmma::store_matrix_sync(o, acc[0][0], ldv, wmma::mem_row_major);
+            } else {
+                const int ti = task - 8;
+                float* st = Ss + ti * 16 * ldv;
+                FragAcc acc[1][2], corr[1][2];
+#pragma unroll
+                for (int tj = 0; tj < 2; ++tj) {
+                    wmma::load_matrix_sync(acc[0][tj], st + tj * 16, ldv, wmma::mem_row_major);
+#pragma unroll
+                    for (int e = 0; e < acc[0][tj].num_elements; ++e) acc[0][tj].x[e] *= e_last;
+                }
+                zero_frags(corr);
+                // Kd^T as matrix_a: element (i, s) = Ks[s][i], column-major with ld ldk.
+                const float* const lhs[1] = {Ks + ti * 16};
+                const float* const rhs[2] = {Xs, Xs + 16};
+                mma_steps<FragA_col, FragB_row>(acc, corr, lhs, ldk, 8 * ldk, rhs, ldv, 8 * ldv, kChunk / 8);
+#pragma unroll
+                for (int tj = 0; tj < 2; ++tj)
+                    wmma::store_matrix_sync(st + tj * 16, acc[0][tj], ldv, wmma::mem_row_major);
+            }
+        }
+        __syncthreads();  // B5: O and St visible
+
+        // 6. Raw outputs. The next chunk's step 1 writes only Ks, Qs, Vs, gs, bs, none read here.
+        for (int e = tid; e < n * kChunkCols; e += kChunkThreads) {
+            const int t = e / kChunkCols, j = e % kChunkCols;
+            p.out[(c0 + t) * inner + static_cast<int64_t>(h) * p.dv + j0 + j] = Ys[t * ldv + j];
+        }
+    }
+
+    // St back (B5 of the last chunk made it visible; step 6 does not touch it).
+    for (int e = tid; e < kChunkCols * DK; e += kChunkThreads) {
+        const int j = e / DK, i = e % DK;
+        S[static_cast<int64_t>(j0 + j) * DK + i] = Ss[i * ldv + j];
+    }
+}
+
+// Gated RMSNorm in place on the chunked kernel's raw outputs: one warp per (token, head) row of dv
+// (<= 128) outputs, the same formula as the sequential kernel's.
+inline constexpr int kNormWarps = 8;
+
+__global__ void __launch_bounds__(kWarp* kNormWarps) gated_norm_kernel(DnArgs p) {
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kNormWarps + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (row >= p.n_tokens * p.n_v_heads) return;  // whole warps; no barriers
+    float* o = p.out + row * p.dv;                // rows (t, h) are consecutive: [t][h][dv]
+    const float* z = p.z + row * p.dv;
+    constexpr int R = kMaxHeadDim / kWarp;
+    float v[R];
+    float ss = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int j = lane + r * kWarp;
+        v[r] = j < p.dv ? o[j] : 0.0f;
+        ss += v[r] * v[r];
+    }
+    ss = warp_sum(ss);
+    const float scale = rsqrtf(ss / static_cast<float>(p.dv) + p.eps);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int j = lane + r * kWarp;
+        if (j < p.dv) o[j] = v[r] * scale * p.norm[j] * silu_f(z[j]);
+    }
+}
+
+template <int DK>
+void launch_delta_net_chunked(const DnArgs& p, StreamHandle stream) {
+    constexpr size_t smem = ChunkSmem<DK>::bytes;
+    // The opt-in to more than 48 KB of shared memory, once per device (a bit per device id), so a
+    // stream capture never sees the call after the first (eager) use.
+    static std::atomic<uint64_t> opted_in{0};
+    int device = 0;
+    MOX_CUDA_CHECK(cudaGetDevice(&device));
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (bit == 0 || (opted_in.load(std::memory_order_acquire) & bit) == 0) {
+        MOX_CUDA_CHECK(cudaFuncSetAttribute(
+            delta_net_chunk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        opted_in.fetch_or(bit, std::memory_order_release);
+    }
+    const dim3 grid(static_cast<unsigned>(p.n_v_heads), static_cast<unsigned>(p.dv / kChunkCols));
+    delta_net_chunk_kernel<DK><<<grid, kChunkThreads, smem, stream>>>(p);
+    MOX_CUDA_CHECK_LAUNCH("delta_net_chunk_kernel");
+    const int64_t rows = p.n_tokens * p.n_v_heads;
+    const auto blocks = static_cast<unsigned>((rows + kNormWarps - 1) / kNormWarps);
+    gated_norm_kernel<<<blocks, kWarp * kNormWarps, 0, stream>>>(p);
+    MOX_CUDA_CHECK_LAUNCH("gated_norm_kernel");
+}
+
+bool chunk_supported(int64_t dk, int64_t dv) {
+    return (dk == 64 || dk == 128) && dv % kChunkCols == 0;
 }
 
 }  // namespace
@@ -245,22 +742,29 @@ void conv_silu(float* state, const float* weight, const float* x, int64_t x_stri
         fail("conv_silu: kernel {} not in [1, {}]", kernel, kMaxConvKernel);
     if (n_tokens > 1 && x_stride < channels) fail("conv_silu: x_stride {} < channels {}", x_stride, channels);
     if (n_tokens <= 0 || channels <= 0) return;
-    const auto blocks = static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads);
-    conv_silu_kernel<<<blocks, kConvThreads, 0, stream>>>(state, weight, x, x_stride, n_tokens, channels,
-                                                          static_cast<int>(kernel), out);
+    const int64_t runs = (n_tokens + kConvTokens - 1) / kConvTokens;
+    if (runs > 65535) fail("conv_silu: {} tokens in one call", n_tokens);
+    const dim3 grid(static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads),
+                    static_cast<unsigned>(runs));
+    conv_silu_kernel<<<grid, kConvThreads, 0, stream>>>(state, weight, x, x_stride, n_tokens, channels,
+                                                        static_cast<int>(kernel), out);
     MOX_CUDA_CHECK_LAUNCH("conv_silu_kernel");
 }
 
 void delta_net(float* S, const float* conv, const float* b, const float* alpha, const float* z,
                const DeltaNetWeights& w, const DeltaNetShape& shape, int64_t n_tokens, float* out,
-               StreamHandle stream) {
+               StreamHandle stream, DeltaNetMethod method) {
     const int64_t Hk = shape.n_k_heads, Hv = shape.n_v_heads, dk = shape.dk, dv = shape.dv;
     if (Hk <= 0 || Hv <= 0 || Hv % Hk != 0)
         fail("delta_net: value heads {} not a positive multiple of key heads {}", Hv, Hk);
-    // The state slice of a head lives in registers: dk and dv up to 128 (every Qwen3-Next/3.5 size).
+    // The sequential kernel keeps a state slice in registers: dk and dv up to 128 (every
+    // Qwen3-Next/3.5 size).
     if (dk <= 0 || dk > kMaxHeadDim || dv <= 0 || dv > kMaxHeadDim)
         fail("delta_net: head dims dk {} / dv {} not in [1, {}]", dk, dv, kMaxHeadDim);
     if (Hv > 65535) fail("delta_net: {} value heads", Hv);
+    if (method == DeltaNetMethod::chunked && !chunk_supported(dk, dv))
+        fail("delta_net: the chunked form needs dk 64 or 128 and dv a multiple of {} (dk {}, dv {})",
+             kChunkCols, dk, dv);
     if (n_tokens <= 0) return;
     const DnArgs p{.S = S,
                    .conv = conv,
@@ -278,9 +782,16 @@ void delta_net(float* S, const float* conv, const float* b, const float* alpha, 
                    .eps = shape.eps,
                    .q_scale = 1.0f / std::sqrt(static_cast<float>(dk)),
                    .n_tokens = n_tokens};
-    if (dk <= kWarp) return launch_delta_net_r<1>(p, stream);
-    if (dk <= 2 * kWarp) return launch_delta_net_r<2>(p, stream);
-    launch_delta_net_r<4>(p, stream);
+    const bool chunked =
+        method == DeltaNetMethod::chunked ||
+        (method == DeltaNetMethod::automatic && n_tokens >= kChunkMinTokens && chunk_supported(dk, dv));
+    if (chunked) {
+        if (dk == 64) return launch_delta_net_chunked<64>(p, stream);
+        return launch_delta_net_chunked<128>(p, stream);
+    }
+    if (dk <= kWarp) return launch_delta_net_seq<1>(p, stream);
+    if (dk <= 2 * kWarp) return launch_delta_net_seq<2>(p, stream);
+    launch_delta_net_seq<4>(p, stream);
 }
 
 }  // namespace mox::cuda
