@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace mox::models {
@@ -152,6 +153,7 @@ private:
 
     const Qwen35Moe& m_;
     const Qwen35MoeHparams& hp_;
+    cuda::DeltaNetMethod deltanet_method_ = cuda::DeltaNetMethod::automatic;
     cuda::Stream stream_;
     std::string summary_;
     DeviceWeight token_embd_, output_;
@@ -176,6 +178,14 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
     cuda::set_device(0);
     const ops::CudaDeviceInfo info = ops::cuda_devices().front();
     const cuda::StreamHandle s = stream_.handle();
+    // MOX_CUDA_DELTANET=sequential|chunked forces one DeltaNet prefill kernel (to compare them on
+    // the GPU machine); unset, the launcher picks by batch size.
+    if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
+        const std::string v = e;
+        if (v == "sequential") deltanet_method_ = cuda::DeltaNetMethod::sequential;
+        else if (v == "chunked") deltanet_method_ = cuda::DeltaNetMethod::chunked;
+        else if (v != "auto") fail("MOX_CUDA_DELTANET={}: expected auto, sequential or chunked", v);
+    }
     auto up = [&](const ops::Weight& w) {
         if (!cuda::matvec_supported(w.type))
             fail("--device cuda: weight type {} has no CUDA kernel", quant::traits(w.type).name);
@@ -428,7 +438,7 @@ void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int
                                     static_cast<float>(hp_.rms_eps)};
     const cuda::DeltaNetWeights w{f(L.ssm_a), f(L.ssm_dt_bias), f(L.ssm_norm)};
     cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta, alpha, z, w, shape, n,
-                    y_.as<float>(), s);
+                    y_.as<float>(), s, n == 1 ? cuda::DeltaNetMethod::automatic : deltanet_method_);
     linear(L.ssm_out, y_.as<float>(), n, mix_.as<float>());
 }
 
