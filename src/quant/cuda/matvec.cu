@@ -50,8 +50,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t n_segs = n_segments<T>(n_in);
     const int64_t xs_stride = n_units(n_segs) * 256;
     stage_table<T>(tbl);
-#pragma unroll
-    for (int c = 0; c < NC; ++c) stage_x<T>(xs + c * xs_stride, x + c * x_stride, n_in, n_segs);
+    stage_x_rows<T>(xs, x, x_stride, NC, n_in, n_segs);
     __syncthreads();
 
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
