@@ -222,29 +222,31 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
 
     const int warp = tid / kWarp, lane = tid % kWarp;
     const int64_t pairs = (a.n_embd + 1) / 2;
-    const int64_t total = slots * n_segs;  // (expert slot, segment) work items of one output row
+    // (expert slot, segment) work items of one output row; 32-bit: a 64-bit division is ~70
+    // instructions, and each slot divides by n_segs.
+    const int segs = static_cast<int>(n_segs), total = slots * segs;
     for (int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + warp; task < pairs;
          task += static_cast<int64_t>(gridDim.x) * kWarps) {
         const int64_t r0 = task * 2, r1 = min(r0 + 1, a.n_embd - 1);
         const size_t o0 = static_cast<size_t>(r0) * a.row_bytes, o1 = static_cast<size_t>(r1) * a.row_bytes;
         float acc0 = 0.0f, acc1 = 0.0f;
 #pragma unroll 1
-        for (int64_t t0 = lane; t0 < total; t0 += kWarp * kDownSlots) {
+        for (int t0 = lane; t0 < total; t0 += kWarp * kDownSlots) {
 #pragma unroll
             for (int u = 0; u < kDownSlots; ++u) {  // every line of the pass in flight first
-                const int64_t tc = min(t0 + u * kWarp, total - 1);
-                const int i = static_cast<int>(tc / n_segs);
-                prefetch_segment<T>(base_s[i] + o0, tc - i * n_segs);
-                prefetch_segment<T>(base_s[i] + o1, tc - i * n_segs);
+                const int tc = min(t0 + u * kWarp, total - 1);
+                const int i = tc / segs;
+                prefetch_segment<T>(base_s[i] + o0, tc - i * segs);
+                prefetch_segment<T>(base_s[i] + o1, tc - i * segs);
             }
 #pragma unroll
             for (int u = 0; u < kDownSlots; ++u) {
                 // Unconditional loads (a slot past the end re-reads the last item), result dropped.
-                const int64_t t = t0 + u * kWarp;
+                const int t = t0 + u * kWarp;
                 const bool valid = t < total;
-                const int64_t tc = valid ? t : total - 1;
-                const int i = static_cast<int>(tc / n_segs);
-                const int64_t g = tc - i * n_segs;
+                const int tc = valid ? t : total - 1;
+                const int i = tc / segs;
+                const int g = tc - i * segs;
                 float xr[32];
                 load_x(xs + i * xs_stride, g, xr);
                 const uint8_t* base = base_s[i];
