@@ -145,7 +145,7 @@ TEST(CudaMoe, DecodeMatchesCpuMoeFfn) {
     check_moe(TypeId::q2_k, TypeId::q3_k, 256, 256, 10, 1, 50);
     check_moe(TypeId::f16, TypeId::bf16, 96, 40, 6, 6, 60);       // odd float sizes, k = n_expert
     check_moe(TypeId::q4_k, TypeId::q4_k, 2048, 512, 24, 8, 70);  // Qwen3.6-35B-A3B row sizes
-    check_moe(TypeId::q4_k, TypeId::q6_k, 4096, 96, 20, 5, 80);   // two passes of the gate/up lanes
+    check_moe(TypeId::q4_k, TypeId::q6_k, 4096, 256, 20, 5, 80);  // two passes of the gate/up lanes
 }
 
 TEST(CudaMoe, RouterLogitsStride) {

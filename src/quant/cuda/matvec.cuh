@@ -45,7 +45,7 @@ inline constexpr int kStageBatch = 16;
 template <class T>
 __device__ void stage_x_rows(float* xs, const float* __restrict__ x, int64_t x_stride, int n_rows,
                              int64_t n_in, int64_t n_segs) {
-    const int per_row = static_cast<int>(n_units(n_segs) * 256);  // >= 256 >= blockDim.x
+    const int per_row = static_cast<int>(n_units(n_segs) * 256);
     const int total = per_row * n_rows;
     const int step = static_cast<int>(blockDim.x);
     for (int p0 = static_cast<int>(threadIdx.x); p0 < total; p0 += kStageBatch * step) {
@@ -62,7 +62,7 @@ __device__ void stage_x_rows(float* xs, const float* __restrict__ x, int64_t x_s
             }
             v[b] = e >= 0 ? __ldg(x + c * x_stride + e) : 0.0f;
             q += step;
-            if (q >= per_row) q -= per_row, ++c;  // step <= per_row: at most one row boundary
+            while (q >= per_row) q -= per_row, ++c;  // once at most while blockDim <= 256
         }
 #pragma unroll
         for (int b = 0; b < kStageBatch; ++b)
