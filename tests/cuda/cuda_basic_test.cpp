@@ -33,8 +33,8 @@ DeviceBuffer poisoned(size_t count) {
 
 TEST(CudaBasic, EmbedRowsEqualTheReferenceDequantizer) {
     MOX_REQUIRE_CUDA_DEVICE();
-    for (TypeId type : {TypeId::f32, TypeId::f16, TypeId::bf16, TypeId::q8_0, TypeId::q4_0, TypeId::q4_k,
-                        TypeId::q5_k, TypeId::q6_k, TypeId::iq4_xs, TypeId::q2_k, TypeId::q3_k}) {
+    for (TypeId type : {TypeId::f32, TypeId::f16, TypeId::bf16, TypeId::q8_0, TypeId::q4_0, TypeId::q4_k, TypeId::q5_k,
+                        TypeId::q6_k, TypeId::iq4_xs, TypeId::q2_k, TypeId::q3_k}) {
         const auto& tr = quant::traits(type);
         SCOPED_TRACE(tr.name);
         const int64_t n_in = 512, n_rows = 37;
@@ -42,8 +42,7 @@ TEST(CudaBasic, EmbedRowsEqualTheReferenceDequantizer) {
         const auto wf = test::randn(static_cast<size_t>(n_in * n_rows), 11);
         std::vector<uint8_t> wq(rb * n_rows);
         for (int64_t r = 0; r < n_rows; ++r) tr.quantize(wf.data() + r * n_in, wq.data() + r * rb, n_in);
-        const ops::Weight host{
-            .data = wq.data(), .type = type, .n_in = n_in, .n_out = n_rows, .n_expert = 1, .row_bytes = rb};
+        const ops::Weight host{.data = wq.data(), .type = type, .n_in = n_in, .n_out = n_rows, .n_expert = 1, .row_bytes = rb};
         DeviceWeight dw = upload_weight(host);
         const std::vector<int32_t> ids = {0, 36, 5, 5, 17};
         DeviceBuffer did = test::to_device(ids);
@@ -96,15 +95,13 @@ TEST(CudaBasic, QkNormRopeMatchesReference) {
         SCOPED_TRACE(fmt::format("H={} hd={} n_rot={} pos0={}", c.H, c.hd, c.n_rot, c.pos0));
         const auto qg = test::randn(static_cast<size_t>(c.n * c.H * 2 * c.hd), 7, 3.0f);
         auto k = test::randn(static_cast<size_t>(c.n * c.Hkv * c.hd), 8, 2.0f);
-        const auto qn = test::randn(static_cast<size_t>(c.hd), 9),
-                   kn = test::randn(static_cast<size_t>(c.hd), 10);
-        DeviceBuffer dqg = test::to_device(qg), dk = test::to_device(k), dqn = test::to_device(qn),
-                     dkn = test::to_device(kn);
+        const auto qn = test::randn(static_cast<size_t>(c.hd), 9), kn = test::randn(static_cast<size_t>(c.hd), 10);
+        DeviceBuffer dqg = test::to_device(qg), dk = test::to_device(k), dqn = test::to_device(qn), dkn = test::to_device(kn);
         DeviceBuffer dpos = test::to_device(std::vector<int32_t>{c.pos0});
         DeviceBuffer dq = poisoned(static_cast<size_t>(c.n * c.H * c.hd));
         const QkPrepShape sh{c.H, c.Hkv, c.hd, c.n_rot, 1e-6f, c.theta};
-        qk_norm_rope(dqg.as<float>(), dqn.as<float>(), dk.as<float>(), dkn.as<float>(), dpos.as<int32_t>(),
-                     c.n, sh, dq.as<float>());
+        qk_norm_rope(dqg.as<float>(), dqn.as<float>(), dk.as<float>(), dkn.as<float>(), dpos.as<int32_t>(), c.n, sh,
+                     dq.as<float>());
         const auto q = test::to_host<float>(dq, static_cast<size_t>(c.n * c.H * c.hd));
         const auto kg = test::to_host<float>(dk, k.size());
         std::vector<float> qref(q.size());
@@ -132,8 +129,7 @@ TEST(CudaBasic, SharedExpertAddAndSwiglu) {
     auto out = test::randn(static_cast<size_t>(n * d), 1);
     const auto shared = test::randn(out.size(), 2), u = test::randn(out.size(), 3);
     const auto gi = test::randn(static_cast<size_t>(d), 4, 0.05f);
-    DeviceBuffer dout = test::to_device(out), ds = test::to_device(shared), du = test::to_device(u),
-                 dg = test::to_device(gi);
+    DeviceBuffer dout = test::to_device(out), ds = test::to_device(shared), du = test::to_device(u), dg = test::to_device(gi);
     shared_expert_add(dout.as<float>(), ds.as<float>(), du.as<float>(), dg.as<float>(), n, d);
     const auto got = test::to_host<float>(dout, out.size());
     for (int64_t t = 0; t < n; ++t) {
@@ -148,8 +144,7 @@ TEST(CudaBasic, SharedExpertAddAndSwiglu) {
     DeviceBuffer dgg = test::to_device(g), dv = test::to_device(v), dy = poisoned(count);
     swiglu(dgg.as<float>(), dv.as<float>(), count, dy.as<float>());
     const auto y = test::to_host<float>(dy, count);
-    for (int64_t i = 0; i < count; ++i)
-        ASSERT_NEAR(y[i], ops::silu(g[i]) * v[i], 1e-5 * (1 + std::abs(y[i]))) << i;
+    for (int64_t i = 0; i < count; ++i) ASSERT_NEAR(y[i], ops::silu(g[i]) * v[i], 1e-5 * (1 + std::abs(y[i]))) << i;
 }
 
 TEST(CudaGraph, ReplaysCapturedLaunchesWithNewDeviceInputs) {
