@@ -177,9 +177,22 @@ TEST(CudaBench, MoeDecodeBandwidth) {
         moe_gate_up(gate, up, ids.as<int32_t>(), k, x.as<float>(), h_s.as<float>(), nullptr, &sh);
         moe_down(down, ids.as<int32_t>(), w.as<float>(), k, h_s.as<float>(), out.as<float>(), nullptr, &sh);
     };
+    // The router inside the gate/up launch: 2 launches per layer.
+    auto fused_route_layer = [&](int i) {
+        const float* l = logits_s.as<float>() + (i % (reps + 3)) * stride;
+        const MoeDecodeShared sh{
+            .gate = &sh_gate, .up = &sh_up, .down = &sh_down, .gate_logit = l + n_expert};
+        moe_route_gate_up(l, true, ids.as<int32_t>(), w.as<float>(), gate, up, k, x.as<float>(),
+                          h_s.as<float>(), nullptr, &sh);
+        moe_down(down, ids.as<int32_t>(), w.as<float>(), k, h_s.as<float>(), out.as<float>(), nullptr, &sh);
+    };
     const float ms_fused = time_ms(reps, fused_layer);
     const float ms_fused_40 = time_ms(5, [&](int) {
         for (int l = 0; l < layers; ++l) fused_layer(l);
+    });
+    const float ms_fr = time_ms(reps, fused_route_layer);
+    const float ms_fr_40 = time_ms(5, [&](int) {
+        for (int l = 0; l < layers; ++l) fused_route_layer(l);
     });
     std::printf("[bench] router softmax/top-8 of 256: %.4f ms\n", ms_route);
     report("MoE gate+up Q4_K, 8 experts (2 x 8 x 512 x 2048)", 2.0 * k * rb_gu * n_ff, ms_gu);
@@ -188,6 +201,8 @@ TEST(CudaBench, MoeDecodeBandwidth) {
     report("MoE layer k=8, per layer of 40 back to back", bytes, ms_40 / layers);
     report("MoE layer k=8 + shared expert (3 launches)", bytes_s, ms_fused);
     report("MoE layer k=8 + shared, per layer of 40 back to back", bytes_s, ms_fused_40 / layers);
+    report("MoE layer k=8 + shared, router fused (2 launches)", bytes_s, ms_fr);
+    report("MoE layer k=8 + shared, router fused, per layer of 40", bytes_s, ms_fr_40 / layers);
 }
 
 }  // namespace mox::cuda

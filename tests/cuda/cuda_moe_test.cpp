@@ -181,11 +181,11 @@ struct SharedCase {
 // Router (logits row with the shared gate logit appended) -> gate/up -> down with the shared
 // expert fused, all on the device; returns out [n_embd] and checks it against the CPU composition of
 // Qwen35Moe::moe: ops::moe_ffn + ops::swiglu_ffn + sigmoid(g . x) gate.
-std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check) {
-    SCOPED_TRACE(fmt::format("routed {}/{} shared {}/{} n_embd={} n_ff={} n_ff_s={} experts={} k={}",
-                             quant::type_name(c.gate_up), quant::type_name(c.down),
-                             quant::type_name(c.sh_gate_up), quant::type_name(c.sh_down), c.n_embd, c.n_ff,
-                             c.n_ff_s, c.n_expert, c.k));
+std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check, bool fused_route = false) {
+    SCOPED_TRACE(
+        fmt::format("routed {}/{} shared {}/{} n_embd={} n_ff={} n_ff_s={} experts={} k={} fused route={}",
+                    quant::type_name(c.gate_up), quant::type_name(c.down), quant::type_name(c.sh_gate_up),
+                    quant::type_name(c.sh_down), c.n_embd, c.n_ff, c.n_ff_s, c.n_expert, c.k, fused_route));
     HostStack gate = make_stack(c.gate_up, c.n_embd, c.n_ff, c.n_expert, seed, 0.05f);
     HostStack up = make_stack(c.gate_up, c.n_embd, c.n_ff, c.n_expert, seed + 1, 0.05f);
     HostStack down = make_stack(c.down, c.n_ff, c.n_embd, c.n_expert, seed + 2, 0.05f);
@@ -222,8 +222,16 @@ std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check
 
     const MoeDecodeShared shared{
         .gate = &dsg.view, .up = &dsu.view, .down = &dsd.view, .gate_logit = d_logits + c.n_expert};
-    route_softmax_topk(d_logits, 1, c.n_expert, c.k, true, d_ids, d_w, st, c.n_expert + 1);
-    moe_gate_up(dg.view, du.view, d_ids, c.k, d_x, d_h, st, &shared);
+    // Poison the routing too: ids of -1 trap in the kernels, NaN weights fail the comparison.
+    const std::vector<int32_t> bad_ids(static_cast<size_t>(c.k), -1);
+    copy_to_device(d_ids, bad_ids.data(), bad_ids.size() * 4, st);
+    copy_to_device(d_w, nan_out.data(), static_cast<size_t>(c.k) * 4, st);
+    if (fused_route) {
+        moe_route_gate_up(d_logits, true, d_ids, d_w, dg.view, du.view, c.k, d_x, d_h, st, &shared);
+    } else {
+        route_softmax_topk(d_logits, 1, c.n_expert, c.k, true, d_ids, d_w, st, c.n_expert + 1);
+        moe_gate_up(dg.view, du.view, d_ids, c.k, d_x, d_h, st, &shared);
+    }
     moe_down(dd.view, d_ids, d_w, c.k, d_h, d_out, st, &shared);
     std::vector<float> got(static_cast<size_t>(c.n_embd));
     copy_to_host(got.data(), d_out, got.size() * 4, st);
@@ -239,8 +247,11 @@ std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check
     const float gw = 1.0f / (1.0f + std::exp(-gate_logit));
     for (size_t i = 0; i < ref.size(); ++i) ref[i] += gw * sh_out[i];
     std::vector<int32_t> got_ids(static_cast<size_t>(c.k));
+    std::vector<float> got_w(static_cast<size_t>(c.k));
     copy_to_host(got_ids.data(), d_ids, got_ids.size() * 4, st);
+    copy_to_host(got_w.data(), d_w, got_w.size() * 4, st);
     EXPECT_EQ(got_ids, routing.ids);
+    for (size_t i = 0; i < got_w.size(); ++i) EXPECT_NEAR(got_w[i], routing.weights[i], 2e-6f);
     expect_close(got, ref, 1e-4);
     return got;
 }
@@ -266,14 +277,28 @@ TEST(CudaMoe, DecodeWithSharedExpertMatchesCpu) {
                    true);
 }
 
+TEST(CudaMoe, FusedRoutingMatchesCpu) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // moe_route_gate_up: the router inside the gate/up launch, 256 experts as in the model.
+    run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q6_k, 256, 256, 256, 256, 8}, 300, true,
+                   true);
+    run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::q8_0, 512, 256, 256, 60, 8}, 310, true,
+                   true);
+    run_moe_shared({TypeId::f16, TypeId::bf16, TypeId::f32, TypeId::f16, 96, 40, 24, 7, 7}, 320, true, true);
+    run_moe_shared({TypeId::q8_0, TypeId::q8_0, TypeId::q8_0, TypeId::q8_0, 256, 64, 64, 40, 32}, 330, true,
+                   true);
+}
+
 TEST(CudaMoe, DecodeIsDeterministic) {
     MOX_REQUIRE_CUDA_DEVICE();
     const SharedCase c{TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q6_k, 2048, 512, 512, 24, 8};
-    const auto a = run_moe_shared(c, 200, false);
-    const auto b = run_moe_shared(c, 200, false);
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-    for (float v : a) ASSERT_TRUE(std::isfinite(v));
+    for (bool fused_route : {false, true}) {
+        const auto a = run_moe_shared(c, 200, false, fused_route);
+        const auto b = run_moe_shared(c, 200, false, fused_route);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+        for (float v : a) ASSERT_TRUE(std::isfinite(v));
+    }
 }
 
 }  // namespace mox::cuda

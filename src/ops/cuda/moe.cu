@@ -18,14 +18,12 @@ __device__ __forceinline__ bool better(float pa, int ia, float pb, int ib) {
     return pa > pb || (pa == pb && ia < ib);
 }
 
-// One warp per token (no block-wide barriers: k rounds of a shuffle argmax). Lane l holds experts
-// l, l + 32, l + 64, ... in registers.
-__global__ void __launch_bounds__(kWarp)
-    router_kernel(const float* __restrict__ logits, int64_t logits_stride, int n_expert, int k,
-                  bool renormalize, int32_t* __restrict__ ids, float* __restrict__ weights) {
-    __shared__ float chosen_p[kMaxK];
-    const int lane = threadIdx.x;
-    const float* l = logits + static_cast<int64_t>(blockIdx.x) * logits_stride;
+// One warp routes one token's logits l[0..n_expert) (no block-wide barriers: k rounds of a shuffle
+// argmax); lane 0 writes ids_out[0..k) and w_out[0..k) (global or shared memory) and reads its own
+// weights back to renormalise them. Lane l holds experts l, l + 32, l + 64, ... in registers.
+__device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool renormalize,
+                          int32_t* ids_out, float* w_out) {
+    const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
     float p[kRouterPerLane];
     float mx = -FLT_MAX;
 #pragma unroll
@@ -63,16 +61,24 @@ __global__ void __launch_bounds__(kWarp)
         }
         if ((bi & (kWarp - 1)) == lane) taken |= 1u << (bi / kWarp);
         if (lane == 0) {
-            chosen_p[round] = bp;
-            ids[static_cast<int64_t>(blockIdx.x) * k + round] = bi;
+            w_out[round] = bp;
+            ids_out[round] = bi;
         }
     }
     if (lane == 0) {
         float total = 0.0f;
-        for (int i = 0; i < k; ++i) total += chosen_p[i];
+        for (int i = 0; i < k; ++i) total += w_out[i];
         const float norm = renormalize ? 1.0f / fmaxf(total, 6.1035e-5f) : 1.0f;
-        for (int i = 0; i < k; ++i) weights[static_cast<int64_t>(blockIdx.x) * k + i] = chosen_p[i] * norm;
+        for (int i = 0; i < k; ++i) w_out[i] *= norm;
     }
+}
+
+// One warp per token.
+__global__ void __launch_bounds__(kWarp)
+    router_kernel(const float* __restrict__ logits, int64_t logits_stride, int n_expert, int k,
+                  bool renormalize, int32_t* __restrict__ ids, float* __restrict__ weights) {
+    const int64_t t = blockIdx.x;
+    route_row(logits + t * logits_stride, n_expert, k, renormalize, ids + t * k, weights + t * k);
 }
 
 // ---- routed (+ shared) expert FFN at batch 1.
@@ -118,6 +124,12 @@ struct GateUpArgs {
     const uint8_t* sh_up;
     const float* x;  // [n_in]
     float* h;        // [slots, n_ff]
+    // Routing fused (logits set): every block routes logits[0..n_expert) itself; block 0 also
+    // writes the ids and weights out for moe_down. ids is unused then.
+    const float* logits = nullptr;
+    bool renormalize = true;
+    int32_t* ids_out = nullptr;
+    float* weights_out = nullptr;
 };
 
 template <class T>
@@ -126,11 +138,28 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     __shared__ float tbl[16];
     __shared__ const uint8_t* gbase[kMaxK + 1];
     __shared__ const uint8_t* ubase[kMaxK + 1];
+    __shared__ int32_t route_ids[kMaxK];
+    __shared__ float route_w[kMaxK];
     float* xs = reinterpret_cast<float*>(smem);
     const int tid = static_cast<int>(threadIdx.x);
     const int slots = a.k + (a.sh_gate != nullptr ? 1 : 0);
-    // The id load leaves before the x loads of stage_x: both arrive in the same round trip.
-    const int e = tid < a.k ? a.ids[tid] : 0;
+    int e = 0;
+    if (a.logits != nullptr) {
+        // Warp 0 routes (~1 us of shuffles) before staging its share of x; the other warps stage.
+        if (tid < kWarp) {
+            route_row(a.logits, static_cast<int>(a.n_expert), a.k, a.renormalize, route_ids, route_w);
+            __syncwarp();  // lane 0's shared-memory writes, visible to the warp
+            if (tid < a.k) {
+                e = route_ids[tid];
+                if (blockIdx.x == 0) {
+                    a.ids_out[tid] = e;
+                    a.weights_out[tid] = route_w[tid];
+                }
+            }
+        }
+    } else if (tid < a.k) {
+        e = a.ids[tid];  // leaves before the x loads of stage_x: both arrive in one round trip
+    }
     const int64_t n_segs = n_segments<T>(a.n_in);
     stage_table<T>(tbl);
     stage_x<T>(xs, a.x, a.n_in, n_segs);
@@ -342,8 +371,12 @@ bool check_shared_down(const MoeDecodeShared& sh, const ops::Weight& down) {
 
 }  // namespace
 
-void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* ids, int64_t k,
-                 const float* x, float* h, StreamHandle stream, const MoeDecodeShared* shared) {
+namespace {
+
+// moe_gate_up and moe_route_gate_up: `route` (logits set) fuses the routing into the launch.
+void gate_up_impl(const ops::Weight& gate, const ops::Weight& up, const int32_t* ids, int64_t k,
+                  const float* x, float* h, StreamHandle stream, const MoeDecodeShared* shared,
+                  const GateUpArgs& route) {
     check_stack(gate, "gate");
     check_stack(up, "up");
     if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out ||
@@ -352,18 +385,19 @@ void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* 
              gate.n_out, gate.n_in, quant::type_name(up.type), up.n_out, up.n_in);
     MOX_CHECK(k >= 1 && k <= kMaxK, "MoE k {}", k);
     const bool fused = shared != nullptr && check_shared_gate_up(*shared, gate);
-    const GateUpArgs a{.gate = gate.data,
-                       .up = up.data,
-                       .row_bytes = gate.row_bytes,
-                       .n_in = gate.n_in,
-                       .n_ff = gate.n_out,
-                       .n_expert = gate.n_expert,
-                       .ids = ids,
-                       .k = static_cast<int>(k),
-                       .sh_gate = fused ? shared->gate->data : nullptr,
-                       .sh_up = fused ? shared->up->data : nullptr,
-                       .x = x,
-                       .h = h};
+    GateUpArgs a = route;
+    a.gate = gate.data;
+    a.up = up.data;
+    a.row_bytes = gate.row_bytes;
+    a.n_in = gate.n_in;
+    a.n_ff = gate.n_out;
+    a.n_expert = gate.n_expert;
+    a.ids = ids;
+    a.k = static_cast<int>(k);
+    a.sh_gate = fused ? shared->gate->data : nullptr;
+    a.sh_up = fused ? shared->up->data : nullptr;
+    a.x = x;
+    a.h = h;
     dispatch_type(gate.type, [&](auto tag) {
         launch_gate_up<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), stream);
     });
@@ -384,6 +418,28 @@ void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* 
                            .h = h + k * gate.n_out};
         dispatch_type(sg.type, [&](auto tag) { launch_gate_up<decltype(tag)>(b, 1, stream); });
     }
+}
+
+}  // namespace
+
+void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* ids, int64_t k,
+                 const float* x, float* h, StreamHandle stream, const MoeDecodeShared* shared) {
+    gate_up_impl(gate, up, ids, k, x, h, stream, shared, GateUpArgs{});
+}
+
+void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, float* weights,
+                       const ops::Weight& gate, const ops::Weight& up, int64_t k, const float* x, float* h,
+                       StreamHandle stream, const MoeDecodeShared* shared) {
+    if (gate.n_expert < 1 || gate.n_expert > kWarp * kRouterPerLane || k < 1 || k > kMaxK ||
+        k > gate.n_expert)
+        fail("CUDA router: {} experts, top {} (supported: up to {} experts, k <= {})", gate.n_expert, k,
+             kWarp * kRouterPerLane, kMaxK);
+    GateUpArgs route{};
+    route.logits = logits;
+    route.renormalize = renormalize;
+    route.ids_out = ids;
+    route.weights_out = weights;
+    gate_up_impl(gate, up, nullptr, k, x, h, stream, shared, route);
 }
 
 void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights, int64_t k, const float* h,
