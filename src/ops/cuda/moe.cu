@@ -103,6 +103,11 @@ __global__ void __launch_bounds__(kWarp)
 //   partial is weighted by its expert's w before one shuffle tree: the same order on every run.
 //   h staging: 9 x 512 floats per block in 2 batched trips. Expected ~4 us (was 17 us).
 // Both: x / h stay staged in shared memory (conflict-free reads, one read feeds 4 or 2 rows).
+// * moe_route_gate_up: warp 0 of every gate/up block routes the token itself (1 KB of L2-resident
+//   logits, 8 shuffle-argmax rounds: ~1-1.5 us, while the other warps stage x), which removes the
+//   router launch (~1.5-2 us of a lone warp) and one kernel boundary (~1 us) from the chain.
+// Layer estimate (k = 8 + shared, Qwen3.6 sizes): gate/up ~5 us + down ~4 us + ~1 us between them
+// = ~10 us with the router fused, ~12 us with the router as its own launch.
 inline constexpr int kWarps = kThreads / kWarp;
 inline constexpr int kGateUpSlots = 2;  // segments per lane and pass (2048-wide rows: one pass)
 inline constexpr int kDownSlots = 5;    // (8 + 1) experts x 16 segments <= 5 x 32: one pass
