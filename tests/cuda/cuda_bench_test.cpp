@@ -71,6 +71,12 @@ TEST(CudaBench, MatvecBandwidth) {
     bench_matvec(TypeId::iq4_xs, 2048, 131072, 1, "IQ4_XS 2048 -> 131072, batch 1");
     bench_matvec(TypeId::mxfp4, 2048, 131072, 1, "MXFP4 2048 -> 131072, batch 1");
     bench_matvec(TypeId::bf16, 2048, 32768, 1, "BF16 2048 -> 32768, batch 1");
+    // The small per-layer projections of a decode step: latency-bound, so these show per-launch cost.
+    bench_matvec(TypeId::q4_k, 2048, 8192, 1, "Q4_K 2048 -> 8192, batch 1");
+    bench_matvec(TypeId::q4_k, 2048, 4096, 1, "Q4_K 2048 -> 4096, batch 1");
+    bench_matvec(TypeId::q4_k, 4096, 2048, 1, "Q4_K 4096 -> 2048, batch 1");
+    bench_matvec(TypeId::q8_0, 2048, 32, 1, "Q8_0 2048 -> 32, batch 1");
+    bench_matvec(TypeId::f32, 2048, 257, 1, "F32 2048 -> 256+1 (router + shared gate), batch 1");
 }
 
 TEST(CudaBench, MoeDecodeBandwidth) {
@@ -146,11 +152,57 @@ TEST(CudaBench, MoeDecodeBandwidth) {
             down_fn();
         }
     });
+    // The same layer with the shared expert fused (Qwen3.6: Q4_K gate/up, Q6_K down, n_ff 512): router
+    // rows of 257 logits (the shared gate logit last), one gate/up and one down launch.
+    DeviceBuffer sg(rb_gu * n_ff + 16), su(rb_gu * n_ff + 16), sd(rb_d * n_embd + 16);
+    sg.zero();
+    su.zero();
+    sd.zero();
+    ops::Weight sh_gate = gate, sh_up = gate, sh_down = down;
+    sh_gate.data = sg.as<uint8_t>();
+    sh_gate.n_expert = 1;
+    sh_up.data = su.as<uint8_t>();
+    sh_up.n_expert = 1;
+    sh_down.data = sd.as<uint8_t>();
+    sh_down.n_expert = 1;
+    const int64_t stride = n_expert + 1;
+    DeviceBuffer logits_s = test::to_device(test::randn(static_cast<size_t>(stride * (reps + 3)), 3, 3.0f));
+    DeviceBuffer h_s(static_cast<size_t>((k + 1) * n_ff) * 4);
+    const double bytes_s = static_cast<double>(k + 1) * (2.0 * rb_gu * n_ff + 1.0 * rb_d * n_embd);
+    auto fused_layer = [&](int i) {
+        const float* l = logits_s.as<float>() + (i % (reps + 3)) * stride;
+        const MoeDecodeShared sh{
+            .gate = &sh_gate, .up = &sh_up, .down = &sh_down, .gate_logit = l + n_expert};
+        route_softmax_topk(l, 1, n_expert, k, true, ids.as<int32_t>(), w.as<float>(), nullptr, stride);
+        moe_gate_up(gate, up, ids.as<int32_t>(), k, x.as<float>(), h_s.as<float>(), nullptr, &sh);
+        moe_down(down, ids.as<int32_t>(), w.as<float>(), k, h_s.as<float>(), out.as<float>(), nullptr, &sh);
+    };
+    // The router inside the gate/up launch: 2 launches per layer.
+    auto fused_route_layer = [&](int i) {
+        const float* l = logits_s.as<float>() + (i % (reps + 3)) * stride;
+        const MoeDecodeShared sh{
+            .gate = &sh_gate, .up = &sh_up, .down = &sh_down, .gate_logit = l + n_expert};
+        moe_route_gate_up(l, true, ids.as<int32_t>(), w.as<float>(), gate, up, k, x.as<float>(),
+                          h_s.as<float>(), nullptr, &sh);
+        moe_down(down, ids.as<int32_t>(), w.as<float>(), k, h_s.as<float>(), out.as<float>(), nullptr, &sh);
+    };
+    const float ms_fused = time_ms(reps, fused_layer);
+    const float ms_fused_40 = time_ms(5, [&](int) {
+        for (int l = 0; l < layers; ++l) fused_layer(l);
+    });
+    const float ms_fr = time_ms(reps, fused_route_layer);
+    const float ms_fr_40 = time_ms(5, [&](int) {
+        for (int l = 0; l < layers; ++l) fused_route_layer(l);
+    });
     std::printf("[bench] router softmax/top-8 of 256: %.4f ms\n", ms_route);
     report("MoE gate+up Q4_K, 8 experts (2 x 8 x 512 x 2048)", 2.0 * k * rb_gu * n_ff, ms_gu);
     report("MoE down Q6_K, 8 experts (8 x 2048 x 512)", 1.0 * k * rb_d * n_embd, ms_down);
     report("MoE layer k=8 (router + gate/up + down)", bytes, ms_all);
     report("MoE layer k=8, per layer of 40 back to back", bytes, ms_40 / layers);
+    report("MoE layer k=8 + shared expert (3 launches)", bytes_s, ms_fused);
+    report("MoE layer k=8 + shared, per layer of 40 back to back", bytes_s, ms_fused_40 / layers);
+    report("MoE layer k=8 + shared, router fused (2 launches)", bytes_s, ms_fr);
+    report("MoE layer k=8 + shared, router fused, per layer of 40", bytes_s, ms_fr_40 / layers);
 }
 
 }  // namespace mox::cuda

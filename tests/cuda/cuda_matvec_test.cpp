@@ -113,6 +113,10 @@ TEST(CudaMatvec, ModelSizedRowsMatchReference) {
         check_case(type, 2048, 40, 8, 8);
     }
     check_case(TypeId::f32, 2049, 20, 1, 9);
+    // 4096-wide rows: two passes of the batch-1 lanes (the second prefetched during the first).
+    check_case(TypeId::q4_k, 4096, 33, 1, 10);
+    check_case(TypeId::q6_k, 4096, 17, 1, 11);
+    check_case(TypeId::bf16, 4096 + 7, 9, 1, 12);
 }
 
 TEST(CudaMatvec, RejectsWhatItCannotDo) {

@@ -9,6 +9,8 @@
 #include "quant/types.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace mox::cuda {
 
@@ -151,6 +153,161 @@ TEST(CudaMoe, DecodeMatchesCpuMoeFfn) {
     check_moe(TypeId::iq2_xxs, TypeId::iq3_s, 256, 256, 8, 2, 70);
     check_moe(TypeId::iq1_m, TypeId::iq2_s, 512, 512, 12, 3, 80);
     check_moe(TypeId::q4_1, TypeId::q5_0, 256, 96, 6, 2, 90);
+    check_moe(TypeId::q4_k, TypeId::q4_k, 2048, 512, 24, 8, 70);  // Qwen3.6-35B-A3B row sizes
+    check_moe(TypeId::q4_k, TypeId::q6_k, 4096, 256, 20, 5, 80);  // two passes of the gate/up lanes
+}
+
+TEST(CudaMoe, RouterLogitsStride) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // Rows of n_expert + 1 logits: the extra one (the shared expert's gate logit) is huge, so a
+    // router that read it as an expert would pick id n_expert.
+    const int64_t n_tokens = 3, n_expert = 256, k = 8, stride = n_expert + 1;
+    auto logits = test::randn(static_cast<size_t>(n_tokens * stride), 90, 2.0f);
+    std::vector<float> packed;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        logits[static_cast<size_t>(t * stride + n_expert)] = 1e4f;
+        packed.insert(packed.end(), logits.begin() + t * stride, logits.begin() + t * stride + n_expert);
+    }
+    ops::Routing cpu;
+    ops::route_softmax_topk(packed.data(), n_tokens, n_expert, k, true, cpu);
+    DeviceBuffer dl = test::to_device(logits);
+    DeviceBuffer ids(static_cast<size_t>(n_tokens * k) * 4), weights(static_cast<size_t>(n_tokens * k) * 4);
+    route_softmax_topk(dl.as<float>(), n_tokens, n_expert, k, true, ids.as<int32_t>(), weights.as<float>(),
+                       nullptr, stride);
+    EXPECT_EQ(test::to_host<int32_t>(ids, static_cast<size_t>(n_tokens * k)), cpu.ids);
+    const auto gw = test::to_host<float>(weights, static_cast<size_t>(n_tokens * k));
+    for (size_t i = 0; i < gw.size(); ++i) EXPECT_NEAR(gw[i], cpu.weights[i], 2e-6f);
+}
+
+namespace {
+
+struct SharedCase {
+    TypeId gate_up, down;        // routed stacks
+    TypeId sh_gate_up, sh_down;  // shared expert
+    int64_t n_embd, n_ff, n_ff_s, n_expert, k;
+};
+
+// Router (logits row with the shared gate logit appended) -> gate/up -> down with the shared
+// expert fused, all on the device; returns out [n_embd] and checks it against the CPU composition of
+// Qwen35Moe::moe: ops::moe_ffn + ops::swiglu_ffn + sigmoid(g . x) gate.
+std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check, bool fused_route = false) {
+    SCOPED_TRACE(
+        fmt::format("routed {}/{} shared {}/{} n_embd={} n_ff={} n_ff_s={} experts={} k={} fused route={}",
+                    quant::type_name(c.gate_up), quant::type_name(c.down), quant::type_name(c.sh_gate_up),
+                    quant::type_name(c.sh_down), c.n_embd, c.n_ff, c.n_ff_s, c.n_expert, c.k, fused_route));
+    HostStack gate = make_stack(c.gate_up, c.n_embd, c.n_ff, c.n_expert, seed, 0.05f);
+    HostStack up = make_stack(c.gate_up, c.n_embd, c.n_ff, c.n_expert, seed + 1, 0.05f);
+    HostStack down = make_stack(c.down, c.n_ff, c.n_embd, c.n_expert, seed + 2, 0.05f);
+    HostStack sg = make_stack(c.sh_gate_up, c.n_embd, c.n_ff_s, 1, seed + 3, 0.05f);
+    HostStack su = make_stack(c.sh_gate_up, c.n_embd, c.n_ff_s, 1, seed + 4, 0.05f);
+    HostStack sd = make_stack(c.sh_down, c.n_ff_s, c.n_embd, 1, seed + 5, 0.05f);
+    const auto x = test::randn(static_cast<size_t>(c.n_embd), seed + 6);
+    const auto g = test::randn(static_cast<size_t>(c.n_embd), seed + 7, 0.03f);
+    auto logits = test::randn(static_cast<size_t>(c.n_expert + 1), seed + 8, 2.0f);
+    float gate_logit = 0.0f;
+    for (int64_t i = 0; i < c.n_embd; ++i)
+        gate_logit += g[static_cast<size_t>(i)] * x[static_cast<size_t>(i)];
+    logits[static_cast<size_t>(c.n_expert)] = gate_logit;
+
+    Stream stream;
+    const StreamHandle st = stream.handle();
+    DeviceWeight dg = upload_weight(gate.w, st), du = upload_weight(up.w, st), dd = upload_weight(down.w, st);
+    DeviceWeight dsg = upload_weight(sg.w, st), dsu = upload_weight(su.w, st), dsd = upload_weight(sd.w, st);
+    ScratchArena arena(4 << 20);
+    const int64_t h_len = c.k * c.n_ff + c.n_ff_s;
+    auto* d_logits = arena.alloc<float>(static_cast<size_t>(c.n_expert + 1));
+    auto* d_x = arena.alloc<float>(static_cast<size_t>(c.n_embd));
+    auto* d_ids = arena.alloc<int32_t>(static_cast<size_t>(c.k));
+    auto* d_w = arena.alloc<float>(static_cast<size_t>(c.k));
+    auto* d_h = arena.alloc<float>(static_cast<size_t>(h_len));
+    auto* d_out = arena.alloc<float>(static_cast<size_t>(c.n_embd));
+    copy_to_device(d_logits, logits.data(), logits.size() * 4, st);
+    copy_to_device(d_x, x.data(), x.size() * 4, st);
+    // Poison h and out: an element the kernels leave unwritten shows as NaN.
+    const std::vector<float> nan_h(static_cast<size_t>(h_len), std::numeric_limits<float>::quiet_NaN());
+    const std::vector<float> nan_out(static_cast<size_t>(c.n_embd), std::numeric_limits<float>::quiet_NaN());
+    copy_to_device(d_h, nan_h.data(), nan_h.size() * 4, st);
+    copy_to_device(d_out, nan_out.data(), nan_out.size() * 4, st);
+
+    const MoeDecodeShared shared{
+        .gate = &dsg.view, .up = &dsu.view, .down = &dsd.view, .gate_logit = d_logits + c.n_expert};
+    // Poison the routing too: ids of -1 trap in the kernels, NaN weights fail the comparison.
+    const std::vector<int32_t> bad_ids(static_cast<size_t>(c.k), -1);
+    copy_to_device(d_ids, bad_ids.data(), bad_ids.size() * 4, st);
+    copy_to_device(d_w, nan_out.data(), static_cast<size_t>(c.k) * 4, st);
+    if (fused_route) {
+        moe_route_gate_up(d_logits, true, d_ids, d_w, dg.view, du.view, c.k, d_x, d_h, st, &shared);
+    } else {
+        route_softmax_topk(d_logits, 1, c.n_expert, c.k, true, d_ids, d_w, st, c.n_expert + 1);
+        moe_gate_up(dg.view, du.view, d_ids, c.k, d_x, d_h, st, &shared);
+    }
+    moe_down(dd.view, d_ids, d_w, c.k, d_h, d_out, st, &shared);
+    std::vector<float> got(static_cast<size_t>(c.n_embd));
+    copy_to_host(got.data(), d_out, got.size() * 4, st);
+    if (!check) return got;
+
+    ops::Routing routing;
+    ops::route_softmax_topk(logits.data(), 1, c.n_expert, c.k, true, routing);
+    ops::Context ctx;
+    ctx.isa = quant::Isa::scalar;
+    std::vector<float> ref(static_cast<size_t>(c.n_embd)), sh_out(static_cast<size_t>(c.n_embd));
+    ops::moe_ffn(ctx, ops::ExpertStack{gate.w, up.w, down.w}, routing, x.data(), ref.data());
+    ops::swiglu_ffn(ctx, sg.w, su.w, sd.w, x.data(), 1, sh_out.data());
+    const float gw = 1.0f / (1.0f + std::exp(-gate_logit));
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += gw * sh_out[i];
+    std::vector<int32_t> got_ids(static_cast<size_t>(c.k));
+    std::vector<float> got_w(static_cast<size_t>(c.k));
+    copy_to_host(got_ids.data(), d_ids, got_ids.size() * 4, st);
+    copy_to_host(got_w.data(), d_w, got_w.size() * 4, st);
+    EXPECT_EQ(got_ids, routing.ids);
+    for (size_t i = 0; i < got_w.size(); ++i) EXPECT_NEAR(got_w[i], routing.weights[i], 2e-6f);
+    expect_close(got, ref, 1e-4);
+    return got;
+}
+
+}  // namespace
+
+TEST(CudaMoe, DecodeWithSharedExpertMatchesCpu) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // Qwen3.6-35B-A3B: shared expert of the routed types (one launch each for gate/up and down).
+    run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q6_k, 2048, 512, 512, 24, 8}, 100,
+                   true);
+    run_moe_shared({TypeId::q4_k, TypeId::q4_k, TypeId::q4_k, TypeId::q4_k, 2048, 512, 512, 24, 8}, 110,
+                   true);
+    // Shared expert of other types: second launches (gate/up and down both, then down only).
+    run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::q8_0, 2048, 512, 512, 24, 8}, 120,
+                   true);
+    run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q8_0, 512, 256, 256, 32, 8}, 130, true);
+    run_moe_shared({TypeId::q5_k, TypeId::q6_k, TypeId::q6_k, TypeId::q6_k, 512, 256, 256, 32, 4}, 135, true);
+    // Another shared n_ff (not fusable), odd float sizes, k = 1 and a large k.
+    run_moe_shared({TypeId::q8_0, TypeId::q8_0, TypeId::q8_0, TypeId::q8_0, 256, 96, 160, 16, 4}, 140, true);
+    run_moe_shared({TypeId::f16, TypeId::bf16, TypeId::f32, TypeId::f16, 96, 40, 24, 6, 1}, 150, true);
+    run_moe_shared({TypeId::iq4_xs, TypeId::q5_k, TypeId::iq4_xs, TypeId::q5_k, 256, 512, 512, 40, 32}, 160,
+                   true);
+}
+
+TEST(CudaMoe, FusedRoutingMatchesCpu) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // moe_route_gate_up: the router inside the gate/up launch, 256 experts as in the model.
+    run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q6_k, 256, 256, 256, 256, 8}, 300, true,
+                   true);
+    run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::q8_0, 512, 256, 256, 60, 8}, 310, true,
+                   true);
+    run_moe_shared({TypeId::f16, TypeId::bf16, TypeId::f32, TypeId::f16, 96, 40, 24, 7, 7}, 320, true, true);
+    run_moe_shared({TypeId::q8_0, TypeId::q8_0, TypeId::q8_0, TypeId::q8_0, 256, 64, 64, 40, 32}, 330, true,
+                   true);
+}
+
+TEST(CudaMoe, DecodeIsDeterministic) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const SharedCase c{TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q6_k, 2048, 512, 512, 24, 8};
+    for (bool fused_route : {false, true}) {
+        const auto a = run_moe_shared(c, 200, false, fused_route);
+        const auto b = run_moe_shared(c, 200, false, fused_route);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+        for (float v : a) ASSERT_TRUE(std::isfinite(v));
+    }
 }
 
 }  // namespace mox::cuda

@@ -18,14 +18,12 @@ __device__ __forceinline__ bool better(float pa, int ia, float pb, int ib) {
     return pa > pb || (pa == pb && ia < ib);
 }
 
-// One warp per token (no block-wide barriers: k rounds of a shuffle argmax). Lane l holds experts
-// l, l + 32, l + 64, ... in registers.
-__global__ void __launch_bounds__(kWarp)
-    router_kernel(const float* __restrict__ logits, int n_expert, int k, bool renormalize,
-                  int32_t* __restrict__ ids, float* __restrict__ weights) {
-    __shared__ float chosen_p[kMaxK];
-    const int lane = threadIdx.x;
-    const float* l = logits + static_cast<int64_t>(blockIdx.x) * n_expert;
+// One warp routes one token's logits l[0..n_expert) (no block-wide barriers: k rounds of a shuffle
+// argmax); lane 0 writes ids_out[0..k) and w_out[0..k) (global or shared memory) and reads its own
+// weights back to renormalise them. Lane l holds experts l, l + 32, l + 64, ... in registers.
+__device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool renormalize,
+                          int32_t* ids_out, float* w_out) {
+    const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
     float p[kRouterPerLane];
     float mx = -FLT_MAX;
 #pragma unroll
@@ -63,114 +61,267 @@ __global__ void __launch_bounds__(kWarp)
         }
         if ((bi & (kWarp - 1)) == lane) taken |= 1u << (bi / kWarp);
         if (lane == 0) {
-            chosen_p[round] = bp;
-            ids[static_cast<int64_t>(blockIdx.x) * k + round] = bi;
+            w_out[round] = bp;
+            ids_out[round] = bi;
         }
     }
     if (lane == 0) {
         float total = 0.0f;
-        for (int i = 0; i < k; ++i) total += chosen_p[i];
+        for (int i = 0; i < k; ++i) total += w_out[i];
         const float norm = renormalize ? 1.0f / fmaxf(total, 6.1035e-5f) : 1.0f;
-        for (int i = 0; i < k; ++i) weights[static_cast<int64_t>(blockIdx.x) * k + i] = chosen_p[i] * norm;
+        for (int i = 0; i < k; ++i) w_out[i] *= norm;
     }
 }
 
-__device__ __forceinline__ int checked_expert(const int32_t* ids, int i, int64_t n_expert) {
-    const int e = ids[i];
-    if (e < 0 || e >= n_expert) __trap();  // a routing bug: surfaces as a launch error on the host
-    return e;
+// One warp per token.
+__global__ void __launch_bounds__(kWarp)
+    router_kernel(const float* __restrict__ logits, int64_t logits_stride, int n_expert, int k,
+                  bool renormalize, int32_t* __restrict__ ids, float* __restrict__ weights) {
+    const int64_t t = blockIdx.x;
+    route_row(logits + t * logits_stride, n_expert, k, renormalize, ids + t * k, weights + t * k);
 }
 
-// grid (blocks_x, k): block column i computes rows of expert ids[i]; each warp one row r at a time,
-// gate and up rows sharing the staged x.
+// ---- routed (+ shared) expert FFN at batch 1.
+//
+// Why the previous kernels took 13 + 17 us for 9.4 + 6.9 MB (floor ~5 us at 3.3 TB/s): the cost
+// was latency, not bytes. A 2048-wide Q4_K row is 1152 B; one lane decoded 1-2 segments of it,
+// each loop trip waiting a full DRAM round trip (~0.6-1 us) before the next load; the down kernel
+// walked its k experts one after another (8 dependent trips per row); x and h were staged with one
+// L2 trip per 256 floats (the down block: 18 trips) before any weight load left the SM.
+// Little's law: 3.3 TB/s x ~0.8 us needs ~2.6 MB in flight, ~20 KB per SM (132 SMs). Now:
+// * gate/up: a warp owns one (expert, row pair) task, 4 rows (gate, up of rows r, r + 1) sharing
+//   each staged-x read; per pass every lane issues 4 rows x kDotSlots (2) segment loads before any
+//   math (64 segments / 32 lanes: the whole 2048-wide row pair in one trip). Tasks: 9 slots x 256
+//   pairs = 2304 warps = 288 blocks of 8 warps (~2.2 per SM, all resident): 17 warps x 8 loads x
+//   32 lanes x 18 B = ~80 KB in flight per SM, i.e. all of the SM's 10.4 MB / 132 share at once.
+//   Chain: ids + x staging (one L2 trip, ~0.6 us) -> weights (~1 us + 3.2 us of transfer at peak)
+//   -> 20 shuffles -> store: expected ~5 us for k = 8 + shared (was 13 us for k = 8).
+// * down: a warp owns an output row pair and spreads all (k + 1) experts x 16 segments (n_ff 512)
+//   = 144 segment slots of it over its lanes, kDownSlots (5) per lane (160 >= 144: one pass), all
+//   loads issued up front: 2 rows x 5 = 10 loads per lane; 1024 warps = 128 blocks, one per SM,
+//   8 warps x 10 x 32 x 26 B (Q6_K) = 66 KB in flight per SM = its whole share of 7.8 MB. Each
+//   partial is weighted by its expert's w before one shuffle tree: the same order on every run.
+//   h staging: 9 x 512 floats per block in 2 batched trips. Expected ~4 us (was 17 us).
+// Both: x / h stay staged in shared memory (conflict-free reads, one read feeds 4 or 2 rows).
+// * moe_route_gate_up: warp 0 of every gate/up block routes the token itself (1 KB of L2-resident
+//   logits, 8 shuffle-argmax rounds: ~1-1.5 us, while the other warps stage x), which removes the
+//   router launch (~1.5-2 us of a lone warp) and one kernel boundary (~1 us) from the chain.
+// Layer estimate (k = 8 + shared, Qwen3.6 sizes): gate/up ~5 us + down ~4 us + ~1 us between them
+// = ~10 us with the router fused, ~12 us with the router as its own launch.
+inline constexpr int kWarps = kThreads / kWarp;
+inline constexpr int kGateUpSlots = 2;  // segments per lane and pass (2048-wide rows: one pass)
+inline constexpr int kDownSlots = 5;    // (8 + 1) experts x 16 segments <= 5 x 32: one pass
+
+__device__ __forceinline__ float silu_mul(float g, float u) {
+    return g / (1.0f + expf(-g)) * u;
+}
+
+// Slots [0, k) are the routed experts ids[0..k); slot k, when sh_gate is set, is the shared
+// expert (same type, row_bytes and n_ff as the routed stack).
+struct GateUpArgs {
+    const uint8_t* gate;
+    const uint8_t* up;
+    size_t row_bytes;
+    int64_t n_in, n_ff, n_expert;
+    const int32_t* ids;
+    int k;
+    const uint8_t* sh_gate;
+    const uint8_t* sh_up;
+    const float* x;  // [n_in]
+    float* h;        // [slots, n_ff]
+    // Routing fused (logits set): every block routes logits[0..n_expert) itself; block 0 also
+    // writes the ids and weights out for moe_down. ids is unused then.
+    const float* logits = nullptr;
+    bool renormalize = true;
+    int32_t* ids_out = nullptr;
+    float* weights_out = nullptr;
+};
+
 template <class T>
-__global__ void __launch_bounds__(kThreads)
-    gate_up_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t row_bytes,
-                   int64_t n_embd, int64_t n_ff, int64_t n_expert, const int32_t* __restrict__ ids,
-                   const float* __restrict__ x, float* __restrict__ h) {
+__global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
+    __shared__ const uint8_t* gbase[kMaxK + 1];
+    __shared__ const uint8_t* ubase[kMaxK + 1];
+    __shared__ int32_t route_ids[kMaxK];
+    __shared__ float route_w[kMaxK];
     float* xs = reinterpret_cast<float*>(smem);
-    const int64_t n_segs = n_segments<T>(n_embd);
+    const int tid = static_cast<int>(threadIdx.x);
+    const int slots = a.k + (a.sh_gate != nullptr ? 1 : 0);
+    int e = 0;
+    if (a.logits != nullptr) {
+        // Warp 0 routes (~1 us of shuffles) before staging its share of x; the other warps stage.
+        if (tid < kWarp) {
+            route_row(a.logits, static_cast<int>(a.n_expert), a.k, a.renormalize, route_ids, route_w);
+            __syncwarp();  // lane 0's shared-memory writes, visible to the warp
+            if (tid < a.k) {
+                e = route_ids[tid];
+                if (blockIdx.x == 0) {
+                    a.ids_out[tid] = e;
+                    a.weights_out[tid] = route_w[tid];
+                }
+            }
+        }
+    } else if (tid < a.k) {
+        e = a.ids[tid];  // leaves before the x loads of stage_x: both arrive in one round trip
+    }
+    const int64_t n_segs = n_segments<T>(a.n_in);
     stage_table<T>(tbl);
-    stage_x<T>(xs, x, n_embd, n_segs);
+    stage_x<T>(xs, a.x, a.n_in, n_segs);
+    if (tid < slots) {
+        if (tid < a.k) {
+            if (e < 0 || e >= a.n_expert) __trap();  // a routing bug: a launch error on the host
+            const size_t off = static_cast<size_t>(e) * static_cast<size_t>(a.n_ff) * a.row_bytes;
+            gbase[tid] = a.gate + off;
+            ubase[tid] = a.up + off;
+        } else {
+            gbase[tid] = a.sh_gate;
+            ubase[tid] = a.sh_up;
+        }
+    }
     __syncthreads();
-    const int i = blockIdx.y;
-    const int64_t e = checked_expert(ids, i, n_expert);
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int64_t warps_total = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
-    for (int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + warp; r < n_ff;
-         r += warps_total) {
-        const size_t off = static_cast<size_t>(e * n_ff + r) * row_bytes;
-        const uint8_t* rows[2] = {gate + off, up + off};
-        float acc[2][1] = {};
-        warp_dot<T, 2, 1>(rows, xs, 0, n_embd, n_segs, tbl, acc);
-        const float g = warp_sum(acc[0][0]), u = warp_sum(acc[1][0]);
-        if (lane == 0) h[i * n_ff + r] = g / (1.0f + expf(-g)) * u;
+
+    const int warp = tid / kWarp, lane = tid % kWarp;
+    const int64_t pairs = (a.n_ff + 1) / 2;
+    const int64_t tasks = slots * pairs;
+    for (int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + warp; task < tasks;
+         task += static_cast<int64_t>(gridDim.x) * kWarps) {
+        const int i = static_cast<int>(task / pairs);
+        const int64_t r0 = (task - i * pairs) * 2, r1 = min(r0 + 1, a.n_ff - 1);  // r1 == r0 past the end
+        const size_t o0 = static_cast<size_t>(r0) * a.row_bytes, o1 = static_cast<size_t>(r1) * a.row_bytes;
+        // gate r0, up r0, gate r1, up r1
+        const uint8_t* rows[4] = {gbase[i] + o0, ubase[i] + o0, gbase[i] + o1, ubase[i] + o1};
+        float acc[4][1] = {};
+        static_assert(kGateUpSlots == kDotSlots, "warp_dot's pass width is the gate/up design's");
+        warp_dot<T, 4, 1>(rows, xs, 0, a.n_in, n_segs, tbl, acc);
+        float v[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) v[r] = warp_sum(acc[r][0]);
+        if (lane < 2 && r0 + lane < a.n_ff)
+            a.h[i * a.n_ff + r0 + lane] = lane == 0 ? silu_mul(v[0], v[1]) : silu_mul(v[2], v[3]);
     }
 }
 
-// Each group of L lanes owns kRows output rows and loops over the k experts, so the weighted sum over
-// experts happens in registers: out[r] = sum_i w_i * dot(down_e[r], h_i). Down rows are short
-// (n_ff = 512: 16 segments), so L = 16 keeps every lane busy there.
-template <class T, int L>
-__global__ void __launch_bounds__(kThreads)
-    down_kernel(const uint8_t* __restrict__ down, size_t row_bytes, int64_t n_ff, int64_t n_embd,
-                int64_t n_expert, const int32_t* __restrict__ ids, const float* __restrict__ weights, int k,
-                const float* __restrict__ h, float* __restrict__ out) {
+// Slots [0, k) are the routed experts, weighted by weights[i]; slot k, when sh_down is set, is
+// the shared expert (same type and n_ff) weighted by sigmoid(*sh_gate_logit). accumulate: out +=
+// instead of out = (the second launch of a shared expert of another type).
+struct DownArgs {
+    const uint8_t* down;
+    size_t row_bytes;
+    int64_t n_ff, n_embd, n_expert;
+    const int32_t* ids;
+    const float* weights;
+    int k;
+    const uint8_t* sh_down;
+    const float* sh_gate_logit;
+    const float* h;  // [slots, n_ff]
+    float* out;      // [n_embd]
+    bool accumulate;
+};
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
-    __shared__ int e_s[kMaxK];
-    __shared__ float w_s[kMaxK];
+    __shared__ const uint8_t* base_s[kMaxK + 1];
+    __shared__ float w_s[kMaxK + 1];
     float* xs = reinterpret_cast<float*>(smem);
-    const int64_t n_segs = n_segments<T>(n_ff);
+    const int tid = static_cast<int>(threadIdx.x);
+    const bool has_shared = a.sh_down != nullptr;
+    const int slots = a.k + (has_shared ? 1 : 0);
+    // Ids, weights and the gate logit leave before the h loads: one round trip for all.
+    int e = 0;
+    float w = 0.0f;
+    if (tid < a.k) {
+        e = a.ids[tid];
+        w = a.weights[tid];
+    } else if (tid == a.k && has_shared) {
+        w = *a.sh_gate_logit;
+    }
+    const int64_t n_segs = n_segments<T>(a.n_ff);
     const int64_t xs_stride = n_units(n_segs) * 256;
     stage_table<T>(tbl);
-    for (int i = 0; i < k; ++i) stage_x<T>(xs + i * xs_stride, h + i * n_ff, n_ff, n_segs);
-    if (static_cast<int>(threadIdx.x) < k) {
-        e_s[threadIdx.x] = checked_expert(ids, threadIdx.x, n_expert);
-        w_s[threadIdx.x] = weights[threadIdx.x];
+    stage_x_rows<T>(xs, a.h, a.n_ff, slots, a.n_ff, n_segs);
+    if (tid < slots) {
+        if (tid < a.k) {
+            if (e < 0 || e >= a.n_expert) __trap();
+            base_s[tid] = a.down + static_cast<size_t>(e) * static_cast<size_t>(a.n_embd) * a.row_bytes;
+            w_s[tid] = w;
+        } else {
+            base_s[tid] = a.sh_down;
+            w_s[tid] = 1.0f / (1.0f + expf(-w));
+        }
     }
     __syncthreads();
-    constexpr int kGroups = kWarp / L;          // row groups per warp
-    constexpr int kWarpRows = kGroups * kRows;  // rows per warp and step
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int64_t warps_total = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
-    // The loop runs per warp (not per group) so that every lane reaches the shuffles in warp_sum.
-    for (int64_t rw = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + warp) * kWarpRows; rw < n_embd;
-         rw += warps_total * kWarpRows) {
-        const int64_t r0 = rw + (lane / L) * kRows;
-        float tot[kRows] = {};
-        for (int i = 0; i < k; ++i) {
-            const uint8_t* base = down + static_cast<size_t>(e_s[i] * n_embd) * row_bytes;
-            const uint8_t* rows[kRows];
+
+    const int warp = tid / kWarp, lane = tid % kWarp;
+    const int64_t pairs = (a.n_embd + 1) / 2;
+    // (expert slot, segment) work items of one output row; 32-bit: a 64-bit division is ~70
+    // instructions, and each slot divides by n_segs.
+    const int segs = static_cast<int>(n_segs), total = slots * segs;
+    for (int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + warp; task < pairs;
+         task += static_cast<int64_t>(gridDim.x) * kWarps) {
+        const int64_t r0 = task * 2, r1 = min(r0 + 1, a.n_embd - 1);
+        const size_t o0 = static_cast<size_t>(r0) * a.row_bytes, o1 = static_cast<size_t>(r1) * a.row_bytes;
+        float acc0 = 0.0f, acc1 = 0.0f;
+#pragma unroll 1
+        for (int t0 = lane; t0 < total; t0 += kWarp * kDownSlots) {
 #pragma unroll
-            for (int r = 0; r < kRows; ++r)
-                rows[r] = base + static_cast<size_t>(min(r0 + r, n_embd - 1)) * row_bytes;
-            float acc[kRows][1] = {};
-            warp_dot<T, kRows, 1, L>(rows, xs + i * xs_stride, 0, n_ff, n_segs, tbl, acc);
+            for (int u = 0; u < kDownSlots; ++u) {  // every line of the pass in flight first
+                const int tc = min(t0 + u * kWarp, total - 1);
+                const int i = tc / segs;
+                prefetch_segment<T>(base_s[i] + o0, tc - i * segs);
+                prefetch_segment<T>(base_s[i] + o1, tc - i * segs);
+            }
 #pragma unroll
-            for (int r = 0; r < kRows; ++r) tot[r] = fmaf(w_s[i], acc[r][0], tot[r]);
+            for (int u = 0; u < kDownSlots; ++u) {
+                // Unconditional loads (a slot past the end re-reads the last item), result dropped.
+                const int t = t0 + u * kWarp;
+                const bool valid = t < total;
+                const int tc = valid ? t : total - 1;
+                const int i = tc / segs;
+                const int g = tc - i * segs;
+                float xr[32];
+                load_x(xs + i * xs_stride, g, xr);
+                const uint8_t* base = base_s[i];
+                seg::Seg s0, s1;
+                T::load(base + o0, g, a.n_ff, s0, tbl);
+                T::load(base + o1, g, a.n_ff, s1, tbl);
+                const float d0 = seg_dot<T>(s0, xr), d1 = seg_dot<T>(s1, xr);
+                acc0 += valid ? w_s[i] * d0 : 0.0f;
+                acc1 += valid ? w_s[i] * d1 : 0.0f;
+            }
         }
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const float v = warp_sum<L>(tot[r]);
-            if (lane % L == 0 && r0 + r < n_embd) out[r0 + r] = v;
+        const float v0 = warp_sum(acc0), v1 = warp_sum(acc1);
+        if (lane < 2 && r0 + lane < a.n_embd) {
+            const float v = lane == 0 ? v0 : v1;
+            float* o = a.out + r0 + lane;
+            *o = a.accumulate ? *o + v : v;
         }
     }
 }
 
-template <class T, int L>
-void launch_down(const ops::Weight& down, const int32_t* ids, const float* weights, int64_t k, const float* h,
-                 float* out, StreamHandle stream) {
-    const auto kernel = down_kernel<T, L>;
-    const size_t smem = static_cast<size_t>(k * n_units(n_segments<T>(down.n_in)) * 256) * sizeof(float);
+template <class T>
+void launch_gate_up(const GateUpArgs& a, int slots, StreamHandle stream) {
+    const auto kernel = gate_up_kernel<T>;
+    const size_t smem = static_cast<size_t>(n_units(n_segments<T>(a.n_in)) * 256) * sizeof(float);
+    prepare_smem(reinterpret_cast<const void*>(kernel), smem, "MoE gate/up");
+    const int64_t tasks = slots * ((a.n_ff + 1) / 2);
+    const int blocks =
+        grid_blocks(reinterpret_cast<const void*>(kernel), smem, (tasks + kWarps - 1) / kWarps);
+    kernel<<<blocks, kThreads, smem, stream>>>(a);
+    MOX_CUDA_CHECK_LAUNCH("gate_up_kernel");
+}
+
+template <class T>
+void launch_down(const DownArgs& a, int slots, StreamHandle stream) {
+    const auto kernel = down_kernel<T>;
+    const size_t smem = static_cast<size_t>(slots * n_units(n_segments<T>(a.n_ff)) * 256) * sizeof(float);
     prepare_smem(reinterpret_cast<const void*>(kernel), smem, "MoE down");
-    const int64_t rows_per_block = (kThreads / L) * kRows;
-    const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
-                                   (down.n_out + rows_per_block - 1) / rows_per_block);
-    kernel<<<blocks, kThreads, smem, stream>>>(down.data, down.row_bytes, down.n_in, down.n_out,
-                                               down.n_expert, ids, weights, static_cast<int>(k), h, out);
+    const int64_t pairs = (a.n_embd + 1) / 2;
+    const int blocks =
+        grid_blocks(reinterpret_cast<const void*>(kernel), smem, (pairs + kWarps - 1) / kWarps);
+    kernel<<<blocks, kThreads, smem, stream>>>(a);
     MOX_CUDA_CHECK_LAUNCH("down_kernel");
 }
 
@@ -184,18 +335,53 @@ void check_stack(const ops::Weight& w, const char* name) {
 }  // namespace
 
 void route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool renormalize,
-                        int32_t* ids, float* weights, StreamHandle stream) {
+                        int32_t* ids, float* weights, StreamHandle stream, int64_t logits_stride) {
     if (n_expert < 1 || n_expert > kWarp * kRouterPerLane || k < 1 || k > kMaxK || k > n_expert)
         fail("CUDA router: {} experts, top {} (supported: up to {} experts, k <= {})", n_expert, k,
              kWarp * kRouterPerLane, kMaxK);
+    if (logits_stride == 0) logits_stride = n_expert;
+    MOX_CHECK(logits_stride >= n_expert, "router logits stride {} < {} experts", logits_stride, n_expert);
     if (n_tokens == 0) return;
     router_kernel<<<static_cast<unsigned>(n_tokens), kWarp, 0, stream>>>(
-        logits, static_cast<int>(n_expert), static_cast<int>(k), renormalize, ids, weights);
+        logits, logits_stride, static_cast<int>(n_expert), static_cast<int>(k), renormalize, ids, weights);
     MOX_CUDA_CHECK_LAUNCH("router_kernel");
 }
 
-void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* ids, int64_t k,
-                 const float* x, float* h, StreamHandle stream) {
+namespace {
+
+// The shared expert's weights against the routed stacks: same n_embd, gate/up alike; returns
+// whether they can ride in the routed launch (same type and n_ff).
+bool check_shared_gate_up(const MoeDecodeShared& sh, const ops::Weight& gate) {
+    MOX_CHECK(sh.gate != nullptr && sh.up != nullptr, "MoeDecodeShared without gate/up weights");
+    check_stack(*sh.gate, "shared gate");
+    check_stack(*sh.up, "shared up");
+    if (sh.gate->type != sh.up->type || sh.gate->n_in != sh.up->n_in || sh.gate->n_out != sh.up->n_out)
+        fail("CUDA MoE: shared gate ({}, {}x{}) and up ({}, {}x{}) differ", quant::type_name(sh.gate->type),
+             sh.gate->n_out, sh.gate->n_in, quant::type_name(sh.up->type), sh.up->n_out, sh.up->n_in);
+    if (sh.gate->n_in != gate.n_in)
+        fail("CUDA MoE: shared expert input {} != routed {}", sh.gate->n_in, gate.n_in);
+    return sh.gate->type == gate.type && sh.gate->n_out == gate.n_out;
+}
+
+bool check_shared_down(const MoeDecodeShared& sh, const ops::Weight& down) {
+    MOX_CHECK(sh.down != nullptr && sh.gate_logit != nullptr,
+              "MoeDecodeShared without down weights or gate logit");
+    check_stack(*sh.down, "shared down");
+    if (sh.down->n_out != down.n_out)
+        fail("CUDA MoE: shared expert output {} != routed {}", sh.down->n_out, down.n_out);
+    if (sh.gate != nullptr && sh.down->n_in != sh.gate->n_out)
+        fail("CUDA MoE: shared down input {} != shared n_ff {}", sh.down->n_in, sh.gate->n_out);
+    return sh.down->type == down.type && sh.down->n_in == down.n_in;
+}
+
+}  // namespace
+
+namespace {
+
+// moe_gate_up and moe_route_gate_up: `route` (logits set) fuses the routing into the launch.
+void gate_up_impl(const ops::Weight& gate, const ops::Weight& up, const int32_t* ids, int64_t k,
+                  const float* x, float* h, StreamHandle stream, const MoeDecodeShared* shared,
+                  const GateUpArgs& route) {
     check_stack(gate, "gate");
     check_stack(up, "up");
     if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out ||
@@ -203,31 +389,103 @@ void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* 
         fail("CUDA MoE: gate ({}, {}x{}) and up ({}, {}x{}) stacks differ", quant::type_name(gate.type),
              gate.n_out, gate.n_in, quant::type_name(up.type), up.n_out, up.n_in);
     MOX_CHECK(k >= 1 && k <= kMaxK, "MoE k {}", k);
+    const bool fused = shared != nullptr && check_shared_gate_up(*shared, gate);
+    GateUpArgs a = route;
+    a.gate = gate.data;
+    a.up = up.data;
+    a.row_bytes = gate.row_bytes;
+    a.n_in = gate.n_in;
+    a.n_ff = gate.n_out;
+    a.n_expert = gate.n_expert;
+    a.ids = ids;
+    a.k = static_cast<int>(k);
+    a.sh_gate = fused ? shared->gate->data : nullptr;
+    a.sh_up = fused ? shared->up->data : nullptr;
+    a.x = x;
+    a.h = h;
     dispatch_type(gate.type, [&](auto tag) {
-        using T = decltype(tag);
-        const auto kernel = gate_up_kernel<T>;
-        const size_t smem = static_cast<size_t>(n_units(n_segments<T>(gate.n_in)) * 256) * sizeof(float);
-        prepare_smem(reinterpret_cast<const void*>(kernel), smem, "MoE gate/up");
-        const int64_t per_expert = (gate.n_out + kThreads / kWarp - 1) / (kThreads / kWarp);
-        const int total = grid_blocks(reinterpret_cast<const void*>(kernel), smem, per_expert * k);
-        const unsigned bx = static_cast<unsigned>(std::max<int64_t>(1, (total + k - 1) / k));
-        kernel<<<dim3(bx, static_cast<unsigned>(k)), kThreads, smem, stream>>>(
-            gate.data, up.data, gate.row_bytes, gate.n_in, gate.n_out, gate.n_expert, ids, x, h);
-        MOX_CUDA_CHECK_LAUNCH("gate_up_kernel");
+        launch_gate_up<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), stream);
     });
+    if (shared != nullptr && !fused) {
+        // Another type or n_ff: the shared expert alone, as slot 0 of a second launch.
+        const ops::Weight& sg = *shared->gate;
+        const GateUpArgs b{.gate = nullptr,
+                           .up = nullptr,
+                           .row_bytes = sg.row_bytes,
+                           .n_in = sg.n_in,
+                           .n_ff = sg.n_out,
+                           .n_expert = 1,
+                           .ids = nullptr,
+                           .k = 0,
+                           .sh_gate = sg.data,
+                           .sh_up = shared->up->data,
+                           .x = x,
+                           .h = h + k * gate.n_out};
+        dispatch_type(sg.type, [&](auto tag) { launch_gate_up<decltype(tag)>(b, 1, stream); });
+    }
+}
+
+}  // namespace
+
+void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* ids, int64_t k,
+                 const float* x, float* h, StreamHandle stream, const MoeDecodeShared* shared) {
+    gate_up_impl(gate, up, ids, k, x, h, stream, shared, GateUpArgs{});
+}
+
+void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, float* weights,
+                       const ops::Weight& gate, const ops::Weight& up, int64_t k, const float* x, float* h,
+                       StreamHandle stream, const MoeDecodeShared* shared) {
+    if (gate.n_expert < 1 || gate.n_expert > kWarp * kRouterPerLane || k < 1 || k > kMaxK ||
+        k > gate.n_expert)
+        fail("CUDA router: {} experts, top {} (supported: up to {} experts, k <= {})", gate.n_expert, k,
+             kWarp * kRouterPerLane, kMaxK);
+    GateUpArgs route{};
+    route.logits = logits;
+    route.renormalize = renormalize;
+    route.ids_out = ids;
+    route.weights_out = weights;
+    gate_up_impl(gate, up, nullptr, k, x, h, stream, shared, route);
 }
 
 void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights, int64_t k, const float* h,
-              float* out, StreamHandle stream) {
+              float* out, StreamHandle stream, const MoeDecodeShared* shared) {
     check_stack(down, "down");
     MOX_CHECK(k >= 1 && k <= kMaxK, "MoE k {}", k);
+    const bool fused = shared != nullptr && check_shared_down(*shared, down);
+    const DownArgs a{.down = down.data,
+                     .row_bytes = down.row_bytes,
+                     .n_ff = down.n_in,
+                     .n_embd = down.n_out,
+                     .n_expert = down.n_expert,
+                     .ids = ids,
+                     .weights = weights,
+                     .k = static_cast<int>(k),
+                     .sh_down = fused ? shared->down->data : nullptr,
+                     .sh_gate_logit = fused ? shared->gate_logit : nullptr,
+                     .h = h,
+                     .out = out,
+                     .accumulate = false};
     dispatch_type(down.type, [&](auto tag) {
-        using T = decltype(tag);
-        if (n_segments<T>(down.n_in) <= 16)
-            launch_down<T, 16>(down, ids, weights, k, h, out, stream);
-        else
-            launch_down<T, 32>(down, ids, weights, k, h, out, stream);
+        launch_down<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), stream);
     });
+    if (shared != nullptr && !fused) {
+        // Added onto the routed sum by a second launch (stream order): still one fixed order.
+        const ops::Weight& sd = *shared->down;
+        const DownArgs b{.down = nullptr,
+                         .row_bytes = sd.row_bytes,
+                         .n_ff = sd.n_in,
+                         .n_embd = sd.n_out,
+                         .n_expert = 1,
+                         .ids = nullptr,
+                         .weights = nullptr,
+                         .k = 0,
+                         .sh_down = sd.data,
+                         .sh_gate_logit = shared->gate_logit,
+                         .h = h + k * down.n_in,
+                         .out = out,
+                         .accumulate = true};
+        dispatch_type(sd.type, [&](auto tag) { launch_down<decltype(tag)>(b, 1, stream); });
+    }
 }
 
 }  // namespace mox::cuda

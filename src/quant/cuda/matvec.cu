@@ -2,6 +2,8 @@
 #include "quant/cuda_matvec.h"
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 namespace mox::cuda {
 
@@ -30,8 +32,26 @@ void prepare_smem(const void* kernel, size_t bytes, const char* what) {
 }
 
 int grid_blocks(const void* kernel, size_t smem_bytes, int64_t work_blocks) {
-    int per_sm = 0;
-    MOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
+    // The occupancy query runs on the host at every launch of a decode step (3 per MoE layer): keep
+    // its answers, a handful of (kernel, shared-memory size) pairs per process.
+    struct Entry {
+        const void* kernel;
+        size_t smem;
+        int per_sm;
+    };
+    static std::mutex mutex;
+    static std::vector<Entry> cache;
+    int per_sm = -1;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (const Entry& e : cache)
+            if (e.kernel == kernel && e.smem == smem_bytes) per_sm = e.per_sm;
+    }
+    if (per_sm < 0) {
+        MOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
+        std::lock_guard<std::mutex> lock(mutex);
+        cache.push_back({kernel, smem_bytes, per_sm});
+    }
     const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * launch_limits().sm_count;
     return static_cast<int>(std::max<int64_t>(1, std::min(work_blocks, resident)));
 }
@@ -50,8 +70,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t n_segs = n_segments<T>(n_in);
     const int64_t xs_stride = n_units(n_segs) * 256;
     stage_table<T>(tbl);
-#pragma unroll
-    for (int c = 0; c < NC; ++c) stage_x<T>(xs + c * xs_stride, x + c * x_stride, n_in, n_segs);
+    stage_x_rows<T>(xs, x, x_stride, NC, n_in, n_segs);
     __syncthreads();
 
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;

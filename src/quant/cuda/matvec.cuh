@@ -18,6 +18,7 @@
 #include "quant/types.h"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace mox::cuda {
 
@@ -34,22 +35,45 @@ __host__ __device__ inline int64_t n_units(int64_t n_segs) {
     return (n_segs + 7) / 8;
 }
 
-// Stages x[0..n_in) into xs (n_units * 256 floats) in the permuted order; all threads of the block.
+// Stages n_rows activation rows (row c at x + c * x_stride, n_in values) into xs in the permuted
+// order, row c at xs + c * n_units(n_segs) * 256; all threads of the block. Each thread issues the
+// loads of kStageBatch elements before any store: a plain strided loop waits one L2 round trip
+// (~0.5-0.7 us) per blockDim elements (the MoE down block stages 9 x 512 floats: 18 trips), batched
+// it is ceil(elements / (kStageBatch * blockDim)) trips (2 there, 1 for a 2048..4096-wide x).
+inline constexpr int kStageBatch = 16;
+
+template <class T>
+__device__ void stage_x_rows(float* xs, const float* __restrict__ x, int64_t x_stride, int n_rows,
+                             int64_t n_in, int64_t n_segs) {
+    const int per_row = static_cast<int>(n_units(n_segs) * 256);
+    const int total = per_row * n_rows;
+    const int step = static_cast<int>(blockDim.x);
+    for (int p0 = static_cast<int>(threadIdx.x); p0 < total; p0 += kStageBatch * step) {
+        float v[kStageBatch];
+        int c = p0 / per_row, q = p0 - c * per_row;  // row and position of p0 + b * step, stepped below
+#pragma unroll
+        for (int b = 0; b < kStageBatch; ++b) {
+            const int s = (q >> 2) & 7, j = (((q & 255) >> 5) << 2) | (q & 3);
+            const int64_t g = static_cast<int64_t>(q >> 8) * 8 + s;
+            int64_t e = -1;
+            if (p0 + b * step < total && g < n_segs) {
+                e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
+                if (e >= n_in) e = -1;
+            }
+            v[b] = e >= 0 ? __ldg(x + c * x_stride + e) : 0.0f;
+            q += step;
+            while (q >= per_row) q -= per_row, ++c;  // once at most while blockDim <= 256
+        }
+#pragma unroll
+        for (int b = 0; b < kStageBatch; ++b)
+            if (p0 + b * step < total) xs[p0 + b * step] = v[b];
+    }
+}
+
+// One row x[0..n_in) into xs (n_units * 256 floats).
 template <class T>
 __device__ void stage_x(float* xs, const float* __restrict__ x, int64_t n_in, int64_t n_segs) {
-    const int64_t total = n_units(n_segs) * 256;
-    for (int64_t p = threadIdx.x; p < total; p += blockDim.x) {
-        const int64_t u = p >> 8;
-        const int rem = static_cast<int>(p & 255);
-        const int s = (rem >> 2) & 7, j = ((rem >> 5) << 2) | (rem & 3);
-        const int64_t g = u * 8 + s;
-        float v = 0.0f;
-        if (g < n_segs) {
-            const int64_t e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
-            if (e < n_in) v = x[e];
-        }
-        xs[p] = v;
-    }
+    stage_x_rows<T>(xs, x, 0, 1, n_in, n_segs);
 }
 
 // The 16-entry value table of table-driven types, into shared memory.
@@ -90,26 +114,82 @@ __device__ __forceinline__ float seg_dot(const seg::Seg& s, const float (&xr)[32
     return acc;
 }
 
+// Bytes of the block that holds a segment: quantized types say it; float types have none (a
+// segment is 32 values: 128 B for F32, 64 B for F16/BF16).
+template <class T>
+__host__ __device__ constexpr int block_bytes() {
+    if constexpr (requires { T::kBlockBytes; })
+        return T::kBlockBytes;
+    else if constexpr (std::is_same_v<T, seg::F32>)
+        return 128;
+    else
+        return 64;
+}
+
+// A hint, no register and no wait: pulls the cache lines of the block holding segment g of `row`
+// into L1. Issued for all of a pass's segments before the decoders' loads, it puts every line of
+// the pass in flight at once whatever order the compiler gives the loads (ptxas keeps few of them
+// in flight when the decoded values would cost registers), and the decoders then hit L1.
+template <class T>
+__device__ __forceinline__ void prefetch_segment(const uint8_t* row, int64_t g) {
+    constexpr int kBytes = block_bytes<T>();
+    const uint8_t* b = row + (g / T::kSegs) * kBytes;
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(b));
+    if constexpr (requires { T::kBlockBytes; }) {
+        // Whole blocks only (a float row's last segment may be partial): every byte is in the row.
+        // Blocks are <= 256 B, so b, b + 128 and the last byte name all of their lines.
+        static_assert(kBytes <= 256, "prefetch covers blocks of up to 256 bytes");
+        if constexpr (kBytes > 128) asm volatile("prefetch.global.L1 [%0];" ::"l"(b + 128));
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(b + kBytes - 1));
+    }
+}
+
 // A group of L lanes (a warp, or half of one for short rows): acc[r][c] += this lane's share of
 // dot(row r, activation column c), for R rows and NC staged columns (column c at xs + c * xs_stride).
 // Reduce across the L lanes afterwards (warp_sum<L>).
+//
+// NC == 1 (decode): each pass covers kDotSlots segments per lane, whose R * kDotSlots weight loads
+// are independent and unconditional (a slot past the row re-reads the row's last segment and its
+// result is dropped), so they are all in flight before the first is used: a 2048-wide Q4_K row
+// pair is one memory round trip (~0.6-1 us) per lane instead of two back to back.
+inline constexpr int kDotSlots = 2;
+
 template <class T, int R, int NC, int L = kWarp>
 __device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const float* xs, int64_t xs_stride,
                                          int64_t n_in, int64_t n_segs, const float* tbl,
                                          float (&acc)[R][NC]) {
     const int lane = threadIdx.x & (L - 1);
+    if constexpr (NC == 1) {
 #pragma unroll 1
-    for (int64_t g = lane; g < n_segs; g += L) {
-        if constexpr (NC == 1) {
-            float xr[32];
-            load_x(xs, g, xr);
+        for (int64_t g0 = lane; g0 < n_segs; g0 += L * kDotSlots) {
+            // This pass's lines, and the next pass's where the row has one (rows > 2048 wide).
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                seg::Seg s;
-                T::load(rows[r], g, n_in, s, tbl);
-                acc[r][0] += seg_dot<T>(s, xr);
+            for (int u = 0; u < 2 * kDotSlots; ++u) {
+                const int64_t g = g0 + u * L;
+                if (u < kDotSlots || g < n_segs) {
+#pragma unroll
+                    for (int r = 0; r < R; ++r) prefetch_segment<T>(rows[r], min(g, n_segs - 1));
+                }
             }
-        } else {
+#pragma unroll
+            for (int u = 0; u < kDotSlots; ++u) {
+                const int64_t g = g0 + u * L;
+                const bool valid = g < n_segs;
+                const int64_t gc = valid ? g : n_segs - 1;
+                float xr[32];
+                load_x(xs, gc, xr);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    seg::Seg s;
+                    T::load(rows[r], gc, n_in, s, tbl);
+                    const float d = seg_dot<T>(s, xr);
+                    acc[r][0] += valid ? d : 0.0f;
+                }
+            }
+        }
+    } else {
+#pragma unroll 1
+        for (int64_t g = lane; g < n_segs; g += L) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 seg::Seg s;
