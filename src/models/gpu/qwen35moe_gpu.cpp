@@ -102,7 +102,10 @@ struct GpuLayer {
     DeviceWeight attn_output;
     DeviceBuffer attn_q_norm, attn_k_norm;
     // MoE
-    DeviceWeight router, gate_exps, up_exps, down_exps, shexp_down;
+    // The router, with the shared expert's gate vector as one more row when there is a shared
+    // expert: a decode step gets n_expert + 1 logits from one matvec, the last one the shared gate's.
+    InputGroup router_in;
+    DeviceWeight gate_exps, up_exps, down_exps, shexp_down;
     InputGroup shexp_gate_up;  // one matmul for both when they share a type
     DeviceBuffer shexp_gate_inp;
 };
@@ -165,7 +168,7 @@ private:
     DeviceBuffer dn_proj_, conv_, y_;              // DeltaNet: [qkv | z | beta | alpha] projections
     DeviceBuffer attn_proj_, q_, o_, attn_ws_;     // attention: [query+gate | k | v] projections
     size_t attn_ws_bytes_ = 0;
-    DeviceBuffer router_logits_, ids_, weights_, h_, sh_gu_, sh_h_, zero_id_, unit_weight_;  // MoE
+    DeviceBuffer router_logits_, ids_, weights_, h_, sh_gu_, sh_h_;  // MoE
     DeviceBuffer work_;  // matmul / batched-MoE scratch
     size_t work_bytes_ = 0;
     DeviceBuffer logits_;
@@ -226,7 +229,17 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
             G.attn_q_norm = upload_floats(L.attn_q_norm);
             G.attn_k_norm = upload_floats(L.attn_k_norm);
         }
-        G.router = upw(L.router);
+        if (hp_.n_ff_shexp > 0) {
+            const ops::Weight shared_gate{.data = reinterpret_cast<const uint8_t*>(L.shexp_gate_inp.data()),
+                                          .type = quant::TypeId::f32,
+                                          .n_in = hp_.n_embd,
+                                          .n_out = 1,
+                                          .n_expert = 1,
+                                          .row_bytes = static_cast<size_t>(hp_.n_embd) * sizeof(float)};
+            G.router_in = upg({&L.router, &shared_gate});
+        } else {
+            G.router_in = upg({&L.router});
+        }
         G.gate_exps = upw(L.experts.gate);
         G.up_exps = upw(L.experts.up);
         G.down_exps = upw(L.experts.down);
@@ -249,21 +262,16 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
     attn_proj_ = fbuf(nb * (2 * H * hd + 2 * Hkv * hd)), q_ = fbuf(nb * H * hd), o_ = fbuf(nb * H * hd);
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used;
-    router_logits_ = fbuf(nb * E);
+    router_logits_ = fbuf(nb * E + 1);
     ids_ = DeviceBuffer(static_cast<size_t>(nb * K) * sizeof(int32_t));
     weights_ = fbuf(nb * K);
-    h_ = fbuf(K * hp_.n_ff_exp);
+    h_ = fbuf(K * hp_.n_ff_exp + hp_.n_ff_shexp);  // routed rows, then the shared expert's
     const int64_t ffs = std::max<int64_t>(hp_.n_ff_shexp, 1);
     sh_gu_ = fbuf(nb * 2 * ffs), sh_h_ = fbuf(nb * ffs);
-    zero_id_ = DeviceBuffer(sizeof(int32_t));
-    zero_id_.zero(s);
-    unit_weight_ = fbuf(1);
-    const float one = 1.0f;
-    unit_weight_.upload(&one, sizeof(one), 0, s);
 
     // Scratch of the largest matmul / batched MoE of a micro-batch.
     for (const GpuLayer& G : layers_) {
-        std::vector<ops::Weight> ws = {G.ssm_out.view, G.attn_output.view, G.router.view, G.shexp_down.view};
+        std::vector<ops::Weight> ws = {G.ssm_out.view, G.attn_output.view, G.router_in.parts[0], G.shexp_down.view};
         for (const InputGroup::Run& r : G.shexp_gate_up.runs) ws.push_back(r.whole);
         ws.insert(ws.end(), G.dn_in.parts.begin(), G.dn_in.parts.end());
         ws.insert(ws.end(), G.attn_in.parts.begin(), G.attn_in.parts.end());
@@ -471,34 +479,38 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
-    linear(L.router, u, n, router_logits_.as<float>());
-    cuda::route_softmax_topk(router_logits_.as<float>(), n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
+    float* logits = router_logits_.as<float>();
     if (n == 1) {
-        cuda::moe_gate_up(L.gate_exps.view, L.up_exps.view, ids_.as<int32_t>(), K, u, h_.as<float>(), s);
-        cuda::moe_down(L.down_exps.view, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s);
-    } else {
-        cuda::moe_batch(L.gate_exps.view, L.up_exps.view, L.down_exps.view, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
-                        mix_.as<float>(), work_.data(), s);
+        // Decode: two launches for the whole layer. The router's top-k runs inside the gate/up
+        // launch, the shared expert rides along as one more expert, and the down launch sums all of
+        // them with their weights (the shared one's: sigmoid of the router's extra logit).
+        project(L.router_in, u, 1, logits);
+        cuda::MoeDecodeShared shared;
+        if (hp_.n_ff_shexp > 0)
+            shared = {&L.shexp_gate_up.parts[0], &L.shexp_gate_up.parts[1], &L.shexp_down.view, logits + E};
+        const cuda::MoeDecodeShared* sh = hp_.n_ff_shexp > 0 ? &shared : nullptr;
+        cuda::moe_route_gate_up(logits, true, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps.view, L.up_exps.view, K,
+                                u, h_.as<float>(), s, sh);
+        cuda::moe_down(L.down_exps.view, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh);
+        return;
     }
+    linear(L.router_in.parts[0], u, n, logits);
+    cuda::route_softmax_topk(logits, n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
+    cuda::moe_batch(L.gate_exps.view, L.up_exps.view, L.down_exps.view, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
+                    mix_.as<float>(), work_.data(), s);
     if (hp_.n_ff_shexp == 0) return;
     float* shared = shared_.as<float>();
-    if (n == 1) {
-        // The shared expert is a one-expert stack: the decode MoE kernels with expert 0, weight 1.
-        cuda::moe_gate_up(L.shexp_gate_up.parts[0], L.shexp_gate_up.parts[1], zero_id_.as<int32_t>(), 1, u, sh_h_.as<float>(), s);
-        cuda::moe_down(L.shexp_down.view, zero_id_.as<int32_t>(), unit_weight_.as<float>(), 1, sh_h_.as<float>(), shared, s);
+    const int64_t ff = hp_.n_ff_shexp;
+    float* gu = sh_gu_.as<float>();
+    if (L.shexp_gate_up.runs.size() == 1) {
+        linear(L.shexp_gate_up.runs[0].whole, u, n, gu);  // rows [gate | up] of width 2 ff
+        cuda::swiglu(gu, gu + ff, n, ff, 2 * ff, sh_h_.as<float>(), s);
     } else {
-        const int64_t ff = hp_.n_ff_shexp;
-        float* gu = sh_gu_.as<float>();
-        if (L.shexp_gate_up.runs.size() == 1) {
-            linear(L.shexp_gate_up.runs[0].whole, u, n, gu);  // rows [gate | up] of width 2 ff
-            cuda::swiglu(gu, gu + ff, n, ff, 2 * ff, sh_h_.as<float>(), s);
-        } else {
-            linear(L.shexp_gate_up.parts[0], u, n, gu);
-            linear(L.shexp_gate_up.parts[1], u, n, gu + n * ff);
-            cuda::swiglu(gu, gu + n * ff, n, ff, ff, sh_h_.as<float>(), s);
-        }
-        linear(L.shexp_down, sh_h_.as<float>(), n, shared);
+        linear(L.shexp_gate_up.parts[0], u, n, gu);
+        linear(L.shexp_gate_up.parts[1], u, n, gu + n * ff);
+        cuda::swiglu(gu, gu + n * ff, n, ff, ff, sh_h_.as<float>(), s);
     }
+    linear(L.shexp_down, sh_h_.as<float>(), n, shared);
     cuda::shared_expert_add(mix_.as<float>(), shared, u, f(L.shexp_gate_inp), n, d, s);
 }
 
