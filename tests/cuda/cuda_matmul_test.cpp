@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace mox::cuda {
 
@@ -96,6 +97,30 @@ TEST(CudaMatmul, MatchesReferenceEveryType) {
     }
 }
 
+// Version 2 splits the inner dimension over blocks when the row x token tiles are few (fewer than
+// 264 blocks, at least 8 chunks of 64 inner elements): these shapes land on uneven splits (the last
+// one shorter), a padding chunk at the row's end (an odd number of 32-element segments), one token,
+// one output row and odd n_out.
+TEST(CudaMatmul, SplitInnerDimension) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    check_case(TypeId::q8_0, 544, 1, 1, 201);      // 17 segments: 9 chunks, 2 splits, padded last chunk
+    check_case(TypeId::q8_0, 544, 131, 63, 202);   // 2 x 1 tiles
+    check_case(TypeId::q4_k, 1792, 77, 65, 203);   // 56 segments: 28 chunks over 7 splits of 4
+    check_case(TypeId::q6_k, 4096, 127, 5, 204);   // 64 chunks over 16 splits of 4
+    check_case(TypeId::f16, 1000, 255, 129, 205);  // 32 segments (the last partial), 4 splits
+    check_case(TypeId::iq4_xs, 512, 3, 200, 206);  // exactly 8 chunks: 2 splits of 4
+    check_case(TypeId::q5_k, 512, 2048, 70, 207);  // 16 x 2 tiles: 2 splits of 4 chunks
+}
+
+// The version-1 kernel (MOX_MATMUL_V1=1) stays available as a fallback and stays correct.
+TEST(CudaMatmul, Version1Fallback) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    setenv("MOX_MATMUL_V1", "1", 1);
+    check_case(TypeId::q4_k, 768, 129, 16, 301);
+    check_case(TypeId::bf16, 777, 200, 130, 302);
+    unsetenv("MOX_MATMUL_V1");
+}
+
 TEST(CudaMatmul, ModelSizes) {
     MOX_REQUIRE_CUDA_DEVICE();
     check_case(TypeId::q4_k, 2048, 513, 512, 101);
@@ -126,11 +151,12 @@ float time_ms(int reps, Fn&& fn) {
 void bench(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens) {
     const size_t rb = quant::row_bytes(type, n_in);
     DeviceBuffer w(rb * static_cast<size_t>(n_out) + 16), x(static_cast<size_t>(n_in * n_tokens) * 4),
-        y(static_cast<size_t>(n_out * n_tokens) * 4);
+        y(static_cast<size_t>(n_out * n_tokens) * 4),
+        ws(std::max<size_t>(1, matmul_workspace_bytes(type, n_in, n_out, n_tokens)));
     w.zero();  // speed does not depend on the values
     x.zero();
     const float ms = time_ms(10, [&] {
-        matmul(type, w.data(), rb, n_in, n_out, x.as<float>(), n_tokens, y.as<float>(), nullptr);
+        matmul(type, w.data(), rb, n_in, n_out, x.as<float>(), n_tokens, y.as<float>(), ws.data());
     });
     const double flops = 2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * n_tokens;
     std::printf(
@@ -150,6 +176,7 @@ TEST(CudaBench, MatmulTflops) {
         bench(TypeId::q4_k, 2048, 512, n_tokens);
         bench(TypeId::q5_k, 512, 2048, n_tokens);
         bench(TypeId::bf16, 2048, 8192, n_tokens);
+        bench(TypeId::q4_k, 2048, 8192, n_tokens / 4);
     }
 }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -45,11 +46,12 @@ HostStack make_stack(TypeId type, int64_t n_in, int64_t n_out, int64_t n_expert,
     return s;
 }
 
-enum class Pattern { random, few_experts, one_expert };
+enum class Pattern { random, few_experts, one_expert, cyclic };
 
 // k distinct experts per token with positive weights summing to 1. few_experts: only the first
 // max(k, 5) experts are ever chosen (the rest get no token); one_expert: slot 0 of every token is
-// expert n_expert / 2.
+// expert n_expert / 2; cyclic: slot i of token t is expert (t k + i) % n_expert, so every expert
+// gets floor or ceil of n_tokens k / n_expert pairs.
 ops::Routing make_routing(int64_t n_tokens, int64_t n_expert, int64_t k, Pattern pattern, uint32_t seed) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uw(0.1f, 1.0f);
@@ -62,6 +64,9 @@ ops::Routing make_routing(int64_t n_tokens, int64_t n_expert, int64_t k, Pattern
     for (int64_t t = 0; t < n_tokens; ++t) {
         std::iota(all.begin(), all.end(), 0);
         std::shuffle(all.begin(), all.end(), rng);
+        if (pattern == Pattern::cyclic)
+            for (int64_t i = 0; i < k; ++i)
+                all[static_cast<size_t>(i)] = static_cast<int32_t>((t * k + i) % n_expert);
         if (pattern == Pattern::one_expert) {
             const auto fixed = static_cast<int32_t>(n_expert / 2);
             std::iter_swap(all.begin(), std::find(all.begin(), all.end(), fixed));
@@ -147,10 +152,39 @@ TEST(CudaMoeBatch, MatchesCpuMoeFfn) {
     check_batch(TypeId::iq4_nl, TypeId::q4_k, 512, 256, 20, 8, 200, Pattern::few_experts, 80);
 }
 
+// Version 2 picks a token tile of 32 when the experts average <= 24 pairs, else 64. These cases put
+// tile boundaries where they can break: every expert with 1..3 pairs, one expert with exactly 32,
+// 33, 64 or 65 pairs (the rest few), both tile sizes, odd n_ff / n_embd of float types.
+TEST(CudaMoeBatch, TileBoundaries) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // Tile 32, every expert 1 (k = 1) / 2 / 3 pairs.
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 16, 1, 16, Pattern::cyclic, 110);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 512, 256, 16, 2, 16, Pattern::cyclic, 111);
+    check_batch(TypeId::q8_0, TypeId::q5_k, 256, 256, 16, 3, 16, Pattern::cyclic, 112);
+    // Tile 32: expert 4 gets exactly 32, then 33 pairs (8 experts, 64 / 66 pairs).
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 8, 2, 32, Pattern::one_expert, 113);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 8, 2, 33, Pattern::one_expert, 114);
+    // Tile 64 (2 experts, > 24 pairs each): expert 1 gets exactly 64, then 65 pairs.
+    check_batch(TypeId::iq4_xs, TypeId::q4_k, 256, 256, 2, 1, 64, Pattern::one_expert, 115);
+    check_batch(TypeId::iq4_xs, TypeId::q4_k, 256, 256, 2, 1, 65, Pattern::one_expert, 116);
+    // Tile 64 with every expert at 32 / 33 pairs (cyclic), float types with odd sizes.
+    check_batch(TypeId::bf16, TypeId::f32, 200, 136, 4, 2, 64, Pattern::cyclic, 117);
+    check_batch(TypeId::f16, TypeId::q8_0, 96, 160, 4, 3, 44, Pattern::cyclic, 118);
+}
+
+// The version-1 kernels (MOX_MATMUL_V1=1) stay available as a fallback and stay correct.
+TEST(CudaMoeBatch, Version1Fallback) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    setenv("MOX_MATMUL_V1", "1", 1);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 32, 8, 100, Pattern::random, 120);
+    unsetenv("MOX_MATMUL_V1");
+}
+
 TEST(CudaMoeBatch, ModelSizes) {
     MOX_REQUIRE_CUDA_DEVICE();
     // Qwen3.6-35B-A3B's expert shapes (fewer experts, to keep the CPU reference short).
-    check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 10, 8, 64, Pattern::random, 90);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 10, 8, 64, Pattern::random, 90);  // tile 64
+    check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 32, 8, 64, Pattern::random, 91);  // tile 32, ~16 each
 }
 
 TEST(CudaBench, MoeBatchTflops) {
