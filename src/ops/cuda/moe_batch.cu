@@ -15,6 +15,8 @@
 // first permuted to fp16 in the gate type's segment order (xh), and h, after gate_up, to fp16 in the
 // down type's order (hh), so both products run the two-stage cp.async pipeline of mma_tile2; the
 // token tile is 32 when the experts average <= 24 pairs (512-token prefill: ~16), else 64.
+// Precise mode (precise = true): tile 32 and both operands of both products as hi + lo fp16 parts
+// (quant/cuda/matmul.cuh): about 1e-5 relative instead of 1e-3, at 2-3x the time.
 // Each pair's value depends only on its own row's data (the MMA of one output element does not
 // depend on its position in the tile), so the result is the same whatever order the sort leaves
 // the pairs of one expert in.
@@ -69,8 +71,8 @@ Parts layout(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t n_tokens, i
     p.sorted = take(static_cast<size_t>(n_pairs) * 4);
     p.h = take(static_cast<size_t>(n_pairs * n_ff) * 4);
     p.y = take(static_cast<size_t>(n_pairs * n_embd) * 4);
-    p.xh = take(static_cast<size_t>(n_tokens * xh_stride) * 2);
-    p.hh = take(static_cast<size_t>(n_pairs * hh_stride) * 2);
+    p.xh = take(static_cast<size_t>(n_tokens * xh_stride) * 2 * 2);  // hi and lo parts in precise mode
+    p.hh = take(static_cast<size_t>(n_pairs * hh_stride) * 2 * 2);
     p.total = at;
     return p;
 }
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(kMmThreads)
 
 // Version 2 of gate_up_kernel: the tile's activations are rows of xh (x permuted to fp16, stride
 // xs halves), the pipeline is mma_tile2 with a token tile of BT.
-template <class T, int BT>
+template <class T, int BT, bool P>
 __global__ void __launch_bounds__(kMmThreads)
     gate_up2_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t row_bytes,
                     int64_t n_embd, int64_t n_ff, int k, const int32_t* __restrict__ counts,
@@ -223,7 +225,7 @@ __global__ void __launch_bounds__(kMmThreads)
     if (tid < BT) {
         const bool ok = tid < ti.a_valid;
         const int64_t pos = ti.base + ti.t0 + tid;  // sorted position of the pair
-        a_rows[tid] = ok ? xh + static_cast<int64_t>(sorted[pos] / k) * xs : nullptr;
+        a_rows[tid] = ok ? xh + static_cast<int64_t>(sorted[pos] / k) * (P ? 2 : 1) * xs : nullptr;
         y_rows[tid] = ok ? h + pos * n_ff : nullptr;
     }
     stage_table<T>(tbl);
@@ -233,7 +235,7 @@ __global__ void __launch_bounds__(kMmThreads)
     const uint8_t* wrow[2] = {r < n_ff ? gate + off : nullptr, r < n_ff ? up + off : nullptr};
     constexpr int kFB = mm::Shape<BT>::kFB;
     mm::AccFrag acc[2][2][kFB];
-    mm::mma_tile2<T, 2, BT>(wrow, n_embd, a_rows, ti.a_valid, 0, xs / seg::kSegElems, smem2, tbl, acc);
+    mm::mma_tile2<T, 2, BT, P>(wrow, n_embd, a_rows, xs, ti.a_valid, 0, xs / seg::kSegElems, smem2, tbl, acc);
 #pragma unroll
     for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -247,7 +249,7 @@ __global__ void __launch_bounds__(kMmThreads)
 }
 
 // Version 2 of down_kernel: the activations are hh's rows (h permuted to fp16, stride hs halves).
-template <class T, int BT>
+template <class T, int BT, bool P>
 __global__ void __launch_bounds__(kMmThreads)
     down2_kernel(const uint8_t* __restrict__ down, size_t row_bytes, int64_t n_ff, int64_t n_embd,
                  const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(kMmThreads)
     if (tid < BT) {
         const bool ok = tid < ti.a_valid;
         const int64_t pos = ti.base + ti.t0 + tid;
-        a_rows[tid] = ok ? hh + pos * hs : nullptr;
+        a_rows[tid] = ok ? hh + pos * (P ? 2 : 1) * hs : nullptr;
         y_rows[tid] = ok ? y + static_cast<int64_t>(sorted[pos]) * n_embd : nullptr;
     }
     stage_table<T>(tbl);
@@ -273,33 +275,35 @@ __global__ void __launch_bounds__(kMmThreads)
     const uint8_t* wrow[1] = {r < n_embd ? down + static_cast<size_t>(ti.e * n_embd + r) * row_bytes
                                          : nullptr};
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile2<T, 1, BT>(wrow, n_ff, a_rows, ti.a_valid, 0, hs / seg::kSegElems, smem2, tbl, acc);
+    mm::mma_tile2<T, 1, BT, P>(wrow, n_ff, a_rows, hs, ti.a_valid, 0, hs / seg::kSegElems, smem2, tbl, acc);
     mm::store_tile2<BT>(acc[0], smem2, y_rows, ti.a_valid, r0, n_embd - r0);
 }
 
-template <class T, int BT>
+template <class T, int BT, bool P>
 void launch_gate_up2(dim3 grid, cudaStream_t stream, const ops::Weight& gate, const ops::Weight& up,
                      int64_t n_embd, int64_t n_ff, int k, const int32_t* counts, const int32_t* offsets,
-                     const int32_t* n_tiles, const int2* tiles, const int32_t* sorted, const __half* xh,
-                     int64_t xs, float* h) {
-    constexpr int kSmem = mm::Layout2<2, BT>::kBytes;
+                     const int32_t* n_tiles, const int2* tiles, const int32_t* sorted, const float* x,
+                     int64_t n_tokens, __half* xh, int64_t xs, float* h) {
+    mm::permute_half<T, P>(x, n_embd, n_tokens, xh, stream);
+    constexpr int kSmem = mm::Layout2<2, BT, P>::kBytes;
     MOX_CUDA_CHECK(
-        cudaFuncSetAttribute(gate_up2_kernel<T, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    gate_up2_kernel<T, BT><<<grid, kMmThreads, kSmem, stream>>>(gate.data, up.data, gate.row_bytes, n_embd,
-                                                                n_ff, k, counts, offsets, n_tiles, tiles,
-                                                                sorted, xh, xs, h);
+        cudaFuncSetAttribute(gate_up2_kernel<T, BT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    gate_up2_kernel<T, BT, P><<<grid, kMmThreads, kSmem, stream>>>(gate.data, up.data, gate.row_bytes, n_embd,
+                                                                   n_ff, k, counts, offsets, n_tiles, tiles,
+                                                                   sorted, xh, xs, h);
     MOX_CUDA_CHECK_LAUNCH("moe gate_up2_kernel");
 }
 
-template <class T, int BT>
+template <class T, int BT, bool P>
 void launch_down2(dim3 grid, cudaStream_t stream, const ops::Weight& down, int64_t n_ff, int64_t n_embd,
                   const int32_t* counts, const int32_t* offsets, const int32_t* n_tiles, const int2* tiles,
-                  const int32_t* sorted, const __half* hh, int64_t hs, float* y) {
-    constexpr int kSmem = mm::Layout2<1, BT>::kBytes;
+                  const int32_t* sorted, const float* h, int64_t n_pairs, __half* hh, int64_t hs, float* y) {
+    mm::permute_half<T, P>(h, n_ff, n_pairs, hh, stream);
+    constexpr int kSmem = mm::Layout2<1, BT, P>::kBytes;
     MOX_CUDA_CHECK(
-        cudaFuncSetAttribute(down2_kernel<T, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    down2_kernel<T, BT><<<grid, kMmThreads, kSmem, stream>>>(down.data, down.row_bytes, n_ff, n_embd, counts,
-                                                             offsets, n_tiles, tiles, sorted, hh, hs, y);
+        cudaFuncSetAttribute(down2_kernel<T, BT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    down2_kernel<T, BT, P><<<grid, kMmThreads, kSmem, stream>>>(
+        down.data, down.row_bytes, n_ff, n_embd, counts, offsets, n_tiles, tiles, sorted, hh, hs, y);
     MOX_CUDA_CHECK_LAUNCH("moe down2_kernel");
 }
 
@@ -345,7 +349,7 @@ size_t moe_batch_workspace_bytes(const ops::Weight& gate, const ops::Weight& dow
 
 void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight& down, const int32_t* ids,
                const float* weights, int64_t n_tokens, int64_t k, const float* x, float* out, void* workspace,
-               StreamHandle stream) {
+               StreamHandle stream, bool precise) {
     check_stack(gate, "gate");
     check_stack(up, "up");
     check_stack(down, "down");
@@ -363,9 +367,10 @@ void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight
         fail("CUDA MoE batch: {} experts (at most {})", n_expert, kMaxGroupExperts);
     if (n_tokens == 0) return;
     const int64_t n_pairs = n_tokens * k;
-    const bool v1 = use_v1();
-    // Token tile: 32 when the experts average <= 24 pairs (the 64-token tile would be mostly padding).
-    const int bt = v1 ? kBT : (n_pairs <= 24 * n_expert ? 32 : 64);
+    const bool v1 = use_v1() && !precise;
+    // Token tile: 32 when the experts average <= 24 pairs (the 64-token tile would be mostly padding)
+    // and always in precise mode (twice the accumulators).
+    const int bt = v1 ? kBT : (precise || n_pairs <= 24 * n_expert ? 32 : 64);
     const int64_t tiles_max = max_tiles(n_pairs, n_expert, bt);
     if (n_pairs > INT32_MAX / 2 || tiles_max > 65535)
         fail("CUDA MoE batch: {} tokens x top {} is past the grid limits", n_tokens, k);
@@ -391,27 +396,32 @@ void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight
 
     if (!v1) {
         const auto n_tiles_grid = static_cast<unsigned>(tiles_max);
+        const int ki = static_cast<int>(k);
         dispatch_type(gate.type, [&](auto tag) {
             using T = decltype(tag);
-            mm::permute_half<T>(x, n_embd, n_tokens, xh, stream);
             const dim3 grid(static_cast<unsigned>((n_ff + kBR - 1) / kBR), n_tiles_grid);
-            if (bt == 32)
-                launch_gate_up2<T, 32>(grid, stream, gate, up, n_embd, n_ff, static_cast<int>(k), counts,
-                                       offsets, n_tiles, tiles, sorted, xh, xs, h);
+            if (precise)
+                launch_gate_up2<T, 32, true>(grid, stream, gate, up, n_embd, n_ff, ki, counts, offsets,
+                                             n_tiles, tiles, sorted, x, n_tokens, xh, xs, h);
+            else if (bt == 32)
+                launch_gate_up2<T, 32, false>(grid, stream, gate, up, n_embd, n_ff, ki, counts, offsets,
+                                              n_tiles, tiles, sorted, x, n_tokens, xh, xs, h);
             else
-                launch_gate_up2<T, 64>(grid, stream, gate, up, n_embd, n_ff, static_cast<int>(k), counts,
-                                       offsets, n_tiles, tiles, sorted, xh, xs, h);
+                launch_gate_up2<T, 64, false>(grid, stream, gate, up, n_embd, n_ff, ki, counts, offsets,
+                                              n_tiles, tiles, sorted, x, n_tokens, xh, xs, h);
         });
         dispatch_type(down.type, [&](auto tag) {
             using T = decltype(tag);
-            mm::permute_half<T>(h, n_ff, n_pairs, hh, stream);
             const dim3 grid(static_cast<unsigned>((n_embd + kBR - 1) / kBR), n_tiles_grid);
-            if (bt == 32)
-                launch_down2<T, 32>(grid, stream, down, n_ff, n_embd, counts, offsets, n_tiles, tiles, sorted,
-                                    hh, hs, y);
+            if (precise)
+                launch_down2<T, 32, true>(grid, stream, down, n_ff, n_embd, counts, offsets, n_tiles, tiles,
+                                          sorted, h, n_pairs, hh, hs, y);
+            else if (bt == 32)
+                launch_down2<T, 32, false>(grid, stream, down, n_ff, n_embd, counts, offsets, n_tiles, tiles,
+                                           sorted, h, n_pairs, hh, hs, y);
             else
-                launch_down2<T, 64>(grid, stream, down, n_ff, n_embd, counts, offsets, n_tiles, tiles, sorted,
-                                    hh, hs, y);
+                launch_down2<T, 64, false>(grid, stream, down, n_ff, n_embd, counts, offsets, n_tiles, tiles,
+                                           sorted, h, n_pairs, hh, hs, y);
         });
         combine_kernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(y, weights, static_cast<int>(k),
                                                                             n_embd, out);

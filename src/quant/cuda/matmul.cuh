@@ -190,10 +190,17 @@ __host__ __device__ inline int64_t xh_stride(int64_t n_in) {
     return (s + kSegsPerChunk - 1) / kSegsPerChunk * kSegsPerChunk * seg::kSegElems;
 }
 
+// Precise mode (P): a value v is carried as two fp16 parts, hi = fp16(v) and lo = fp16((v - hi) 2^11)
+// (scaled so that lo stays a normal fp16 number: v - hi is below 2^-11 |v|); v = hi + lo 2^-11 up to
+// 2^-22 relative. Products of two such values are taken as hi hi + (hi lo + lo hi) 2^-11 (the lo lo
+// term is 2^-22 of the product), in two accumulators.
+inline constexpr float kLoScale = 2048.0f, kLoUnscale = 1.0f / 2048.0f;
+
 // xh[r, 32 g + j] = fp16(x[r, e]) with e the element of position j in segment g (segments.cuh), 0 past
-// n_in or past the last segment. x: [n_rows, n_in] fp32; xh: [n_rows, xh_stride] halves.
+// n_in or past the last segment. x: [n_rows, n_in] fp32; xh: [n_rows, xh_stride] halves, or with P
+// [n_rows, 2, xh_stride] (hi then lo parts of each row).
 // Grid (ceil(stride / 256), min(n_rows, 65535)), 256 threads; rows stride over grid y.
-template <class T>
+template <class T, bool P = false>
 __global__ void __launch_bounds__(256)
     permute_half_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, __half* __restrict__ xh) {
     const int64_t stride = xh_stride<T>(n_in), n_segs = n_segments<T>(n_in);
@@ -206,18 +213,26 @@ __global__ void __launch_bounds__(256)
         e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
         if (e >= n_in) e = -1;
     }
-    for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y)
-        xh[r * stride + p] = __float2half_rn(e >= 0 ? x[r * n_in + e] : 0.0f);
+    for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) {
+        const float v = e >= 0 ? x[r * n_in + e] : 0.0f;
+        const __half hi = __float2half_rn(v);
+        if constexpr (P) {
+            xh[2 * r * stride + p] = hi;
+            xh[(2 * r + 1) * stride + p] = __float2half_rn((v - __half2float(hi)) * kLoScale);
+        } else {
+            xh[r * stride + p] = hi;
+        }
+    }
 }
 
-// Host side: launches permute_half_kernel<T> on `stream` (a cudaStream_t).
-template <class T>
+// Host side: launches permute_half_kernel<T, P> on `stream` (a cudaStream_t).
+template <class T, bool P = false>
 void permute_half(const float* x, int64_t n_in, int64_t n_rows, __half* xh, cudaStream_t stream) {
     if (n_rows == 0) return;
     const int64_t stride = xh_stride<T>(n_in);
     const dim3 grid(static_cast<unsigned>((stride + 255) / 256),
                     static_cast<unsigned>(n_rows < 65535 ? n_rows : 65535));
-    permute_half_kernel<T><<<grid, 256, 0, stream>>>(x, n_in, n_rows, xh);
+    permute_half_kernel<T, P><<<grid, 256, 0, stream>>>(x, n_in, n_rows, xh);
     MOX_CUDA_CHECK_LAUNCH("permute_half_kernel");
 }
 
@@ -275,12 +290,16 @@ struct Shape {
     static constexpr int kFB = kRowsPerWarp / 16;
 };
 
-// Dynamic shared memory: two stages of { x [BT][kLd], w[NW] [kBR][kLd] } halves; after the loop
-// the same bytes hold c [BT][kLdC] floats. Every part starts at a multiple of 32 bytes (WMMA loads).
-template <int NW, int BT>
+// Dynamic shared memory: two stages of { x [parts][BT][kLd], w[NW] [parts][kBR][kLd] } halves (parts:
+// hi, and lo with P); after the loop the same bytes hold c [BT][kLdC] floats. Every part starts at a
+// multiple of 32 bytes (WMMA loads).
+template <int NW, int BT, bool P = false>
 struct Layout2 {
-    static constexpr int kXBytes = BT * kLd * 2;
-    static constexpr int kWBytes = kBR * kLd * 2;
+    static constexpr int kParts = P ? 2 : 1;
+    static constexpr int kXPart = BT * kLd;   // halves from an x hi tile to its lo tile
+    static constexpr int kWPart = kBR * kLd;  // halves from a w hi tile to its lo tile
+    static constexpr int kXBytes = kParts * kXPart * 2;
+    static constexpr int kWBytes = kParts * kWPart * 2;
     static constexpr int kStageBytes = kXBytes + NW * kWBytes;
     static constexpr int kInBytes = 2 * kStageBytes;
     static constexpr int kCBytes = BT * kLdC * 4;
@@ -288,23 +307,49 @@ struct Layout2 {
     static_assert(kXBytes % 128 == 0 && kWBytes % 128 == 0, "stage parts stay aligned");
 };
 
+// Precise mode: one decoded segment as hi and lo fp16 parts (kLoScale above).
+template <class T>
+__device__ __forceinline__ void store_seg_half_split(const seg::Seg& s, __half* hi, __half* lo) {
+    uint4* h4 = reinterpret_cast<uint4*>(hi);
+    uint4* l4 = reinterpret_cast<uint4*>(lo);
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+        uint32_t wh[4], wl[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const int j = 8 * v + 2 * p;
+            float a = s.d[v] * s.q[j], b = s.d[v] * s.q[j + 1];
+            if constexpr (T::kHasMin) a -= s.m[v], b -= s.m[v];
+            const __half2 h = __floats2half2_rn(a, b);
+            const __half2 l =
+                __floats2half2_rn((a - __low2float(h)) * kLoScale, (b - __high2float(h)) * kLoScale);
+            wh[p] = *reinterpret_cast<const uint32_t*>(&h);
+            wl[p] = *reinterpret_cast<const uint32_t*>(&l);
+        }
+        h4[v] = make_uint4(wh[0], wh[1], wh[2], wh[3]);
+        l4[v] = make_uint4(wl[0], wl[1], wl[2], wl[3]);
+    }
+}
+
 // One chunk (segments g0, g0 + 1) into a stage: the activations by cp.async (padding tokens as
 // zeros), this thread's weight segment of each matrix decoded to fp16 (zeros past the row's end).
-template <class T, int NW, int BT>
+// With P, a_rows[i] + lo_off is the lo part of the row, and both parts of both operands are staged.
+template <class T, int NW, int BT, bool P>
 __device__ __forceinline__ void stage_chunk(const uint8_t* const (&wrow)[NW], int64_t n_in, int64_t n_segs,
-                                            const __half* const* a_rows, int64_t g0, unsigned char* stage,
-                                            const float* tbl) {
+                                            const __half* const* a_rows, int64_t lo_off, int64_t g0,
+                                            unsigned char* stage, const float* tbl) {
+    using L = Layout2<NW, BT, P>;
     __half* xs = reinterpret_cast<__half*>(stage);
-    __half* ws = reinterpret_cast<__half*>(stage + Layout2<NW, BT>::kXBytes);
+    __half* ws = reinterpret_cast<__half*>(stage + L::kXBytes);
     const int tid = threadIdx.x;
-    // BT tokens x 8 pieces of 16 bytes (64 halves).
+    // parts x BT tokens x 8 pieces of 16 bytes (64 halves).
 #pragma unroll
-    for (int c = tid; c < BT * 8; c += kMmThreads) {
-        const int i = c >> 3, q = c & 7;
-        __half* dst = xs + i * kLd + q * 8;
+    for (int c = tid; c < L::kParts * BT * 8; c += kMmThreads) {
+        const int part = c / (BT * 8), i = (c >> 3) % BT, q = c & 7;
+        __half* dst = xs + part * L::kXPart + i * kLd + q * 8;
         const __half* a = a_rows[i];
         if (a != nullptr)
-            cp_async16(dst, a + g0 * seg::kSegElems + q * 8);
+            cp_async16(dst, a + part * lo_off + g0 * seg::kSegElems + q * 8);
         else
             *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
@@ -317,15 +362,21 @@ __device__ __forceinline__ void stage_chunk(const uint8_t* const (&wrow)[NW], in
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
         if (do_prefetch && wrow[w] != nullptr) prefetch_block<T>(wrow[w], gp, n_in);
-        __half* dst = ws + (w * kBR + rr) * kLd + rs * 32;
+        __half* dst = ws + w * L::kParts * L::kWPart + rr * kLd + rs * 32;
         if (wrow[w] != nullptr && g < n_segs) {
             seg::Seg s;
             T::load(wrow[w], g, n_in, s, tbl);
-            store_seg_half<T>(s, dst);
+            if constexpr (P)
+                store_seg_half_split<T>(s, dst, dst + L::kWPart);
+            else
+                store_seg_half<T>(s, dst);
         } else {
-            uint4* d4 = reinterpret_cast<uint4*>(dst);
 #pragma unroll
-            for (int v = 0; v < 4; ++v) d4[v] = make_uint4(0, 0, 0, 0);
+            for (int part = 0; part < L::kParts; ++part) {
+                uint4* d4 = reinterpret_cast<uint4*>(dst + part * L::kWPart);
+#pragma unroll
+                for (int v = 0; v < 4; ++v) d4[v] = make_uint4(0, 0, 0, 0);
+            }
         }
     }
 }
@@ -335,14 +386,17 @@ __device__ __forceinline__ void stage_chunk(const uint8_t* const (&wrow)[NW], in
 // of the block call it; it ends with a barrier, after which smem may be reused (store_tile2).
 //   wrow[w]: the weight row this thread decodes (tile row threadIdx.x / 2), nullptr past n_out;
 //   a_rows:  BT pointers (shared memory) to permuted fp16 activation rows (16-byte aligned, from
-//            permute_half), nullptr for padding tokens; a_valid: tokens that exist (then padding).
-template <class T, int NW, int BT>
+//            permute_half), nullptr for padding tokens; a_valid: tokens that exist (then padding);
+//   P:       precise mode: lo_off halves from a row's hi part to its lo part; each chunk's hi x hi
+//            products go to a fresh fragment added to acc in fp32 (round to nearest), so the tensor
+//            cores' own accumulation error stays that of one 64-element chunk.
+template <class T, int NW, int BT, bool P = false>
 __device__ void mma_tile2(const uint8_t* const (&wrow)[NW], int64_t n_in, const __half* const* a_rows,
-                          int a_valid, int64_t g_begin, int64_t g_end, unsigned char* smem, const float* tbl,
-                          AccFrag (&acc)[NW][2][Shape<BT>::kFB]) {
+                          int64_t lo_off, int a_valid, int64_t g_begin, int64_t g_end, unsigned char* smem,
+                          const float* tbl, AccFrag (&acc)[NW][2][Shape<BT>::kFB]) {
     using namespace nvcuda;
     using S = Shape<BT>;
-    using L = Layout2<NW, BT>;
+    using L = Layout2<NW, BT, P>;
     constexpr int kFB = S::kFB;
     const int warp = threadIdx.x / kWarp;
     const int wt = warp % S::kWT, wr = warp / S::kWT;
@@ -355,10 +409,21 @@ __device__ void mma_tile2(const uint8_t* const (&wrow)[NW], int64_t n_in, const 
         for (int a = 0; a < 2; ++a)
 #pragma unroll
             for (int b = 0; b < kFB; ++b) wmma::fill_fragment(acc[w][a][b], 0.0f);
+    // Precise mode only: the (hi lo + lo hi) sums, and this chunk's hi hi sums.
+    constexpr int kNP = P ? NW : 0;
+    AccFrag acc_lo[kNP > 0 ? kNP : 1][2][kFB], acc_chunk[kNP > 0 ? kNP : 1][2][kFB];
+    if constexpr (P) {
+#pragma unroll
+        for (int w = 0; w < NW; ++w)
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int b = 0; b < kFB; ++b) wmma::fill_fragment(acc_lo[w][a][b], 0.0f);
+    }
 
     const int64_t n_steps = (g_end - g_begin) / kSegsPerChunk;
     if (n_steps <= 0) return;  // uniform over the block
-    stage_chunk<T, NW, BT>(wrow, n_in, n_segs, a_rows, g_begin, smem, tbl);
+    stage_chunk<T, NW, BT, P>(wrow, n_in, n_segs, a_rows, lo_off, g_begin, smem, tbl);
     cp_async_wait_all();
     __syncthreads();
 #pragma unroll 1
@@ -367,9 +432,54 @@ __device__ void mma_tile2(const uint8_t* const (&wrow)[NW], int64_t n_in, const 
         // The other stage was last read by the MMAs of step s - 1, which all finished before the
         // barrier that ended that step.
         if (s + 1 < n_steps)  // uniform
-            stage_chunk<T, NW, BT>(wrow, n_in, n_segs, a_rows, g_begin + (s + 1) * kSegsPerChunk,
-                                   smem + ((s + 1) & 1) * L::kStageBytes, tbl);
-        if (warp_active) {  // warp-uniform: sub-tiles of padding tokens only are skipped
+            stage_chunk<T, NW, BT, P>(wrow, n_in, n_segs, a_rows, lo_off, g_begin + (s + 1) * kSegsPerChunk,
+                                      smem + ((s + 1) & 1) * L::kStageBytes, tbl);
+        if (P && warp_active) {
+            const __half* xs = reinterpret_cast<const __half*>(cur);
+            const __half* ws = reinterpret_cast<const __half*>(cur + L::kXBytes);
+#pragma unroll
+            for (int w = 0; w < kNP; ++w)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+#pragma unroll
+                    for (int b = 0; b < kFB; ++b) wmma::fill_fragment(acc_chunk[w][a][b], 0.0f);
+#pragma unroll
+            for (int k0 = 0; k0 < kBK; k0 += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2], fl[2];
+#pragma unroll
+                for (int a = 0; a < 2; ++a) {
+                    wmma::load_matrix_sync(fa[a], xs + (wt * 32 + 16 * a) * kLd + k0, kLd);
+                    wmma::load_matrix_sync(fl[a], xs + L::kXPart + (wt * 32 + 16 * a) * kLd + k0, kLd);
+                }
+#pragma unroll
+                for (int w = 0; w < kNP; ++w) {
+#pragma unroll
+                    for (int b = 0; b < kFB; ++b) {
+                        const __half* wb =
+                            ws + w * L::kParts * L::kWPart + (wr * S::kRowsPerWarp + 16 * b) * kLd + k0;
+                        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb, fbl;
+                        wmma::load_matrix_sync(fb, wb, kLd);
+                        wmma::load_matrix_sync(fbl, wb + L::kWPart, kLd);
+#pragma unroll
+                        for (int a = 0; a < 2; ++a) {
+                            wmma::mma_sync(acc_chunk[w][a][b], fa[a], fb, acc_chunk[w][a][b]);
+                            wmma::mma_sync(acc_lo[w][a][b], fa[a], fbl, acc_lo[w][a][b]);
+                            wmma::mma_sync(acc_lo[w][a][b], fl[a], fb, acc_lo[w][a][b]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int w = 0; w < kNP; ++w)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+#pragma unroll
+                    for (int b = 0; b < kFB; ++b)
+#pragma unroll
+                        for (int i = 0; i < acc_chunk[w][a][b].num_elements; ++i)
+                            acc[w][a][b].x[i] += acc_chunk[w][a][b].x[i];
+        }
+        if (!P && warp_active) {  // warp-uniform: sub-tiles of padding tokens only are skipped
             const __half* xs = reinterpret_cast<const __half*>(cur);
             const __half* ws = reinterpret_cast<const __half*>(cur + L::kXBytes);
 #pragma unroll
@@ -393,6 +503,17 @@ __device__ void mma_tile2(const uint8_t* const (&wrow)[NW], int64_t n_in, const 
         }
         cp_async_wait_all();  // this thread's copies into the next stage have landed ...
         __syncthreads();      // ... and everyone's are visible; this stage's reads are done
+    }
+    if constexpr (P) {
+#pragma unroll
+        for (int w = 0; w < NW; ++w)
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int b = 0; b < kFB; ++b)
+#pragma unroll
+                    for (int i = 0; i < acc[w][a][b].num_elements; ++i)
+                        acc[w][a][b].x[i] += acc_lo[w][a][b].x[i] * kLoUnscale;
     }
 }
 
