@@ -121,6 +121,16 @@ TEST(CudaMatmul, SplitInnerDimension) {
     check_case(TypeId::q5_k, 512, 2048, 70, 207);  // 16 x 2 tiles: 2 splits of 4 chunks
 }
 
+// Token tiles of 128 (version 2 uses them when row tiles x 128-token tiles >= 264 blocks): partial
+// row and token tiles (4100 rows: 33 row tiles, the last with 4 rows; 1029 tokens: 9 tiles, the last
+// with 5), and a float type whose rows end in a partial segment.
+TEST(CudaMatmul, BigTokenTiles) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    check_case(TypeId::q4_k, 256, 4100, 1029, 501);
+    check_case(TypeId::q8_0, 512, 8200, 650, 502);
+    check_case(TypeId::f16, 100, 8193, 600, 503);
+}
+
 // The version-1 kernel (MOX_MATMUL_V1=1) stays available as a fallback and stays correct.
 TEST(CudaMatmul, Version1Fallback) {
     MOX_REQUIRE_CUDA_DEVICE();

@@ -3,7 +3,7 @@
 // blocks resident together share one token tile (the activations stay in L2) while the weights stream.
 //
 // Version 2 (default): x is first permuted to fp16 rows in the weight type's segment order (workspace),
-// then one block per (128 rows, 64 tokens, range of the inner dimension) runs the two-stage pipeline
+// then one block per (128 rows, 64 or 128 tokens, range of the inner dimension) runs the two-stage pipeline
 // of mma_tile2. When the (rows x tokens) tiles alone fill fewer than kTargetBlocks blocks (e.g. 2048 ->
 // 512 at 512 tokens: 32 tiles for 132 SMs) the inner dimension is split over grid z: each split
 // writes its own partial [n_tokens, n_out] slice of the workspace and reduce_kernel adds the slices
@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(kMmThreads)
 }
 
 constexpr int kBT2 = 64;                   // token tile of version 2
+constexpr int kBT2Big = 128;               // ... when 128-token tiles alone fill kTargetBlocks blocks
 constexpr int kBT2Precise = 32;            // token tile of precise mode (twice the accumulators)
 constexpr int64_t kTargetBlocks = 264;     // two blocks on each of the H200's 132 SMs
 constexpr int64_t kMinChunksPerSplit = 4;  // a split covers >= 4 chunks (256 inner elements)
@@ -60,6 +61,7 @@ constexpr int64_t kMinChunksPerSplit = 4;  // a split covers >= 4 chunks (256 in
 // How one call is cut up; a pure function of the type's segment count and the sizes, so that
 // matmul_workspace_bytes and matmul agree.
 struct Plan {
+    int bt;                    // token tile
     int64_t stride;            // halves per permuted activation row (xh_stride)
     int64_t n_chunks;          // chunks of kSegsPerChunk segments per row
     int64_t splits;            // grid z
@@ -73,11 +75,15 @@ struct Plan {
 // smaller batch (the model sizes its workspace once for its largest batch).
 Plan make_plan(int64_t n_segs, int64_t n_out, int64_t n_tokens, bool precise) {
     Plan p{};
-    const int64_t bt = precise ? kBT2Precise : kBT2, parts = precise ? 2 : 1;
+    const int64_t parts = precise ? 2 : 1;
     p.n_chunks = (n_segs + mm::kSegsPerChunk - 1) / mm::kSegsPerChunk;
     p.stride = p.n_chunks * mm::kSegsPerChunk * seg::kSegElems;
     p.xh_bytes = (static_cast<size_t>(n_tokens * p.stride * parts) * 2 + 255) / 256 * 256;
-    const int64_t row_tiles = (n_out + kBR - 1) / kBR, token_tiles = (n_tokens + bt - 1) / bt;
+    const int64_t row_tiles = (n_out + kBR - 1) / kBR;
+    // Bigger token tiles decode each weight for more tokens, as long as the grid stays full.
+    p.bt = precise ? kBT2Precise
+                   : (row_tiles * ((n_tokens + kBT2Big - 1) / kBT2Big) >= kTargetBlocks ? kBT2Big : kBT2);
+    const int64_t token_tiles = (n_tokens + p.bt - 1) / p.bt;
     const bool can_split = p.n_chunks >= 2 * kMinChunksPerSplit && row_tiles < kTargetBlocks;
     const int64_t cap_rows = kBT2 * ((2 * kTargetBlocks + row_tiles - 1) / row_tiles);
     p.part_bytes = can_split ? static_cast<size_t>(cap_rows * n_out) * 4 : 0;
@@ -211,6 +217,8 @@ void matmul(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
         };
         if (precise)
             launch(std::integral_constant<int, kBT2Precise>{}, std::true_type{});
+        else if (p.bt == kBT2Big)
+            launch(std::integral_constant<int, kBT2Big>{}, std::false_type{});
         else
             launch(std::integral_constant<int, kBT2>{}, std::false_type{});
         if (p.splits > 1) {

@@ -179,7 +179,8 @@ __device__ __forceinline__ void store_tile(AccFrag (&acc)[2][2], unsigned char* 
 //   - two shared-memory stages: while the warps run the MMAs of chunk s, the same warps have already
 //     issued the cp.async of chunk s + 1's activations and decoded its weights into the other stage,
 //     so one barrier per chunk instead of two and global latency overlaps tensor-core work;
-//   - the token tile BT is 32 or 64 (the MoE experts see ~16 tokens each at 512-token prefill);
+//   - the token tile BT is 32, 64 or 128 (the MoE experts see ~16 tokens each at 512-token prefill;
+//     big dense batches decode each weight once per 128 tokens);
 //   - the inner dimension of a block is a range of chunks [g_begin, g_end) (split-K in matmul.cu).
 // The fp16 operands are the same values as version 1's, so each MMA sees the same products.
 
@@ -280,10 +281,11 @@ __device__ __forceinline__ void prefetch_block(const uint8_t* row, int64_t g, in
 inline constexpr int kPrefetchSegs = 8;
 
 // Warp arrangement of a BT x kBR tile: kWT warps along tokens (32 tokens each), kWR along rows, each
-// warp kFB fragments of 16 rows (BT 64: 2 x 4 warps of 32 x 32; BT 32: 1 x 8 warps of 32 x 16).
+// warp kFB fragments of 16 rows (BT 128: 4 x 2 warps of 32 x 64; BT 64: 2 x 4 warps of 32 x 32;
+// BT 32: 1 x 8 warps of 32 x 16).
 template <int BT>
 struct Shape {
-    static_assert(BT == 32 || BT == 64, "token tile of 32 or 64");
+    static_assert(BT == 32 || BT == 64 || BT == 128, "token tile of 32, 64 or 128");
     static constexpr int kWT = BT / 32;
     static constexpr int kWR = (kMmThreads / kWarp) / kWT;
     static constexpr int kRowsPerWarp = kBR / kWR;
