@@ -65,11 +65,12 @@ void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights,
 //   out[t, :] = sum_i weights[t, i] * down_e(silu(gate_e x_t) * up_e x_t),  e = ids[t, i], i < k.
 // ids, weights: [n_tokens, k] device (route_softmax_topk's output); x, out: [n_tokens, n_embd] fp32
 // (out overwritten). The grouping happens on the device (no host sync). workspace: device scratch of
-// moe_batch_workspace_bytes(...) bytes. Tolerance: fp16/bf16 operand rounding (about 1e-3 relative).
-size_t moe_batch_workspace_bytes(const ops::Weight& gate, const ops::Weight& down, int64_t n_tokens,
-                                 int64_t k);
+// moe_batch_workspace_bytes(...) bytes. Tolerance: fp16 operand rounding (about 1e-3 relative);
+// precise = true carries both operands as two fp16 parts (three MMAs per product): about 1e-5
+// relative at 2-3x the time.
+size_t moe_batch_workspace_bytes(const ops::Weight& gate, const ops::Weight& down, int64_t n_tokens, int64_t k);
 void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight& down, const int32_t* ids,
                const float* weights, int64_t n_tokens, int64_t k, const float* x, float* out, void* workspace,
-               StreamHandle stream = nullptr);
+               StreamHandle stream = nullptr, bool precise = false);
 
 }  // namespace mox::cuda

@@ -20,8 +20,10 @@ size_t matmul_workspace_bytes(quant::TypeId type, int64_t n_in, int64_t n_out, i
 // y[t * n_out + r] = sum_i W[r, i] * x[t * n_in + i] for t < n_tokens, r < n_out. w: n_out rows of
 // row_bytes on the device (16 bytes of slack after the last row, as cuda::upload_weight leaves);
 // x, y fp32 device. workspace: matmul_workspace_bytes(...) bytes of device scratch.
-// Tolerance vs the fp32 reference: fp16/bf16 operand rounding (about 1e-3 relative).
+// Tolerance vs the fp32 reference: fp16 operand rounding (about 1e-3 of sum |w x| per output, ~3e-4
+// relative L2). precise = true: both operands carried as two fp16 parts (x = hi + lo, likewise each
+// decoded weight) and three MMAs per product, for about 1e-5 relative at 2-3x the time.
 void matmul(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
-            int64_t n_tokens, float* y, void* workspace, StreamHandle stream = nullptr);
+            int64_t n_tokens, float* y, void* workspace, StreamHandle stream = nullptr, bool precise = false);
 
 }  // namespace mox::cuda

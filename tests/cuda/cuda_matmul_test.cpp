@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace mox::cuda {
 
@@ -26,9 +27,16 @@ const TypeId kTypes[] = {TypeId::f32,    TypeId::f16,   TypeId::bf16,  TypeId::q
 // (+ a small absolute term for fp16 subnormals). A weight decoded or paired wrongly moves a result by
 // about one term, which for n_in = 256 is far above that bound. The whole output's relative L2 error
 // must also stay below 1e-3 (typically ~3e-4: the rounding errors are not all of one sign).
-void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint32_t seed) {
+//
+// Precise mode: each operand is hi + lo fp16 parts (representation error <= 2^-22 relative, the
+// dropped lo x lo term 2^-22 of the product), chunks of 64 products summed by the tensor cores
+// (<= a few ulp of fp32) and chunk sums added in fp32: |err| <= 2e-5 sum |w_i x_i| (about 5x above the
+// worst case of those terms) and relative L2 below 2e-5 (typically ~1e-6).
+void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint32_t seed,
+                bool precise = false) {
     const auto& tr = quant::traits(type);
-    SCOPED_TRACE(fmt::format("{} n_in={} n_out={} tokens={}", tr.name, n_in, n_out, n_tokens));
+    SCOPED_TRACE(
+        fmt::format("{} n_in={} n_out={} tokens={} precise={}", tr.name, n_in, n_out, n_tokens, precise));
     const size_t rb = quant::row_bytes(type, n_in);
     auto wf = test::randn(static_cast<size_t>(n_in * n_out), seed);
     for (int64_t r = 0; r < n_out; ++r)  // rows of different magnitude, so block scales differ
@@ -50,7 +58,8 @@ void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint
     const std::vector<float> poison(static_cast<size_t>(n_out * n_tokens), std::nanf(""));
     DeviceBuffer dy = test::to_device(poison);  // unwritten outputs stay NaN and fail
     DeviceBuffer ws(std::max<size_t>(1, matmul_workspace_bytes(type, n_in, n_out, n_tokens)));
-    matmul(type, dw.view.data, rb, n_in, n_out, dx.as<float>(), n_tokens, dy.as<float>(), ws.data());
+    matmul(type, dw.view.data, rb, n_in, n_out, dx.as<float>(), n_tokens, dy.as<float>(), ws.data(), nullptr,
+           precise);
     const auto y = test::to_host<float>(dy, static_cast<size_t>(n_out * n_tokens));
 
     int bad = 0;
@@ -66,12 +75,13 @@ void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint
             const double got = y[t * n_out + r];
             err2 += (got - ref) * (got - ref);
             ref2 += ref * ref;
-            if (!(std::fabs(got - ref) <= 1.25e-3 * mag + 1e-5) && bad++ < 5)
+            const double bound = precise ? 2e-5 * mag + 1e-7 : 1.25e-3 * mag + 1e-5;
+            if (!(std::fabs(got - ref) <= bound) && bad++ < 5)
                 ADD_FAILURE() << "token " << t << " row " << r << ": got " << got << ", reference " << ref
                               << " (sum |w x| " << mag << ")";
         }
     }
-    EXPECT_LT(std::sqrt(err2 / ref2), 1e-3);
+    EXPECT_LT(std::sqrt(err2 / ref2), precise ? 2e-5 : 1e-3);
 }
 
 }  // namespace
@@ -94,6 +104,58 @@ TEST(CudaMatmul, MatchesReferenceEveryType) {
         check_case(type, n_mid, 64, 33, seed++);
         check_case(type, n_small, 200, 130, seed++);  // three token tiles, the last with 2 tokens
     }
+}
+
+// Version 2 splits the inner dimension over blocks when the row x token tiles are few (fewer than
+// 264 blocks, at least 8 chunks of 64 inner elements): these shapes land on uneven splits (the last
+// one shorter), a padding chunk at the row's end (an odd number of 32-element segments), one token,
+// one output row and odd n_out.
+TEST(CudaMatmul, SplitInnerDimension) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    check_case(TypeId::q8_0, 544, 1, 1, 201);      // 17 segments: 9 chunks, 2 splits, padded last chunk
+    check_case(TypeId::q8_0, 544, 131, 63, 202);   // 2 x 1 tiles
+    check_case(TypeId::q4_k, 1792, 77, 65, 203);   // 56 segments: 28 chunks over 7 splits of 4
+    check_case(TypeId::q6_k, 4096, 127, 5, 204);   // 64 chunks over 16 splits of 4
+    check_case(TypeId::f16, 1000, 255, 129, 205);  // 32 segments (the last partial), 4 splits
+    check_case(TypeId::iq4_xs, 512, 3, 200, 206);  // exactly 8 chunks: 2 splits of 4
+    check_case(TypeId::q5_k, 512, 2048, 70, 207);  // 16 x 2 tiles: 2 splits of 4 chunks
+}
+
+// Token tiles of 128 (version 2 uses them when row tiles x 128-token tiles >= 264 blocks): partial
+// row and token tiles (4100 rows: 33 row tiles, the last with 4 rows; 1029 tokens: 9 tiles, the last
+// with 5), and a float type whose rows end in a partial segment.
+TEST(CudaMatmul, BigTokenTiles) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    check_case(TypeId::q4_k, 256, 4100, 1029, 501);
+    check_case(TypeId::q8_0, 512, 8200, 650, 502);
+    check_case(TypeId::f16, 100, 8193, 600, 503);
+}
+
+// The version-1 kernel (MOX_MATMUL_V1=1) stays available as a fallback and stays correct.
+TEST(CudaMatmul, Version1Fallback) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    setenv("MOX_MATMUL_V1", "1", 1);
+    check_case(TypeId::q4_k, 768, 129, 16, 301);
+    check_case(TypeId::bf16, 777, 200, 130, 302);
+    unsetenv("MOX_MATMUL_V1");
+}
+
+// Precise mode on every type (quantized weights are split too: a decoded d q - m is not an fp16
+// number in general), token tiles of 32 (1, 31, 32, 33 tokens), split and unsplit inner dimensions.
+TEST(CudaMatmul, PreciseEveryType) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    uint32_t seed = 401;
+    for (TypeId type : kTypes) {
+        const int64_t be = quant::traits(type).block_elems;
+        const int64_t n_small = be == 1 ? 100 : std::max<int64_t>(be, 256);
+        const int64_t n_mid = be == 1 ? 777 : 768;
+        check_case(type, n_small, 100, 1, seed++, true);
+        check_case(type, n_mid, 129, 31, seed++, true);  // split inner dimension
+        check_case(type, n_small, 200, 33, seed++, true);
+    }
+    check_case(TypeId::q4_k, 2048, 512, 32, seed++, true);  // the model's 2048 -> 512, split
+    check_case(TypeId::bf16, 2048, 300, 65, seed++, true);
+    check_case(TypeId::q6_k, 4096, 256, 40, seed++, true);
 }
 
 TEST(CudaMatmul, ModelSizes) {
@@ -123,20 +185,24 @@ float time_ms(int reps, Fn&& fn) {
     return ms[ms.size() / 2];
 }
 
-void bench(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens) {
+void bench(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, bool precise = false) {
     const size_t rb = quant::row_bytes(type, n_in);
     DeviceBuffer w(rb * static_cast<size_t>(n_out) + 16), x(static_cast<size_t>(n_in * n_tokens) * 4),
-        y(static_cast<size_t>(n_out * n_tokens) * 4);
+        y(static_cast<size_t>(n_out * n_tokens) * 4),
+        ws(std::max<size_t>(1, matmul_workspace_bytes(type, n_in, n_out, n_tokens)));
     w.zero();  // speed does not depend on the values
     x.zero();
     const float ms = time_ms(10, [&] {
-        matmul(type, w.data(), rb, n_in, n_out, x.as<float>(), n_tokens, y.as<float>(), nullptr);
+        matmul(type, w.data(), rb, n_in, n_out, x.as<float>(), n_tokens, y.as<float>(), ws.data(), nullptr,
+               precise);
     });
     const double flops = 2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * n_tokens;
     std::printf(
-        "%s", fmt::format("[bench] matmul {:<6} {:>5} -> {:>5}, {:>4} tokens: {:8.3f} ms  {:7.1f} TFLOP/s\n",
-                          quant::traits(type).name, n_in, n_out, n_tokens, ms, flops / (ms * 1e-3) / 1e12)
-                  .c_str());
+        "%s",
+        fmt::format("[bench] matmul {:<6} {:>5} -> {:>5}, {:>4} tokens{}: {:8.3f} ms  {:7.1f} TFLOP/s\n",
+                    quant::traits(type).name, n_in, n_out, n_tokens, precise ? " precise" : "", ms,
+                    flops / (ms * 1e-3) / 1e12)
+            .c_str());
 }
 
 }  // namespace
@@ -150,7 +216,10 @@ TEST(CudaBench, MatmulTflops) {
         bench(TypeId::q4_k, 2048, 512, n_tokens);
         bench(TypeId::q5_k, 512, 2048, n_tokens);
         bench(TypeId::bf16, 2048, 8192, n_tokens);
+        bench(TypeId::q4_k, 2048, 8192, n_tokens / 4);
     }
+    bench(TypeId::q4_k, 2048, 8192, 512, true);
+    bench(TypeId::q4_k, 2048, 512, 512, true);
 }
 
 }  // namespace mox::cuda

@@ -12,10 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <utility>
 
 namespace mox::cuda {
 
@@ -45,11 +47,12 @@ HostStack make_stack(TypeId type, int64_t n_in, int64_t n_out, int64_t n_expert,
     return s;
 }
 
-enum class Pattern { random, few_experts, one_expert };
+enum class Pattern { random, few_experts, one_expert, cyclic };
 
 // k distinct experts per token with positive weights summing to 1. few_experts: only the first
 // max(k, 5) experts are ever chosen (the rest get no token); one_expert: slot 0 of every token is
-// expert n_expert / 2.
+// expert n_expert / 2; cyclic: slot i of token t is expert (t k + i) % n_expert, so every expert
+// gets floor or ceil of n_tokens k / n_expert pairs.
 ops::Routing make_routing(int64_t n_tokens, int64_t n_expert, int64_t k, Pattern pattern, uint32_t seed) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uw(0.1f, 1.0f);
@@ -62,6 +65,9 @@ ops::Routing make_routing(int64_t n_tokens, int64_t n_expert, int64_t k, Pattern
     for (int64_t t = 0; t < n_tokens; ++t) {
         std::iota(all.begin(), all.end(), 0);
         std::shuffle(all.begin(), all.end(), rng);
+        if (pattern == Pattern::cyclic)
+            for (int64_t i = 0; i < k; ++i)
+                all[static_cast<size_t>(i)] = static_cast<int32_t>((t * k + i) % n_expert);
         if (pattern == Pattern::one_expert) {
             const auto fixed = static_cast<int32_t>(n_expert / 2);
             std::iter_swap(all.begin(), std::find(all.begin(), all.end(), fixed));
@@ -81,7 +87,9 @@ ops::Routing make_routing(int64_t n_tokens, int64_t n_expert, int64_t k, Pattern
 // out vs ref: relative L2 error below 3e-3 (two fp16-rounded products in a row, each ~1e-3 at
 // worst, typically a few 1e-4), and no element off by more than 1% of the largest |ref| (a lost or
 // doubled slot moves elements by a sizeable part of their value).
-void expect_close(const std::vector<float>& got, const std::vector<float>& ref) {
+// Precise mode: relative L2 below 3e-5 and elements within 1e-4 of the largest |ref| (both operands
+// carried to ~2^-22; the rest is fp32 summation, here and in the CPU reference).
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, bool precise = false) {
     ASSERT_EQ(got.size(), ref.size());
     double err2 = 0, ref2 = 0, ref_max = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
@@ -89,18 +97,19 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref) 
         ref2 += double(ref[i]) * ref[i];
         ref_max = std::max(ref_max, std::fabs(double(ref[i])));
     }
-    EXPECT_LT(std::sqrt(err2 / ref2), 3e-3);
+    EXPECT_LT(std::sqrt(err2 / ref2), precise ? 3e-5 : 3e-3);
     int bad = 0;
     for (size_t i = 0; i < ref.size(); ++i)
-        if (!(std::fabs(double(got[i]) - ref[i]) <= 1e-2 * ref_max) && bad++ < 5)
+        if (!(std::fabs(double(got[i]) - ref[i]) <= (precise ? 1e-4 : 1e-2) * ref_max) && bad++ < 5)
             ADD_FAILURE() << "element " << i << ": got " << got[i] << ", reference " << ref[i];
 }
 
 void check_batch(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_ff, int64_t n_expert,
-                 int64_t k, int64_t n_tokens, Pattern pattern, uint32_t seed) {
-    SCOPED_TRACE(fmt::format("gate/up {} down {} n_embd={} n_ff={} experts={} k={} tokens={} pattern={}",
-                             quant::type_name(gate_up_type), quant::type_name(down_type), n_embd, n_ff,
-                             n_expert, k, n_tokens, static_cast<int>(pattern)));
+                 int64_t k, int64_t n_tokens, Pattern pattern, uint32_t seed, bool precise = false) {
+    SCOPED_TRACE(
+        fmt::format("gate/up {} down {} n_embd={} n_ff={} experts={} k={} tokens={} pattern={} precise={}",
+                    quant::type_name(gate_up_type), quant::type_name(down_type), n_embd, n_ff, n_expert, k,
+                    n_tokens, static_cast<int>(pattern), precise));
     HostStack gate = make_stack(gate_up_type, n_embd, n_ff, n_expert, seed, 0.05f);
     HostStack up = make_stack(gate_up_type, n_embd, n_ff, n_expert, seed + 1, 0.05f);
     HostStack down = make_stack(down_type, n_ff, n_embd, n_expert, seed + 2, 0.05f);
@@ -123,10 +132,10 @@ void check_batch(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t 
         const std::vector<float> poison(ref.size(), std::nanf(""));
         DeviceBuffer dout = test::to_device(poison);  // unwritten outputs stay NaN and fail
         moe_batch(dg.view, du.view, dd.view, di.as<int32_t>(), dw.as<float>(), n_tokens, k, dx.as<float>(),
-                  dout.as<float>(), ws.data());
+                  dout.as<float>(), ws.data(), nullptr, precise);
         runs.push_back(test::to_host<float>(dout, ref.size()));
     }
-    expect_close(runs[0], ref);
+    expect_close(runs[0], ref, precise);
     EXPECT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), ref.size() * sizeof(float)))
         << "two runs differ";
 }
@@ -147,10 +156,49 @@ TEST(CudaMoeBatch, MatchesCpuMoeFfn) {
     check_batch(TypeId::iq4_nl, TypeId::q4_k, 512, 256, 20, 8, 200, Pattern::few_experts, 80);
 }
 
+// Version 2 picks a token tile of 32 when the experts average <= 24 pairs, else 64. These cases put
+// tile boundaries where they can break: every expert with 1..3 pairs, one expert with exactly 32,
+// 33, 64 or 65 pairs (the rest few), both tile sizes, odd n_ff / n_embd of float types.
+TEST(CudaMoeBatch, TileBoundaries) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // Tile 32, every expert 1 (k = 1) / 2 / 3 pairs.
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 16, 1, 16, Pattern::cyclic, 110);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 512, 256, 16, 2, 16, Pattern::cyclic, 111);
+    check_batch(TypeId::q8_0, TypeId::q5_k, 256, 256, 16, 3, 16, Pattern::cyclic, 112);
+    // Tile 32: expert 4 gets exactly 32, then 33 pairs (8 experts, 64 / 66 pairs).
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 8, 2, 32, Pattern::one_expert, 113);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 8, 2, 33, Pattern::one_expert, 114);
+    // Tile 64 (2 experts, > 24 pairs each): expert 1 gets exactly 64, then 65 pairs.
+    check_batch(TypeId::iq4_xs, TypeId::q4_k, 256, 256, 2, 1, 64, Pattern::one_expert, 115);
+    check_batch(TypeId::iq4_xs, TypeId::q4_k, 256, 256, 2, 1, 65, Pattern::one_expert, 116);
+    // Tile 64 with every expert at 32 / 33 pairs (cyclic), float types with odd sizes.
+    check_batch(TypeId::bf16, TypeId::f32, 200, 136, 4, 2, 64, Pattern::cyclic, 117);
+    check_batch(TypeId::f16, TypeId::q8_0, 96, 160, 4, 3, 44, Pattern::cyclic, 118);
+}
+
+// Precise mode (token tile 32, hi + lo operands) against the fp32 CPU reference.
+TEST(CudaMoeBatch, Precise) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 32, 8, 100, Pattern::random, 130, true);
+    check_batch(TypeId::q8_0, TypeId::q5_k, 256, 256, 16, 3, 16, Pattern::cyclic, 131, true);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 8, 2, 33, Pattern::one_expert, 132, true);
+    check_batch(TypeId::bf16, TypeId::f32, 200, 136, 4, 2, 64, Pattern::cyclic, 133, true);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 10, 8, 40, Pattern::random, 134, true);
+}
+
+// The version-1 kernels (MOX_MATMUL_V1=1) stay available as a fallback and stay correct.
+TEST(CudaMoeBatch, Version1Fallback) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    setenv("MOX_MATMUL_V1", "1", 1);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 32, 8, 100, Pattern::random, 120);
+    unsetenv("MOX_MATMUL_V1");
+}
+
 TEST(CudaMoeBatch, ModelSizes) {
     MOX_REQUIRE_CUDA_DEVICE();
     // Qwen3.6-35B-A3B's expert shapes (fewer experts, to keep the CPU reference short).
-    check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 10, 8, 64, Pattern::random, 90);
+    check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 10, 8, 64, Pattern::random, 90);  // tile 64
+    check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 32, 8, 64, Pattern::random, 91);  // tile 32, ~16 each
 }
 
 TEST(CudaBench, MoeBatchTflops) {
@@ -175,7 +223,8 @@ TEST(CudaBench, MoeBatchTflops) {
     gate.data = static_cast<const uint8_t*>(gbuf->data());
     up.data = static_cast<const uint8_t*>(ubuf->data());
     down.data = static_cast<const uint8_t*>(dbuf->data());
-    for (int64_t n_tokens : {512, 4096}) {
+    const std::pair<int64_t, bool> cases[] = {{512, false}, {4096, false}, {512, true}};  // tokens, precise
+    for (const auto& [n_tokens, precise] : cases) {
         const ops::Routing r = make_routing(n_tokens, n_expert, k, Pattern::random, 7);
         DeviceBuffer di = test::to_device(r.ids), dw = test::to_device(r.weights);
         DeviceBuffer x(static_cast<size_t>(n_tokens * n_embd) * 4),
@@ -184,7 +233,7 @@ TEST(CudaBench, MoeBatchTflops) {
         DeviceBuffer ws(moe_batch_workspace_bytes(gate, down, n_tokens, k));
         const auto once = [&] {
             moe_batch(gate, up, down, di.as<int32_t>(), dw.as<float>(), n_tokens, k, x.as<float>(),
-                      out.as<float>(), ws.data());
+                      out.as<float>(), ws.data(), nullptr, precise);
         };
         for (int i = 0; i < 3; ++i) once();
         std::vector<float> ms;
@@ -199,10 +248,12 @@ TEST(CudaBench, MoeBatchTflops) {
         std::sort(ms.begin(), ms.end());
         const double flops =
             2.0 * 3.0 * static_cast<double>(n_tokens * k) * static_cast<double>(n_embd * n_ff);
-        std::printf("%s", fmt::format("[bench] moe_batch Q4_K/Q6_K 256 experts top-8 2048x512, {:>4} tokens: "
-                                      "{:8.3f} ms  {:7.1f} TFLOP/s\n",
-                                      n_tokens, ms[ms.size() / 2], flops / (ms[ms.size() / 2] * 1e-3) / 1e12)
-                              .c_str());
+        std::printf("%s",
+                    fmt::format("[bench] moe_batch Q4_K/Q6_K 256 experts top-8 2048x512, {:>4} tokens{}: "
+                                "{:8.3f} ms  {:7.1f} TFLOP/s\n",
+                                n_tokens, precise ? " precise" : "", ms[ms.size() / 2],
+                                flops / (ms[ms.size() / 2] * 1e-3) / 1e12)
+                        .c_str());
     }
 }
 

@@ -11,6 +11,12 @@
 //   3. down_kernel: grid (n_embd / 128, tiles): down of the expert over h's contiguous rows, each
 //      result row written to y [n_pairs, n_embd] at the pair's own index t * k + i.
 //   4. combine_kernel: out[t] = sum_i weights[t, i] * y[t * k + i] in slot order (no atomics).
+// Version 2 (default; MOX_MATMUL_V1=1 selects the version-1 kernels above for both products): x is
+// first permuted to fp16 in the gate type's segment order (xh), and h, after gate_up, to fp16 in the
+// down type's order (hh), so both products run the two-stage cp.async pipeline of mma_tile2; the
+// token tile is 32 when the experts average <= 24 pairs (512-token prefill: ~16), else 64.
+// Precise mode (precise = true): tile 32 and both operands of both products as hi + lo fp16 parts
+// (quant/cuda/matmul.cuh): about 1e-5 relative instead of 1e-3, at 2-3x the time.
 // Each pair's value depends only on its own row's data (the MMA of one output element does not
 // depend on its position in the tile), so the result is the same whatever order the sort leaves
 // the pairs of one expert in.
@@ -18,6 +24,7 @@
 #include "quant/cuda/matmul.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace mox::cuda {
 
@@ -36,15 +43,20 @@ size_t align_up(size_t n) {
 
 // Workspace layout (each part 256-byte aligned).
 struct Parts {
-    size_t counts, offsets, n_tiles, tiles, sorted, h, y, total;
+    size_t counts, offsets, n_tiles, tiles, sorted, h, y, xh, hh, total;
 };
 
-int64_t max_tiles(int64_t n_pairs, int64_t n_expert) {
-    // sum_e ceil(c_e / kBT) <= (n_pairs + nonempty * (kBT - 1)) / kBT, nonempty <= min(n_expert, n_pairs).
-    return (n_pairs + std::min(n_expert, n_pairs) * (kBT - 1)) / kBT;
+int64_t max_tiles(int64_t n_pairs, int64_t n_expert, int64_t bt) {
+    // sum_e ceil(c_e / bt) <= (n_pairs + nonempty * (bt - 1)) / bt, nonempty <= min(n_expert, n_pairs).
+    return (n_pairs + std::min(n_expert, n_pairs) * (bt - 1)) / bt;
 }
 
-Parts layout(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t n_pairs) {
+constexpr int kSmallBT = 32;  // the smallest token tile: the tile list is sized for it
+
+// Layout for n_pairs = n_tokens * k; xh_stride / hh_stride: halves per permuted row of x (gate
+// type's order) and of h (down type's order), from mm::xh_stride.
+Parts layout(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t n_tokens, int64_t n_pairs,
+             int64_t xh_stride, int64_t hh_stride) {
     Parts p{};
     size_t at = 0;
     const auto take = [&](size_t bytes) {
@@ -55,20 +67,23 @@ Parts layout(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t n_pairs) {
     p.counts = take(static_cast<size_t>(n_expert) * 4);
     p.offsets = take(static_cast<size_t>(n_expert) * 4);
     p.n_tiles = take(4);
-    p.tiles = take(static_cast<size_t>(max_tiles(n_pairs, n_expert)) * sizeof(int2));
+    p.tiles = take(static_cast<size_t>(max_tiles(n_pairs, n_expert, kSmallBT)) * sizeof(int2));
     p.sorted = take(static_cast<size_t>(n_pairs) * 4);
     p.h = take(static_cast<size_t>(n_pairs * n_ff) * 4);
     p.y = take(static_cast<size_t>(n_pairs * n_embd) * 4);
+    p.xh = take(static_cast<size_t>(n_tokens * xh_stride) * 2 * 2);  // hi and lo parts in precise mode
+    p.hh = take(static_cast<size_t>(n_pairs * hh_stride) * 2 * 2);
     p.total = at;
     return p;
 }
 
-// One block: counts per expert (shared-memory integer atomics: exact), a serial scan by thread 0
-// (n_expert steps, a few microseconds at 256 experts), the tile list, then the scatter.
+// One block (bt: the token tile of the products): counts per expert (shared-memory integer atomics: exact), a
+// serial scan by thread 0 (n_expert steps, a few microseconds at 256 experts), the tile list, then the
+// scatter.
 __global__ void __launch_bounds__(kGroupThreads)
     group_kernel(const int32_t* __restrict__ ids, int n_pairs, int n_expert, int32_t* __restrict__ counts,
                  int32_t* __restrict__ offsets, int32_t* __restrict__ n_tiles, int2* __restrict__ tiles,
-                 int32_t* __restrict__ sorted) {
+                 int32_t* __restrict__ sorted, int bt) {
     extern __shared__ int gsm[];
     int* cnt = gsm;                  // [n_expert] pairs per expert
     int* cur = gsm + n_expert;       // [n_expert] scatter cursor, starts at the expert's offset
@@ -88,7 +103,7 @@ __global__ void __launch_bounds__(kGroupThreads)
             cur[e] = off;
             toff[e] = t;
             off += cnt[e];
-            t += (cnt[e] + kBT - 1) / kBT;
+            t += (cnt[e] + bt - 1) / bt;
         }
         *n_tiles = t;
     }
@@ -96,8 +111,8 @@ __global__ void __launch_bounds__(kGroupThreads)
     for (int e = tid; e < n_expert; e += blockDim.x) {
         counts[e] = cnt[e];
         offsets[e] = cur[e];
-        const int nt = (cnt[e] + kBT - 1) / kBT;
-        for (int j = 0; j < nt; ++j) tiles[toff[e] + j] = make_int2(e, j * kBT);
+        const int nt = (cnt[e] + bt - 1) / bt;
+        for (int j = 0; j < nt; ++j) tiles[toff[e] + j] = make_int2(e, j * bt);
     }
     __syncthreads();  // cur[] is read above before the scatter below advances it
     for (int p = tid; p < n_pairs; p += blockDim.x) {
@@ -110,6 +125,7 @@ __global__ void __launch_bounds__(kGroupThreads)
 struct TileInfo {
     int e, base, t0, a_valid;
 };
+template <int BT = kBT>
 __device__ __forceinline__ bool load_tile(const int32_t* counts, const int32_t* offsets,
                                           const int32_t* n_tiles, const int2* tiles, TileInfo& ti) {
     if (static_cast<int>(blockIdx.y) >= *n_tiles) return false;
@@ -117,7 +133,7 @@ __device__ __forceinline__ bool load_tile(const int32_t* counts, const int32_t* 
     ti.e = t.x;
     ti.t0 = t.y;
     ti.base = offsets[t.x];
-    ti.a_valid = min(kBT, counts[t.x] - t.y);
+    ti.a_valid = min(BT, counts[t.x] - t.y);
     return true;
 }
 
@@ -190,6 +206,119 @@ __global__ void __launch_bounds__(kMmThreads)
     mm::store_tile(acc[0], smem, y_rows, ti.a_valid, r0, n_embd - r0);
 }
 
+// Version 2 of gate_up_kernel: the tile's activations are rows of xh (x permuted to fp16, stride
+// xs halves), the pipeline is mma_tile2 with a token tile of BT.
+template <class T, int BT, bool P>
+__global__ void __launch_bounds__(kMmThreads)
+    gate_up2_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t row_bytes,
+                    int64_t n_embd, int64_t n_ff, int k, const int32_t* __restrict__ counts,
+                    const int32_t* __restrict__ offsets, const int32_t* __restrict__ n_tiles,
+                    const int2* __restrict__ tiles, const int32_t* __restrict__ sorted,
+                    const __half* __restrict__ xh, int64_t xs, float* __restrict__ h) {
+    extern __shared__ __align__(128) unsigned char smem2[];
+    __shared__ const __half* a_rows[BT];
+    __shared__ float* y_rows[BT];
+    __shared__ float tbl[16];
+    TileInfo ti;
+    if (!load_tile<BT>(counts, offsets, n_tiles, tiles, ti)) return;  // uniform over the block
+    const int tid = threadIdx.x;
+    if (tid < BT) {
+        const bool ok = tid < ti.a_valid;
+        const int64_t pos = ti.base + ti.t0 + tid;  // sorted position of the pair
+        a_rows[tid] = ok ? xh + static_cast<int64_t>(sorted[pos] / k) * (P ? 2 : 1) * xs : nullptr;
+        y_rows[tid] = ok ? h + pos * n_ff : nullptr;
+    }
+    stage_table<T>(tbl);
+    __syncthreads();
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBR, r = r0 + (tid >> 1);
+    const size_t off = static_cast<size_t>(ti.e * n_ff + r) * row_bytes;
+    const uint8_t* wrow[2] = {r < n_ff ? gate + off : nullptr, r < n_ff ? up + off : nullptr};
+    constexpr int kFB = mm::Shape<BT>::kFB;
+    mm::AccFrag acc[2][2][kFB];
+    mm::mma_tile2<T, 2, BT, P>(wrow, n_embd, a_rows, xs, ti.a_valid, 0, xs / seg::kSegElems, smem2, tbl, acc);
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < kFB; ++b)
+#pragma unroll
+            for (int i = 0; i < acc[0][a][b].num_elements; ++i) {
+                const float g = acc[0][a][b].x[i], u = acc[1][a][b].x[i];
+                acc[0][a][b].x[i] = g / (1.0f + expf(-g)) * u;
+            }
+    mm::store_tile2<BT>(acc[0], smem2, y_rows, ti.a_valid, r0, n_ff - r0);
+}
+
+// Version 2 of down_kernel: the activations are hh's rows (h permuted to fp16, stride hs halves).
+template <class T, int BT, bool P>
+__global__ void __launch_bounds__(kMmThreads)
+    down2_kernel(const uint8_t* __restrict__ down, size_t row_bytes, int64_t n_ff, int64_t n_embd,
+                 const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
+                 const int32_t* __restrict__ n_tiles, const int2* __restrict__ tiles,
+                 const int32_t* __restrict__ sorted, const __half* __restrict__ hh, int64_t hs,
+                 float* __restrict__ y) {
+    extern __shared__ __align__(128) unsigned char smem2[];
+    __shared__ const __half* a_rows[BT];
+    __shared__ float* y_rows[BT];
+    __shared__ float tbl[16];
+    TileInfo ti;
+    if (!load_tile<BT>(counts, offsets, n_tiles, tiles, ti)) return;  // uniform over the block
+    const int tid = threadIdx.x;
+    if (tid < BT) {
+        const bool ok = tid < ti.a_valid;
+        const int64_t pos = ti.base + ti.t0 + tid;
+        a_rows[tid] = ok ? hh + pos * (P ? 2 : 1) * hs : nullptr;
+        y_rows[tid] = ok ? y + static_cast<int64_t>(sorted[pos]) * n_embd : nullptr;
+    }
+    stage_table<T>(tbl);
+    __syncthreads();
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBR, r = r0 + (tid >> 1);
+    const uint8_t* wrow[1] = {r < n_embd ? down + static_cast<size_t>(ti.e * n_embd + r) * row_bytes
+                                         : nullptr};
+    mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
+    mm::mma_tile2<T, 1, BT, P>(wrow, n_ff, a_rows, hs, ti.a_valid, 0, hs / seg::kSegElems, smem2, tbl, acc);
+    mm::store_tile2<BT>(acc[0], smem2, y_rows, ti.a_valid, r0, n_embd - r0);
+}
+
+template <class T, int BT, bool P>
+void launch_gate_up2(dim3 grid, cudaStream_t stream, const ops::Weight& gate, const ops::Weight& up,
+                     int64_t n_embd, int64_t n_ff, int k, const int32_t* counts, const int32_t* offsets,
+                     const int32_t* n_tiles, const int2* tiles, const int32_t* sorted, const float* x,
+                     int64_t n_tokens, __half* xh, int64_t xs, float* h) {
+    mm::permute_half<T, P>(x, n_embd, n_tokens, xh, stream);
+    constexpr int kSmem = mm::Layout2<2, BT, P>::kBytes;
+    MOX_CUDA_CHECK(
+        cudaFuncSetAttribute(gate_up2_kernel<T, BT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    gate_up2_kernel<T, BT, P><<<grid, kMmThreads, kSmem, stream>>>(gate.data, up.data, gate.row_bytes, n_embd,
+                                                                   n_ff, k, counts, offsets, n_tiles, tiles,
+                                                                   sorted, xh, xs, h);
+    MOX_CUDA_CHECK_LAUNCH("moe gate_up2_kernel");
+}
+
+template <class T, int BT, bool P>
+void launch_down2(dim3 grid, cudaStream_t stream, const ops::Weight& down, int64_t n_ff, int64_t n_embd,
+                  const int32_t* counts, const int32_t* offsets, const int32_t* n_tiles, const int2* tiles,
+                  const int32_t* sorted, const float* h, int64_t n_pairs, __half* hh, int64_t hs, float* y) {
+    mm::permute_half<T, P>(h, n_ff, n_pairs, hh, stream);
+    constexpr int kSmem = mm::Layout2<1, BT, P>::kBytes;
+    MOX_CUDA_CHECK(
+        cudaFuncSetAttribute(down2_kernel<T, BT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    down2_kernel<T, BT, P><<<grid, kMmThreads, kSmem, stream>>>(
+        down.data, down.row_bytes, n_ff, n_embd, counts, offsets, n_tiles, tiles, sorted, hh, hs, y);
+    MOX_CUDA_CHECK_LAUNCH("moe down2_kernel");
+}
+
+// halves per permuted row of an n_in-element row of `type` (0 when the type has no kernel).
+int64_t permuted_stride(quant::TypeId type, int64_t n_in) {
+    int64_t s = 0;
+    dispatch_type(type, [&](auto tag) { s = mm::xh_stride<decltype(tag)>(n_in); });
+    return s;
+}
+
+bool use_v1() {
+    const char* v = std::getenv("MOX_MATMUL_V1");
+    return v != nullptr && v[0] == '1';
+}
+
 // One block per token: out[t, c] = sum_i weights[t, i] * y[t * k + i, c], slots in order.
 __global__ void __launch_bounds__(256)
     combine_kernel(const float* __restrict__ y, const float* __restrict__ weights, int k, int64_t n_embd,
@@ -213,12 +342,14 @@ void check_stack(const ops::Weight& w, const char* name) {
 
 size_t moe_batch_workspace_bytes(const ops::Weight& gate, const ops::Weight& down, int64_t n_tokens,
                                  int64_t k) {
-    return layout(gate.n_expert, down.n_out, gate.n_out, n_tokens * k).total;
+    return layout(gate.n_expert, down.n_out, gate.n_out, n_tokens, n_tokens * k,
+                  permuted_stride(gate.type, gate.n_in), permuted_stride(down.type, down.n_in))
+        .total;
 }
 
 void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight& down, const int32_t* ids,
                const float* weights, int64_t n_tokens, int64_t k, const float* x, float* out, void* workspace,
-               StreamHandle stream) {
+               StreamHandle stream, bool precise) {
     check_stack(gate, "gate");
     check_stack(up, "up");
     check_stack(down, "down");
@@ -236,12 +367,17 @@ void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight
         fail("CUDA MoE batch: {} experts (at most {})", n_expert, kMaxGroupExperts);
     if (n_tokens == 0) return;
     const int64_t n_pairs = n_tokens * k;
-    const int64_t tiles_max = max_tiles(n_pairs, n_expert);
+    const bool v1 = use_v1() && !precise;
+    // Token tile: 32 when the experts average <= 24 pairs (the 64-token tile would be mostly padding)
+    // and always in precise mode (twice the accumulators).
+    const int bt = v1 ? kBT : (precise || n_pairs <= 24 * n_expert ? 32 : 64);
+    const int64_t tiles_max = max_tiles(n_pairs, n_expert, bt);
     if (n_pairs > INT32_MAX / 2 || tiles_max > 65535)
         fail("CUDA MoE batch: {} tokens x top {} is past the grid limits", n_tokens, k);
     MOX_CHECK(workspace != nullptr, "MoE batch without workspace");
 
-    const Parts p = layout(n_expert, n_embd, n_ff, n_pairs);
+    const int64_t xs = permuted_stride(gate.type, n_embd), hs = permuted_stride(down.type, n_ff);
+    const Parts p = layout(n_expert, n_embd, n_ff, n_tokens, n_pairs, xs, hs);
     auto* ws = static_cast<unsigned char*>(workspace);
     auto* counts = reinterpret_cast<int32_t*>(ws + p.counts);
     auto* offsets = reinterpret_cast<int32_t*>(ws + p.offsets);
@@ -250,10 +386,48 @@ void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight
     auto* sorted = reinterpret_cast<int32_t*>(ws + p.sorted);
     auto* h = reinterpret_cast<float*>(ws + p.h);
     auto* y = reinterpret_cast<float*>(ws + p.y);
+    auto* xh = reinterpret_cast<__half*>(ws + p.xh);
+    auto* hh = reinterpret_cast<__half*>(ws + p.hh);
 
     group_kernel<<<1, kGroupThreads, static_cast<size_t>(3 * n_expert) * sizeof(int), stream>>>(
-        ids, static_cast<int>(n_pairs), static_cast<int>(n_expert), counts, offsets, n_tiles, tiles, sorted);
+        ids, static_cast<int>(n_pairs), static_cast<int>(n_expert), counts, offsets, n_tiles, tiles, sorted,
+        bt);
     MOX_CUDA_CHECK_LAUNCH("group_kernel");
+
+    if (!v1) {
+        const auto n_tiles_grid = static_cast<unsigned>(tiles_max);
+        const int ki = static_cast<int>(k);
+        dispatch_type(gate.type, [&](auto tag) {
+            using T = decltype(tag);
+            const dim3 grid(static_cast<unsigned>((n_ff + kBR - 1) / kBR), n_tiles_grid);
+            if (precise)
+                launch_gate_up2<T, 32, true>(grid, stream, gate, up, n_embd, n_ff, ki, counts, offsets,
+                                             n_tiles, tiles, sorted, x, n_tokens, xh, xs, h);
+            else if (bt == 32)
+                launch_gate_up2<T, 32, false>(grid, stream, gate, up, n_embd, n_ff, ki, counts, offsets,
+                                              n_tiles, tiles, sorted, x, n_tokens, xh, xs, h);
+            else
+                launch_gate_up2<T, 64, false>(grid, stream, gate, up, n_embd, n_ff, ki, counts, offsets,
+                                              n_tiles, tiles, sorted, x, n_tokens, xh, xs, h);
+        });
+        dispatch_type(down.type, [&](auto tag) {
+            using T = decltype(tag);
+            const dim3 grid(static_cast<unsigned>((n_embd + kBR - 1) / kBR), n_tiles_grid);
+            if (precise)
+                launch_down2<T, 32, true>(grid, stream, down, n_ff, n_embd, counts, offsets, n_tiles, tiles,
+                                          sorted, h, n_pairs, hh, hs, y);
+            else if (bt == 32)
+                launch_down2<T, 32, false>(grid, stream, down, n_ff, n_embd, counts, offsets, n_tiles, tiles,
+                                           sorted, h, n_pairs, hh, hs, y);
+            else
+                launch_down2<T, 64, false>(grid, stream, down, n_ff, n_embd, counts, offsets, n_tiles, tiles,
+                                           sorted, h, n_pairs, hh, hs, y);
+        });
+        combine_kernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(y, weights, static_cast<int>(k),
+                                                                            n_embd, out);
+        MOX_CUDA_CHECK_LAUNCH("moe combine_kernel");
+        return;
+    }
 
     dispatch_type(gate.type, [&](auto tag) {
         using T = decltype(tag);

@@ -22,6 +22,7 @@
 #include <mma.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace mox::cuda::mm {
 
@@ -166,6 +167,378 @@ __device__ __forceinline__ void store_tile(AccFrag (&acc)[2][2], unsigned char* 
     __syncthreads();
     const int n_rows = static_cast<int>(rows_valid < kBR ? rows_valid : kBR);
     for (int idx = threadIdx.x; idx < kBT * kBR; idx += kMmThreads) {
+        const int i = idx / kBR, r = idx % kBR;
+        if (i < a_valid && r < n_rows) y_rows[i][r0 + r] = c[i * kLdC + r];
+    }
+}
+
+// ---- Version 2 (the default; the tile code above is version 1, kept for MOX_MATMUL_V1=1):
+//   - activations are converted once per call to fp16 rows in the weight type's segment order
+//     (permute_half_kernel), so a chunk of one token is 128 contiguous bytes, copied with cp.async
+//     (no register round trip, no per-element index math in the inner loop);
+//   - two shared-memory stages: while the warps run the MMAs of chunk s, the same warps have already
+//     issued the cp.async of chunk s + 1's activations and decoded its weights into the other stage,
+//     so one barrier per chunk instead of two and global latency overlaps tensor-core work;
+//   - the token tile BT is 32, 64 or 128 (the MoE experts see ~16 tokens each at 512-token prefill;
+//     big dense batches decode each weight once per 128 tokens);
+//   - the inner dimension of a block is a range of chunks [g_begin, g_end) (split-K in matmul.cu).
+// The fp16 operands are the same values as version 1's, so each MMA sees the same products.
+
+// Halves per permuted activation row: the row's segments rounded up to whole chunks (zeros after).
+template <class T>
+__host__ __device__ inline int64_t xh_stride(int64_t n_in) {
+    const int64_t s = n_segments<T>(n_in);
+    return (s + kSegsPerChunk - 1) / kSegsPerChunk * kSegsPerChunk * seg::kSegElems;
+}
+
+// Precise mode (P): a value v is carried as two fp16 parts, hi = fp16(v) and lo = fp16((v - hi) 2^11)
+// (scaled so that lo stays a normal fp16 number: v - hi is below 2^-11 |v|); v = hi + lo 2^-11 up to
+// 2^-22 relative. Products of two such values are taken as hi hi + (hi lo + lo hi) 2^-11 (the lo lo
+// term is 2^-22 of the product), in two accumulators.
+inline constexpr float kLoScale = 2048.0f, kLoUnscale = 1.0f / 2048.0f;
+
+// xh[r, 32 g + j] = fp16(x[r, e]) with e the element of position j in segment g (segments.cuh), 0 past
+// n_in or past the last segment. x: [n_rows, n_in] fp32; xh: [n_rows, xh_stride] halves, or with P
+// [n_rows, 2, xh_stride] (hi then lo parts of each row).
+// Grid (ceil(stride / 256), min(n_rows, 65535)), 256 threads; rows stride over grid y.
+template <class T, bool P = false>
+__global__ void __launch_bounds__(256)
+    permute_half_kernel(const float* __restrict__ x, int64_t n_in, int64_t n_rows, __half* __restrict__ xh) {
+    const int64_t stride = xh_stride<T>(n_in), n_segs = n_segments<T>(n_in);
+    const int64_t p = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+    if (p >= stride) return;
+    const int64_t g = p >> 5;
+    const int j = static_cast<int>(p & 31);
+    int64_t e = -1;
+    if (g < n_segs) {
+        e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
+        if (e >= n_in) e = -1;
+    }
+    for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) {
+        const float v = e >= 0 ? x[r * n_in + e] : 0.0f;
+        const __half hi = __float2half_rn(v);
+        if constexpr (P) {
+            xh[2 * r * stride + p] = hi;
+            xh[(2 * r + 1) * stride + p] = __float2half_rn((v - __half2float(hi)) * kLoScale);
+        } else {
+            xh[r * stride + p] = hi;
+        }
+    }
+}
+
+// Host side: launches permute_half_kernel<T, P> on `stream` (a cudaStream_t).
+template <class T, bool P = false>
+void permute_half(const float* x, int64_t n_in, int64_t n_rows, __half* xh, cudaStream_t stream) {
+    if (n_rows == 0) return;
+    const int64_t stride = xh_stride<T>(n_in);
+    const dim3 grid(static_cast<unsigned>((stride + 255) / 256),
+                    static_cast<unsigned>(n_rows < 65535 ? n_rows : 65535));
+    permute_half_kernel<T, P><<<grid, 256, 0, stream>>>(x, n_in, n_rows, xh);
+    MOX_CUDA_CHECK_LAUNCH("permute_half_kernel");
+}
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gsrc) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+template <class T>
+inline constexpr bool kIsFloatType =
+    std::is_same_v<T, seg::F32> || std::is_same_v<T, seg::F16> || std::is_same_v<T, seg::BF16>;
+
+// Bytes of the block holding one segment (float types: the segment's own 32 elements).
+template <class T>
+__host__ __device__ constexpr int block_bytes() {
+    if constexpr (std::is_same_v<T, seg::F32>)
+        return 128;
+    else if constexpr (kIsFloatType<T>)
+        return 64;
+    else
+        return T::kBlockBytes;
+}
+
+// Asks L2 for the lines of the block holding segment g (a hint: nothing waits on it, so a block
+// prefetched a few chunks ahead is usually in L2 when its demand load comes). Only called for
+// g < n_segs, so every address is inside the row (a float row's last segment may be partial:
+// its block is clipped to the row's n_in).
+template <class T>
+__device__ __forceinline__ void prefetch_block(const uint8_t* row, int64_t g, int64_t n_in) {
+    constexpr int kBytes = block_bytes<T>();
+    const uint8_t* p = row + (g / T::kSegs) * kBytes;
+    int bytes = kBytes;
+    if constexpr (kIsFloatType<T>) {
+        const int64_t left = (n_in - g * 32) * (kBytes / 32);
+        if (left < bytes) bytes = static_cast<int>(left);
+    }
+    for (int o = 0; o < bytes; o += 128) asm volatile("prefetch.L2 [%0];" ::"l"(p + o));
+    asm volatile("prefetch.L2 [%0];" ::"l"(p + bytes - 1));
+}
+
+// Chunks ahead of use that stage_chunk prefetches: one K-quant super-block (4 chunks).
+inline constexpr int kPrefetchSegs = 8;
+
+// Warp arrangement of a BT x kBR tile: kWT warps along tokens (32 tokens each), kWR along rows, each
+// warp kFB fragments of 16 rows (BT 128: 4 x 2 warps of 32 x 64; BT 64: 2 x 4 warps of 32 x 32;
+// BT 32: 1 x 8 warps of 32 x 16).
+template <int BT>
+struct Shape {
+    static_assert(BT == 32 || BT == 64 || BT == 128, "token tile of 32, 64 or 128");
+    static constexpr int kWT = BT / 32;
+    static constexpr int kWR = (kMmThreads / kWarp) / kWT;
+    static constexpr int kRowsPerWarp = kBR / kWR;
+    static constexpr int kFB = kRowsPerWarp / 16;
+};
+
+// Dynamic shared memory: two stages of { x [parts][BT][kLd], w[NW] [parts][kBR][kLd] } halves (parts:
+// hi, and lo with P); after the loop the same bytes hold c [BT][kLdC] floats. Every part starts at a
+// multiple of 32 bytes (WMMA loads).
+template <int NW, int BT, bool P = false>
+struct Layout2 {
+    static constexpr int kParts = P ? 2 : 1;
+    static constexpr int kXPart = BT * kLd;   // halves from an x hi tile to its lo tile
+    static constexpr int kWPart = kBR * kLd;  // halves from a w hi tile to its lo tile
+    static constexpr int kXBytes = kParts * kXPart * 2;
+    static constexpr int kWBytes = kParts * kWPart * 2;
+    static constexpr int kStageBytes = kXBytes + NW * kWBytes;
+    static constexpr int kInBytes = 2 * kStageBytes;
+    static constexpr int kCBytes = BT * kLdC * 4;
+    static constexpr int kBytes = kInBytes > kCBytes ? kInBytes : kCBytes;
+    static_assert(kXBytes % 128 == 0 && kWBytes % 128 == 0, "stage parts stay aligned");
+};
+
+// Precise mode: one decoded segment as hi and lo fp16 parts (kLoScale above).
+template <class T>
+__device__ __forceinline__ void store_seg_half_split(const seg::Seg& s, __half* hi, __half* lo) {
+    uint4* h4 = reinterpret_cast<uint4*>(hi);
+    uint4* l4 = reinterpret_cast<uint4*>(lo);
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+        uint32_t wh[4], wl[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const int j = 8 * v + 2 * p;
+            float a = s.d[v] * s.q[j], b = s.d[v] * s.q[j + 1];
+            if constexpr (T::kHasMin) a -= s.m[v], b -= s.m[v];
+            const __half2 h = __floats2half2_rn(a, b);
+            const __half2 l =
+                __floats2half2_rn((a - __low2float(h)) * kLoScale, (b - __high2float(h)) * kLoScale);
+            wh[p] = *reinterpret_cast<const uint32_t*>(&h);
+            wl[p] = *reinterpret_cast<const uint32_t*>(&l);
+        }
+        h4[v] = make_uint4(wh[0], wh[1], wh[2], wh[3]);
+        l4[v] = make_uint4(wl[0], wl[1], wl[2], wl[3]);
+    }
+}
+
+// One chunk (segments g0, g0 + 1) into a stage: the activations by cp.async (padding tokens as
+// zeros), this thread's weight segment of each matrix decoded to fp16 (zeros past the row's end).
+// With P, a_rows[i] + lo_off is the lo part of the row, and both parts of both operands are staged.
+template <class T, int NW, int BT, bool P>
+__device__ __forceinline__ void stage_chunk(const uint8_t* const (&wrow)[NW], int64_t n_in, int64_t n_segs,
+                                            const __half* const* a_rows, int64_t lo_off, int64_t g0,
+                                            unsigned char* stage, const float* tbl) {
+    using L = Layout2<NW, BT, P>;
+    __half* xs = reinterpret_cast<__half*>(stage);
+    __half* ws = reinterpret_cast<__half*>(stage + L::kXBytes);
+    const int tid = threadIdx.x;
+    // parts x BT tokens x 8 pieces of 16 bytes (64 halves).
+#pragma unroll
+    for (int c = tid; c < L::kParts * BT * 8; c += kMmThreads) {
+        const int part = c / (BT * 8), i = (c >> 3) % BT, q = c & 7;
+        __half* dst = xs + part * L::kXPart + i * kLd + q * 8;
+        const __half* a = a_rows[i];
+        if (a != nullptr)
+            cp_async16(dst, a + part * lo_off + g0 * seg::kSegElems + q * 8);
+        else
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+    const int rr = tid >> 1, rs = tid & 1;
+    const int64_t g = g0 + rs;
+    // Prefetch: the block of segment g + kPrefetchSegs, once per block (multi-segment blocks: by the
+    // rs = 0 thread when the chunk starts a block).
+    const int64_t gp = g + kPrefetchSegs;
+    const bool do_prefetch = gp < n_segs && (T::kSegs == 1 || (rs == 0 && gp % T::kSegs == 0));
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+        if (do_prefetch && wrow[w] != nullptr) prefetch_block<T>(wrow[w], gp, n_in);
+        __half* dst = ws + w * L::kParts * L::kWPart + rr * kLd + rs * 32;
+        if (wrow[w] != nullptr && g < n_segs) {
+            seg::Seg s;
+            T::load(wrow[w], g, n_in, s, tbl);
+            if constexpr (P)
+                store_seg_half_split<T>(s, dst, dst + L::kWPart);
+            else
+                store_seg_half<T>(s, dst);
+        } else {
+#pragma unroll
+            for (int part = 0; part < L::kParts; ++part) {
+                uint4* d4 = reinterpret_cast<uint4*>(dst + part * L::kWPart);
+#pragma unroll
+                for (int v = 0; v < 4; ++v) d4[v] = make_uint4(0, 0, 0, 0);
+            }
+        }
+    }
+}
+
+// Accumulates the block's tile over segments [g_begin, g_end) (multiples of kSegsPerChunk, at most
+// xh_stride / 32) into acc[w][a][b] (token fragment a, row fragment b, weight matrix w). All threads
+// of the block call it; it ends with a barrier, after which smem may be reused (store_tile2).
+//   wrow[w]: the weight row this thread decodes (tile row threadIdx.x / 2), nullptr past n_out;
+//   a_rows:  BT pointers (shared memory) to permuted fp16 activation rows (16-byte aligned, from
+//            permute_half), nullptr for padding tokens; a_valid: tokens that exist (then padding);
+//   P:       precise mode: lo_off halves from a row's hi part to its lo part; each chunk's hi x hi
+//            products go to a fresh fragment added to acc in fp32 (round to nearest), so the tensor
+//            cores' own accumulation error stays that of one 64-element chunk.
+template <class T, int NW, int BT, bool P = false>
+__device__ void mma_tile2(const uint8_t* const (&wrow)[NW], int64_t n_in, const __half* const* a_rows,
+                          int64_t lo_off, int a_valid, int64_t g_begin, int64_t g_end, unsigned char* smem,
+                          const float* tbl, AccFrag (&acc)[NW][2][Shape<BT>::kFB]) {
+    using namespace nvcuda;
+    using S = Shape<BT>;
+    using L = Layout2<NW, BT, P>;
+    constexpr int kFB = S::kFB;
+    const int warp = threadIdx.x / kWarp;
+    const int wt = warp % S::kWT, wr = warp / S::kWT;
+    const bool warp_active = wt * 32 < a_valid;
+    const int64_t n_segs = n_segments<T>(n_in);
+
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int b = 0; b < kFB; ++b) wmma::fill_fragment(acc[w][a][b], 0.0f);
+    // Precise mode only: the (hi lo + lo hi) sums, and this chunk's hi hi sums.
+    constexpr int kNP = P ? NW : 0;
+    AccFrag acc_lo[kNP > 0 ? kNP : 1][2][kFB], acc_chunk[kNP > 0 ? kNP : 1][2][kFB];
+    if constexpr (P) {
+#pragma unroll
+        for (int w = 0; w < NW; ++w)
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int b = 0; b < kFB; ++b) wmma::fill_fragment(acc_lo[w][a][b], 0.0f);
+    }
+
+    const int64_t n_steps = (g_end - g_begin) / kSegsPerChunk;
+    if (n_steps <= 0) return;  // uniform over the block
+    stage_chunk<T, NW, BT, P>(wrow, n_in, n_segs, a_rows, lo_off, g_begin, smem, tbl);
+    cp_async_wait_all();
+    __syncthreads();
+#pragma unroll 1
+    for (int64_t s = 0; s < n_steps; ++s) {
+        const unsigned char* cur = smem + (s & 1) * L::kStageBytes;
+        // The other stage was last read by the MMAs of step s - 1, which all finished before the
+        // barrier that ended that step.
+        if (s + 1 < n_steps)  // uniform
+            stage_chunk<T, NW, BT, P>(wrow, n_in, n_segs, a_rows, lo_off, g_begin + (s + 1) * kSegsPerChunk,
+                                      smem + ((s + 1) & 1) * L::kStageBytes, tbl);
+        if (P && warp_active) {
+            const __half* xs = reinterpret_cast<const __half*>(cur);
+            const __half* ws = reinterpret_cast<const __half*>(cur + L::kXBytes);
+#pragma unroll
+            for (int w = 0; w < kNP; ++w)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+#pragma unroll
+                    for (int b = 0; b < kFB; ++b) wmma::fill_fragment(acc_chunk[w][a][b], 0.0f);
+#pragma unroll
+            for (int k0 = 0; k0 < kBK; k0 += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2], fl[2];
+#pragma unroll
+                for (int a = 0; a < 2; ++a) {
+                    wmma::load_matrix_sync(fa[a], xs + (wt * 32 + 16 * a) * kLd + k0, kLd);
+                    wmma::load_matrix_sync(fl[a], xs + L::kXPart + (wt * 32 + 16 * a) * kLd + k0, kLd);
+                }
+#pragma unroll
+                for (int w = 0; w < kNP; ++w) {
+#pragma unroll
+                    for (int b = 0; b < kFB; ++b) {
+                        const __half* wb =
+                            ws + w * L::kParts * L::kWPart + (wr * S::kRowsPerWarp + 16 * b) * kLd + k0;
+                        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb, fbl;
+                        wmma::load_matrix_sync(fb, wb, kLd);
+                        wmma::load_matrix_sync(fbl, wb + L::kWPart, kLd);
+#pragma unroll
+                        for (int a = 0; a < 2; ++a) {
+                            wmma::mma_sync(acc_chunk[w][a][b], fa[a], fb, acc_chunk[w][a][b]);
+                            wmma::mma_sync(acc_lo[w][a][b], fa[a], fbl, acc_lo[w][a][b]);
+                            wmma::mma_sync(acc_lo[w][a][b], fl[a], fb, acc_lo[w][a][b]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int w = 0; w < kNP; ++w)
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+#pragma unroll
+                    for (int b = 0; b < kFB; ++b)
+#pragma unroll
+                        for (int i = 0; i < acc_chunk[w][a][b].num_elements; ++i)
+                            acc[w][a][b].x[i] += acc_chunk[w][a][b].x[i];
+        }
+        if (!P && warp_active) {  // warp-uniform: sub-tiles of padding tokens only are skipped
+            const __half* xs = reinterpret_cast<const __half*>(cur);
+            const __half* ws = reinterpret_cast<const __half*>(cur + L::kXBytes);
+#pragma unroll
+            for (int k0 = 0; k0 < kBK; k0 += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+                    wmma::load_matrix_sync(fa[a], xs + (wt * 32 + 16 * a) * kLd + k0, kLd);
+#pragma unroll
+                for (int w = 0; w < NW; ++w) {
+#pragma unroll
+                    for (int b = 0; b < kFB; ++b) {
+                        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+                        wmma::load_matrix_sync(fb, ws + (w * kBR + wr * S::kRowsPerWarp + 16 * b) * kLd + k0,
+                                               kLd);
+#pragma unroll
+                        for (int a = 0; a < 2; ++a) wmma::mma_sync(acc[w][a][b], fa[a], fb, acc[w][a][b]);
+                    }
+                }
+            }
+        }
+        cp_async_wait_all();  // this thread's copies into the next stage have landed ...
+        __syncthreads();      // ... and everyone's are visible; this stage's reads are done
+    }
+    if constexpr (P) {
+#pragma unroll
+        for (int w = 0; w < NW; ++w)
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int b = 0; b < kFB; ++b)
+#pragma unroll
+                    for (int i = 0; i < acc[w][a][b].num_elements; ++i)
+                        acc[w][a][b].x[i] += acc_lo[w][a][b].x[i] * kLoUnscale;
+    }
+}
+
+// Stages one accumulator set into smem as c [BT][kLdC] (the caller has passed mma_tile2's final
+// barrier), then writes row r of token i to y_rows[i][r0 + r] for i < a_valid, r < rows_valid.
+// All threads of the block must call it.
+template <int BT>
+__device__ __forceinline__ void store_tile2(AccFrag (&acc)[2][Shape<BT>::kFB], unsigned char* smem,
+                                            float* const* y_rows, int a_valid, int64_t r0,
+                                            int64_t rows_valid) {
+    using namespace nvcuda;
+    using S = Shape<BT>;
+    float* c = reinterpret_cast<float*>(smem);
+    const int warp = threadIdx.x / kWarp, wt = warp % S::kWT, wr = warp / S::kWT;
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < S::kFB; ++b)
+            wmma::store_matrix_sync(c + (wt * 32 + 16 * a) * kLdC + wr * S::kRowsPerWarp + 16 * b, acc[a][b],
+                                    kLdC, wmma::mem_row_major);
+    __syncthreads();
+    const int n_rows = static_cast<int>(rows_valid < kBR ? rows_valid : kBR);
+    for (int idx = threadIdx.x; idx < BT * kBR; idx += kMmThreads) {
         const int i = idx / kBR, r = idx % kBR;
         if (i < a_valid && r < n_rows) y_rows[i][r0 + r] = c[i * kLdC + r];
     }
