@@ -4,11 +4,14 @@
 # two engines alternating repetition by repetition). llama.cpp is built by hand from source; this
 # script only takes the path of its llama-bench.
 #
-#   bench/cuda/qwen36_h200.sh MOX LLAMA_BENCH MODEL OUT_DIR [REPS]
+#   bench/cuda/qwen36_h200.sh MOX LLAMA_BENCH MODEL OUT_DIR [REPS] [DEPTH_REPS]
 #
 # Writes OUT_DIR/{machine.txt, commands.txt, f16.md, f16.json, depth.md, depth.json, q8.md, q8.json}.
+# The depth rows prefill 32768 tokens (untimed) before every repetition, hence their own count.
 set -euo pipefail
-mox="$1"; llama="$2"; model="$3"; out="$4"; reps="${5:-3}"
+mox="$1"; llama="$2"; model="$3"; out="$4"; reps="${5:-3}"; depth_reps="${6:-$reps}"
+# A llama-bench that cannot start (e.g. a missing CUDA library) would fail every row: say so first.
+"$llama" --help >/dev/null 2>&1 || { echo "error: $llama does not run here"; "$llama" --help 2>&1 | head -3; exit 1; }
 mkdir -p "$out"
 corpus="$(dirname "$0")/../corpus/ruth_basic_english.txt"
 {
@@ -19,12 +22,12 @@ corpus="$(dirname "$0")/../corpus/ruth_basic_english.txt"
     echo "model: $model ($(stat -c %s "$model") bytes)"
 } > "$out/machine.txt"
 : > "$out/commands.txt"
-run() {  # NAME ARGS...: one mox bench invocation, markdown to the terminal and NAME.md, JSON to NAME.json
-    local name="$1"; shift
-    local cmd=("$mox" bench -m "$model" -ngl 99 -r "$reps" --corpus "$corpus" --compare "$llama" "$@")
+run() {  # NAME REPS ARGS...: one mox bench invocation, markdown to the terminal and NAME.md, JSON to NAME.json
+    local name="$1" r="$2"; shift 2
+    local cmd=("$mox" bench -m "$model" -ngl 99 -r "$r" --corpus "$corpus" --compare "$llama" "$@")
     echo "${cmd[*]} -o md / -o json" >> "$out/commands.txt"
     "${cmd[@]}" -o md -oe json 2> "$out/$name.json" | tee "$out/$name.md"
 }
-run f16 -p 512,2048 -n 128,512
-run depth -p 0 -n 128,512 -d 32768
-run q8 -p 2048 -n 128 -ctk q8_0 -ctv q8_0
+run f16 "$reps" -p 512,2048 -n 128,512
+run q8 "$reps" -p 2048 -n 128 -ctk q8_0 -ctv q8_0
+run depth "$depth_reps" -p 0 -n 128,512 -d 32768
