@@ -85,7 +85,7 @@ def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_fil
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
                      "-ctk", "f32", "-ctv", "f32")
     assert rel_err(got[:k], prefill[:k]) < bound(1e-3, 5e-2)
-    assert rel_err(got[k:], decode) < bound(1e-3, 5e-2)  # measured 7.2e-6 (CPU): decode through the caches
+    assert rel_err(got[k:], decode) < bound(1e-3, 5e-2)  # measured 7.2e-6 (CPU), 6.8e-3 (GPU): decode through the caches
     assert argmax_agreement(got[k:], decode) >= bound(1.0, 0.95)
 
 

@@ -43,8 +43,9 @@ def test_logits_match_transformers(mox_bin, device_args, tmp_path):
     assert got.shape == ref.shape
     err = np.abs(got - ref).max() / np.abs(ref).max()
     print(f"measured rel err {err:.3e}")
-    # The GPU's prefill matmuls round operands to fp16 (see test_goldens.py); measured 1.7e-2 there.
-    assert err < (5e-2 if device_args else 1e-3)
+    # The GPU's prefill matmuls round operands to fp16 (see test_goldens.py); measured 1.8e-4 on an
+    # H200 (bench/results/2026-11-29-cuda-qwen36-h200).
+    assert err < (5e-3 if device_args else 1e-3)
     assert (got.argmax(-1) == ref.argmax(-1)).all()
 
 
