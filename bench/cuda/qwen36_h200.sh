@@ -16,7 +16,8 @@ mkdir -p "$out"
 corpus="$(dirname "$0")/../corpus/ruth_basic_english.txt"
 {
     echo "date: $(date -u +%FT%TZ)"
-    echo "mox commit: $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    # (A copied tree's git view can be stale: the binary's own commit is build_commit in every row.)
+    echo "source tree: $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); cores: $(nproc)"
     echo "model: $model ($(stat -c %s "$model") bytes)"
