@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,7 +29,7 @@ struct PlanOptions {
     std::vector<int64_t> n_cpu_moe;
     bool cpu_moe = false;
     std::vector<std::string> moe_cpu_layers;
-    int64_t n_ctx = 4096;
+    int64_t n_ctx = -1;  // not given: 4096, capped by the trained context
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
     bool json = false;
@@ -168,13 +169,27 @@ void print_text(const Plan& p) {
     fmt::print("{}\n", p.path);
     const int64_t n_layer = pl.n_layer();
     const int64_t n_gpu = p.n_gpu_layers < 0 ? n_layer + 1 : std::min(p.n_gpu_layers, n_layer + 1);
-    fmt::print(
-        "  -ngl {}: {} of {} layers + the output layer count from the end; token_embd stays on the host\n",
-        p.n_gpu_layers, n_gpu, n_layer);
+    // llama.cpp's count: the output layer is the last of n_layer + 1, so it goes first.
+    std::string on_gpu = "nothing";
+    if (n_gpu == 1) on_gpu = "the output layer";
+    if (n_gpu > 1)
+        on_gpu = fmt::format("the output layer and blocks {}..{}", n_layer + 1 - n_gpu, n_layer - 1);
+    fmt::print("  -ngl {}: {} on the GPU by layer (token_embd stays on the host)\n", p.n_gpu_layers, on_gpu);
     if (p.rules.empty()) fmt::print("  overrides: none\n");
-    for (size_t i = 0; i < p.rules.size(); ++i)
-        fmt::print("  override {}: {} -> {}   [{}]\n", i + 1, p.rules[i].pattern,
-                   place::tier_name(p.rules[i].tier), p.rules[i].origin);
+    // In order, first match wins; a flag's run of per-layer rules is one line.
+    for (size_t i = 0; i < p.rules.size();) {
+        size_t j = i + 1;
+        while (j < p.rules.size() && p.rules[j].origin == p.rules[i].origin &&
+               p.rules[j].tier == p.rules[i].tier)
+            ++j;
+        if (j - i == 1)
+            fmt::print("  override {}: {} -> {}   [{}]\n", i + 1, p.rules[i].pattern,
+                       place::tier_name(p.rules[i].tier), p.rules[i].origin);
+        else
+            fmt::print("  overrides {}-{}: {} .. {} -> {}   [{}]\n", i + 1, j, p.rules[i].pattern,
+                       p.rules[j - 1].pattern, place::tier_name(p.rules[i].tier), p.rules[i].origin);
+        i = j;
+    }
 
     fmt::print("\n  {:>5}  {:<9} {:<6} {:<6} {:<6} {:<6}  experts gpu/pinned/mmap of {}\n", "layer", "kind",
                "mixer", "router", "shexp", "norms", pl.n_expert());
@@ -236,8 +251,9 @@ void register_plan(CLI::App& app) {
     f->layers = cmd->add_option("--moe-cpu-layers", o->moe_cpu_layers,
                                 "Keep the experts of these layers on the CPU, e.g. 0-9,20,31-39")
                     ->allow_extra_args(false);
-    cmd->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (0: the model's trained context)")
-        ->capture_default_str();
+    cmd->add_option(
+        "-c,--ctx-size", o->n_ctx,
+        "Context size in tokens (default 4096 or the trained context if smaller; 0: the trained context)");
     cmd->add_option("--cache-type-k", o->cache_type_k,
                     "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0")
         ->capture_default_str();
@@ -252,7 +268,9 @@ void register_plan(CLI::App& app) {
         flags.n_gpu_layers = place::parse_n_gpu_layers(o->n_gpu_layers);
         flags.overrides = ordered_rules(*cmd, *f, *o, hp.n_layer);
         place::CacheOptions cache;
-        cache.n_ctx = o->n_ctx == 0 ? hp.n_ctx_train : o->n_ctx;
+        cache.n_ctx = o->n_ctx == 0  ? hp.n_ctx_train
+                      : o->n_ctx < 0 ? std::min<int64_t>(4096, hp.n_ctx_train)
+                                     : o->n_ctx;
         cache.k_type = cache_type("-ctk", o->cache_type_k);
         cache.v_type = cache_type("-ctv", o->cache_type_v);
         Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache,
