@@ -18,28 +18,32 @@ namespace mox::place {
 
 namespace {
 
-const std::string& model_path() {
-    static const std::string path = [] {
-        const std::string p = (std::filesystem::temp_directory_path() /
-                               ("mox_place_memory_test_" + std::to_string(getpid()) + ".gguf"))
-                                  .string();
-        models::SynthOptions o;
-        o.hparams = models::synth_preset("tiny");
-        o.mix = models::QuantMix::q8_0;
-        o.seed = 5;
-        o.threads = 1;
-        models::write_synthetic_model(p, o);
-        return p;
-    }();
-    static const struct Remover {
-        ~Remover() { std::filesystem::remove(path); }
-    } remover;
-    return path;
+// A tiny synthetic model per process (ctest runs cases as parallel processes); n_nextn MTP blocks at
+// the end (the trunk never runs them).
+std::string write_model(int64_t n_nextn) {
+    const std::string p = (std::filesystem::temp_directory_path() /
+                           fmt::format("mox_place_memory_test_{}_{}.gguf", getpid(), n_nextn))
+                              .string();
+    models::SynthOptions o;
+    o.hparams = models::synth_preset("tiny");
+    o.hparams.n_nextn = n_nextn;
+    o.mix = models::QuantMix::q8_0;
+    o.seed = 5;
+    o.threads = 1;
+    models::write_synthetic_model(p, o);
+    return p;
 }
 
+struct TempModel {
+    std::string path;
+    gguf::File file;
+    explicit TempModel(int64_t n_nextn) : path(write_model(n_nextn)), file(gguf::File::open(path)) {}
+    ~TempModel() { std::filesystem::remove(path); }
+};
+
 const gguf::File& model() {
-    static const gguf::File file = gguf::File::open(model_path());
-    return file;
+    static const TempModel m(0);
+    return m.file;
 }
 
 double summary_kv_per_token(const models::ModelSummary& s, const std::string& type) {
@@ -138,6 +142,25 @@ TEST(PlaceMemory, BadCacheOptionsAreErrors) {
                  Error);  // 256-blocks > head dim 64
     EXPECT_THROW(predict_memory(p, hp, {.n_ctx = 16, .v_type = quant::TypeId::i32}), Error);
     EXPECT_THROW(predict_memory(p, hp, {.n_ctx = 16, .n_seq = 0}), Error);
+}
+
+TEST(PlaceMemory, MtpBlocksCountForNglButHoldNoCache) {
+    const TempModel m(1);  // 8 blocks: trunk 0..6, MTP block 7
+    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(m.file);
+    ASSERT_EQ(hp.n_trunk(), 7);
+    // llama.cpp counts every block of block_count: -ngl 2 is the output layer and the MTP block.
+    const Placement p = place_from_flags(m.file, {.n_gpu_layers = 2, .overrides = {}});
+    EXPECT_TRUE(layer_view(p, 7).mtp);
+    EXPECT_EQ(p.tier_of("blk.7.nextn.eh_proj.weight"), Tier::gpu);
+    EXPECT_EQ(p.tier_of("blk.6.attn_norm.weight"), Tier::mmap_host);
+    const MemoryPrediction mp = predict_memory(p, hp, {.n_ctx = 64});
+    EXPECT_EQ(mp.kv_gpu + mp.state_gpu, 0u);
+    // All on the GPU: the cache is the trunk's, as the summary counts it.
+    const models::ModelSummary s = models::summarize(m.file);
+    const MemoryPrediction all = predict_memory(Placement::uniform(m.file, Tier::gpu), hp, {.n_ctx = 64});
+    EXPECT_EQ(static_cast<double>(all.kv_gpu), summary_kv_per_token(s, "f16") * 64.0);
+    EXPECT_EQ(all.state_gpu, s.recurrent_state_bytes);
+    EXPECT_EQ(all.attention_layers_gpu + all.recurrent_layers_gpu, 7);
 }
 
 }  // namespace mox::place
