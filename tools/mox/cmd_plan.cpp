@@ -29,7 +29,8 @@ struct PlanOptions {
     std::vector<int64_t> n_cpu_moe;
     bool cpu_moe = false;
     std::vector<std::string> moe_cpu_layers;
-    int64_t n_ctx = -1;  // not given: 4096, capped by the trained context
+    int64_t n_ctx = 0;
+    bool n_ctx_given = false;
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
     bool json = false;
@@ -268,9 +269,11 @@ void register_plan(CLI::App& app) {
         flags.n_gpu_layers = place::parse_n_gpu_layers(o->n_gpu_layers);
         flags.overrides = ordered_rules(*cmd, *f, *o, hp.n_layer);
         place::CacheOptions cache;
-        cache.n_ctx = o->n_ctx == 0  ? hp.n_ctx_train
-                      : o->n_ctx < 0 ? std::min<int64_t>(4096, hp.n_ctx_train)
-                                     : o->n_ctx;
+        o->n_ctx_given = cmd->count("--ctx-size") > 0;
+        // Not given: 4096 capped by the trained context; 0: the trained context (llama.cpp's -c 0).
+        cache.n_ctx = !o->n_ctx_given ? std::min<int64_t>(4096, hp.n_ctx_train)
+                      : o->n_ctx == 0 ? hp.n_ctx_train
+                                      : o->n_ctx;
         cache.k_type = cache_type("-ctk", o->cache_type_k);
         cache.v_type = cache_type("-ctv", o->cache_type_v);
         Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache,
