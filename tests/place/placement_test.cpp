@@ -88,8 +88,7 @@ TEST(Placement, UniformHoldsEveryTensorOnce) {
     EXPECT_EQ(b[Tier::gpu], 0u);
     EXPECT_EQ(b[Tier::mmap_host], 0u);
     EXPECT_EQ(p.total_bytes(), sum);
-    // The rest of the file is header, metadata and alignment padding: present, and smaller than a tensor
-    // table's worth.
+    // The rest of the file (header, metadata, alignment padding) is not weights.
     EXPECT_GT(model().total_file_bytes(), sum);
 }
 
@@ -207,7 +206,7 @@ TEST(PlacementFlags, NCpuMoeTakesTheFirstLayers) {
         EXPECT_EQ(p.bytes_per_tier()[Tier::mmap_host], host_exps + embd);
     }
     EXPECT_THROW(n_cpu_moe_rules(-1, kLayers), Error);
-    // blk.1's rule must not catch blk.1x (there is none here, but the pattern is what llama.cpp's is).
+    // The rules stop at layer N-1: layer N's experts keep the tier -ngl gave them.
     const auto rules = n_cpu_moe_rules(2, kLayers);
     EXPECT_EQ(with(-1, rules).tier_of("blk.2.ffn_up_exps.weight"), Tier::gpu);
 }
