@@ -16,5 +16,6 @@ void register_chat(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_plan(CLI::App& app);
 
 }  // namespace mox::cli

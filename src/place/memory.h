@@ -1,0 +1,77 @@
+// Predicted memory per device for a Placement (issue 6, the memory model): exact bytes for what the
+// file and the cache shapes define, plus a stated allowance for what only a measurement can know.
+//
+//  GPU  = weights on the GPU
+//       + KV cache of the full-attention layers whose attention runs on the GPU
+//         (n_ctx rows of K and of V per layer and sequence, a row = n_head_kv * head_dim elements
+//          in the cache type: quant::row_bytes)
+//       + DeltaNet state of the recurrent layers whose DeltaNet runs on the GPU (fp32: conv state
+//         (kernel - 1) * conv_channels, recurrent state v_heads * state * state, per sequence)
+//       + allowance: CUDA context + activations/workspace, counted once anything is on the GPU.
+//  host = weights in mmap_host (page cache: evictable, shared with the file) and in pinned_host
+//         (locked RAM), reported apart; plus KV/state of the layers that run on the CPU (plain RAM).
+//
+// A layer's cache lives where its mixer runs: on the GPU when every attention (or DeltaNet) weight
+// of the layer is on the GPU, in host RAM otherwise (as llama.cpp keeps a layer's KV with the
+// layer). MTP blocks are not run by the trunk and get no cache.
+#pragma once
+
+#include "models/qwen35moe_hparams.h"
+#include "place/placement.h"
+#include "quant/types.h"
+
+#include <cstdint>
+#include <string>
+
+namespace mox::place {
+
+// Constants that only a measurement can give. The defaults are NOT measured: they are placeholders
+// to be replaced by `mox calibrate` (not written yet), and every report says so.
+struct Allowance {
+    uint64_t cuda_context_bytes = 512ull << 20;    // driver + runtime + kernel images on the device
+    uint64_t gpu_workspace_bytes = 1024ull << 20;  // activations, logits, matmul scratch at the batch size
+    bool measured = false;
+    std::string source = "unmeasured placeholder defaults (to be replaced by `mox calibrate`)";
+};
+
+struct CacheOptions {
+    int64_t n_ctx = 4096;  // tokens of context per sequence
+    quant::TypeId k_type = quant::TypeId::f16;
+    quant::TypeId v_type = quant::TypeId::f16;
+    int64_t n_seq = 1;  // sequences held at once
+};
+
+// Checks what mox's forward can hold (the types it quantizes to, whole blocks per row, the trained
+// context); throws mox::Error naming the flag.
+void validate_cache_options(const models::Qwen35MoeHparams& hp, const CacheOptions& o);
+
+struct MemoryPrediction {
+    TierBytes weights;         // exact, from the file
+    uint64_t k_row_bytes = 0;  // one token of one layer's K
+    uint64_t v_row_bytes = 0;
+    uint64_t kv_gpu = 0, kv_host = 0;  // all sequences
+    uint64_t state_gpu = 0, state_host = 0;
+    int64_t attention_layers_gpu = 0, attention_layers_host = 0;
+    int64_t recurrent_layers_gpu = 0, recurrent_layers_host = 0;
+    bool gpu_used = false;  // anything at all on the GPU (else no CUDA context)
+    Allowance allowance;
+
+    uint64_t kv_total() const { return kv_gpu + kv_host; }
+    uint64_t state_total() const { return state_gpu + state_host; }
+    uint64_t gpu_allowance() const {
+        return gpu_used ? allowance.cuda_context_bytes + allowance.gpu_workspace_bytes : 0;
+    }
+    uint64_t gpu_total() const { return weights[Tier::gpu] + kv_gpu + state_gpu + gpu_allowance(); }
+    uint64_t host_page_cache() const { return weights[Tier::mmap_host]; }
+    uint64_t host_locked() const { return weights[Tier::pinned_host]; }
+    uint64_t host_ram() const { return kv_host + state_host; }  // anonymous memory of the process
+    uint64_t host_total() const { return host_page_cache() + host_locked() + host_ram(); }
+};
+
+MemoryPrediction predict_memory(const Placement& p, const models::Qwen35MoeHparams& hp,
+                                const CacheOptions& cache, const Allowance& allowance = {});
+
+// Whether layer `layer`'s attention / DeltaNet runs on the GPU (the rule above).
+bool mixer_on_gpu(const Placement& p, int64_t layer);
+
+}  // namespace mox::place

@@ -1,0 +1,289 @@
+// mox plan -m MODEL [placement flags]: where every tensor and expert would live and what memory
+// that predicts per device (issue 6, first part: placement as data + exact memory accounting).
+#include "commands.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "gguf/reader.h"
+#include "models/qwen35moe_hparams.h"
+#include "place/flags.h"
+#include "place/memory.h"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mox::cli {
+
+namespace {
+
+struct PlanOptions {
+    std::string model;
+    std::string n_gpu_layers = "0";
+    std::vector<std::string> override_tensor;
+    std::vector<int64_t> n_cpu_moe;
+    bool cpu_moe = false;
+    std::vector<std::string> moe_cpu_layers;
+    int64_t n_ctx = 0;
+    bool n_ctx_given = false;
+    std::string cache_type_k = "f16";
+    std::string cache_type_v = "f16";
+    bool json = false;
+};
+
+struct OrderedFlags {
+    const CLI::Option* ot = nullptr;
+    const CLI::Option* ncmoe = nullptr;
+    const CLI::Option* cmoe = nullptr;
+    const CLI::Option* layers = nullptr;
+};
+
+// The override flags as one rule list in command-line order (flags.h: first match wins).
+std::vector<place::OverrideRule> ordered_rules(const CLI::App& cmd, const OrderedFlags& f,
+                                               const PlanOptions& o, int64_t n_layer) {
+    std::vector<place::OverrideRule> rules;
+    std::map<const CLI::Option*, size_t> seen;  // k-th occurrence of an option = its k-th value
+    auto append = [&](std::vector<place::OverrideRule> more) {
+        for (auto& r : more) rules.push_back(std::move(r));
+    };
+    for (const CLI::Option* opt : cmd.parse_order()) {
+        const size_t k = seen[opt]++;
+        if (opt == f.ot)
+            append(place::parse_override_tensor(o.override_tensor.at(k)));
+        else if (opt == f.ncmoe)
+            append(place::n_cpu_moe_rules(o.n_cpu_moe.at(k), n_layer));
+        else if (opt == f.cmoe && k == 0)
+            rules.push_back(place::cpu_moe_rule());
+        else if (opt == f.layers)
+            append(place::moe_cpu_layers_rules(o.moe_cpu_layers.at(k), n_layer));
+    }
+    return rules;
+}
+
+quant::TypeId cache_type(const char* flag, const std::string& name) {
+    const auto t = quant::type_from_name(name);
+    if (!t) fail("{} {}: unknown type (use f32, f16, bf16, q8_0 or q4_0)", flag, name);
+    return *t;
+}
+
+const char* short_tier(const std::optional<place::Tier>& t, bool split) {
+    if (split) return "split";
+    if (!t) return "-";
+    switch (*t) {
+        case place::Tier::gpu:
+            return "gpu";
+        case place::Tier::pinned_host:
+            return "pinned";
+        case place::Tier::mmap_host:
+            return "mmap";
+    }
+    return "?";
+}
+
+nlohmann::json tier_json(const std::optional<place::Tier>& t, bool split) {
+    if (split) return "split";
+    if (!t) return nullptr;
+    return place::tier_name(*t);
+}
+
+std::string bytes_text(uint64_t b) {
+    return fmt::format("{} ({} B)", format_bytes(b), b);
+}
+
+const char* kind_of(const place::LayerView& v) {
+    return v.mtp ? "mtp" : v.attention ? "attention" : "deltanet";
+}
+
+struct Plan {
+    std::string path;
+    int64_t n_gpu_layers = 0;
+    std::vector<place::OverrideRule> rules;
+    place::Placement placement;
+    place::CacheOptions cache;
+    place::MemoryPrediction memory;
+};
+
+nlohmann::json to_json(const Plan& p) {
+    nlohmann::json j;
+    j["model"] = p.path;
+    j["n_layer"] = p.placement.n_layer();
+    j["n_expert"] = p.placement.n_expert();
+    j["n_gpu_layers"] = p.n_gpu_layers;
+    for (const auto& r : p.rules)
+        j["overrides"].push_back(
+            {{"pattern", r.pattern}, {"tier", place::tier_name(r.tier)}, {"origin", r.origin}});
+    if (p.rules.empty()) j["overrides"] = nlohmann::json::array();
+    for (int64_t l = 0; l < p.placement.n_layer(); ++l) {
+        const place::LayerView v = place::layer_view(p.placement, l);
+        nlohmann::json e{{"layer", l},
+                         {"kind", kind_of(v)},
+                         {"mixer", tier_json(v.mixer, v.mixer_split)},
+                         {"router", tier_json(v.router, v.router_split)},
+                         {"shared_expert", tier_json(v.shared_expert, v.shared_split)},
+                         {"norms", tier_json(v.norms, v.norms_split)}};
+        for (place::Tier t : place::kAllTiers)
+            e["experts"][place::tier_name(t)] = v.experts[static_cast<size_t>(t)];
+        j["layers"].push_back(e);
+    }
+    for (const place::TensorEntry& t : p.placement.tensors())
+        if (t.layer < 0)
+            j["globals"].push_back(
+                {{"name", t.name}, {"tier", place::tier_name(t.tier)}, {"bytes", t.n_bytes}});
+    const place::MemoryPrediction& m = p.memory;
+    for (place::Tier t : place::kAllTiers) j["weights_bytes"][place::tier_name(t)] = m.weights[t];
+    j["weights_bytes"]["total"] = m.weights.total();
+    j["kv"] = {{"n_ctx", p.cache.n_ctx},
+               {"n_seq", p.cache.n_seq},
+               {"k_type", std::string(quant::type_name(p.cache.k_type))},
+               {"v_type", std::string(quant::type_name(p.cache.v_type))},
+               {"k_row_bytes", m.k_row_bytes},
+               {"v_row_bytes", m.v_row_bytes},
+               {"layers_gpu", m.attention_layers_gpu},
+               {"layers_host", m.attention_layers_host},
+               {"gpu_bytes", m.kv_gpu},
+               {"host_bytes", m.kv_host}};
+    j["state"] = {{"layers_gpu", m.recurrent_layers_gpu},
+                  {"layers_host", m.recurrent_layers_host},
+                  {"gpu_bytes", m.state_gpu},
+                  {"host_bytes", m.state_host}};
+    j["allowance"] = {{"cuda_context_bytes", m.allowance.cuda_context_bytes},
+                      {"gpu_workspace_bytes", m.allowance.gpu_workspace_bytes},
+                      {"counted_bytes", m.gpu_allowance()},
+                      {"measured", m.allowance.measured},
+                      {"source", m.allowance.source}};
+    j["gpu_total_bytes"] = m.gpu_total();
+    j["host"] = {{"page_cache_bytes", m.host_page_cache()},
+                 {"locked_bytes", m.host_locked()},
+                 {"ram_bytes", m.host_ram()},
+                 {"total_bytes", m.host_total()}};
+    return j;
+}
+
+void print_text(const Plan& p) {
+    const place::Placement& pl = p.placement;
+    const place::MemoryPrediction& m = p.memory;
+    fmt::print("{}\n", p.path);
+    const int64_t n_layer = pl.n_layer();
+    const int64_t n_gpu = p.n_gpu_layers < 0 ? n_layer + 1 : std::min(p.n_gpu_layers, n_layer + 1);
+    // llama.cpp's count: the output layer is the last of n_layer + 1, so it goes first.
+    std::string on_gpu = "nothing";
+    if (n_gpu == 1) on_gpu = "the output layer";
+    if (n_gpu > 1)
+        on_gpu = fmt::format("the output layer and blocks {}..{}", n_layer + 1 - n_gpu, n_layer - 1);
+    fmt::print("  -ngl {}: {} on the GPU by layer (token_embd stays on the host)\n", p.n_gpu_layers, on_gpu);
+    if (p.rules.empty()) fmt::print("  overrides: none\n");
+    // In order, first match wins; a flag's run of per-layer rules is one line.
+    for (size_t i = 0; i < p.rules.size();) {
+        size_t j = i + 1;
+        while (j < p.rules.size() && p.rules[j].origin == p.rules[i].origin &&
+               p.rules[j].tier == p.rules[i].tier)
+            ++j;
+        if (j - i == 1)
+            fmt::print("  override {}: {} -> {}   [{}]\n", i + 1, p.rules[i].pattern,
+                       place::tier_name(p.rules[i].tier), p.rules[i].origin);
+        else
+            fmt::print("  overrides {}-{}: {} .. {} -> {}   [{}]\n", i + 1, j, p.rules[i].pattern,
+                       p.rules[j - 1].pattern, place::tier_name(p.rules[i].tier), p.rules[i].origin);
+        i = j;
+    }
+
+    fmt::print("\n  {:>5}  {:<9} {:<6} {:<6} {:<6} {:<6}  experts gpu/pinned/mmap of {}\n", "layer", "kind",
+               "mixer", "router", "shexp", "norms", pl.n_expert());
+    for (int64_t l = 0; l < n_layer; ++l) {
+        const place::LayerView v = place::layer_view(pl, l);
+        fmt::print("  {:>5}  {:<9} {:<6} {:<6} {:<6} {:<6}  {}/{}/{}\n", l, kind_of(v),
+                   short_tier(v.mixer, v.mixer_split), short_tier(v.router, v.router_split),
+                   short_tier(v.shared_expert, v.shared_split), short_tier(v.norms, v.norms_split),
+                   v.experts[0], v.experts[1], v.experts[2]);
+    }
+    for (const place::TensorEntry& t : pl.tensors())
+        if (t.layer < 0)
+            fmt::print("  {:<24} {:<12} {}\n", t.name, place::tier_name(t.tier), format_bytes(t.n_bytes));
+
+    fmt::print("\n  weights by tier (exact, from the file's tensor sizes):\n");
+    for (place::Tier t : place::kAllTiers)
+        fmt::print("    {:<12} {}\n", place::tier_name(t), bytes_text(m.weights[t]));
+    fmt::print("    {:<12} {}\n", "total", bytes_text(m.weights.total()));
+    fmt::print("  KV cache: {} tokens x {} seq, K {} ({} B/token/layer), V {} ({} B/token/layer)\n",
+               p.cache.n_ctx, p.cache.n_seq, quant::type_name(p.cache.k_type), m.k_row_bytes,
+               quant::type_name(p.cache.v_type), m.v_row_bytes);
+    fmt::print("    gpu  {} attention layers: {}\n", m.attention_layers_gpu, bytes_text(m.kv_gpu));
+    fmt::print("    host {} attention layers: {}\n", m.attention_layers_host, bytes_text(m.kv_host));
+    fmt::print("  DeltaNet state (fp32 conv + recurrent):\n");
+    fmt::print("    gpu  {} layers: {}\n", m.recurrent_layers_gpu, bytes_text(m.state_gpu));
+    fmt::print("    host {} layers: {}\n", m.recurrent_layers_host, bytes_text(m.state_host));
+    fmt::print("  GPU allowance: CUDA context {} + activations/workspace {}{}\n",
+               format_bytes(m.allowance.cuda_context_bytes), format_bytes(m.allowance.gpu_workspace_bytes),
+               m.gpu_used ? "" : " (not counted: nothing on the GPU)");
+    if (!m.allowance.measured) fmt::print("    NOTE: these two are NOT measured: {}\n", m.allowance.source);
+    fmt::print("\n  predicted GPU memory:  {}\n", bytes_text(m.gpu_total()));
+    fmt::print("  predicted host memory: {}\n", bytes_text(m.host_total()));
+    fmt::print("    page cache (mmap_host weights): {}\n", bytes_text(m.host_page_cache()));
+    fmt::print("    locked RAM (pinned_host weights): {}\n", bytes_text(m.host_locked()));
+    fmt::print("    RAM (KV cache + state on the host): {}\n", bytes_text(m.host_ram()));
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app) {
+    auto o = std::make_shared<PlanOptions>();
+    auto f = std::make_shared<OrderedFlags>();
+    CLI::App* cmd = app.add_subcommand(
+        "plan",
+        "Show where each tensor and expert would live (llama.cpp's placement flags) and the memory it takes");
+    cmd->add_option("-m,--model", o->model, "GGUF model file (first shard of a split model)")->required();
+    cmd->add_option(
+           "--n-gpu-layers", o->n_gpu_layers,
+           "-ngl N: the last N of the layers + output layer on the GPU, as llama.cpp (all or -1: everything)")
+        ->capture_default_str();
+    f->ot = cmd->add_option(
+                   "--override-tensor", o->override_tensor,
+                   "-ot REGEX=DEVICE[,...]: DEVICE CPU, CUDA0 or gpu/pinned_host/mmap_host; first match wins")
+                ->allow_extra_args(false);
+    f->ncmoe =
+        cmd->add_option("--n-cpu-moe", o->n_cpu_moe, "Keep the experts of the first N layers on the CPU")
+            ->allow_extra_args(false);
+    f->cmoe = cmd->add_flag("--cpu-moe", o->cpu_moe, "Keep every layer's experts on the CPU");
+    f->layers = cmd->add_option("--moe-cpu-layers", o->moe_cpu_layers,
+                                "Keep the experts of these layers on the CPU, e.g. 0-9,20,31-39")
+                    ->allow_extra_args(false);
+    cmd->add_option(
+        "-c,--ctx-size", o->n_ctx,
+        "Context size in tokens (default 4096 or the trained context if smaller; 0: the trained context)");
+    cmd->add_option("--cache-type-k", o->cache_type_k,
+                    "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0")
+        ->capture_default_str();
+    cmd->add_option("--cache-type-v", o->cache_type_v,
+                    "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0")
+        ->capture_default_str();
+    cmd->add_flag("--json", o->json, "Machine-readable output");
+    cmd->callback([o, f, cmd] {
+        const gguf::File file = gguf::File::open(o->model);
+        const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
+        place::PlacementFlags flags;
+        flags.n_gpu_layers = place::parse_n_gpu_layers(o->n_gpu_layers);
+        flags.overrides = ordered_rules(*cmd, *f, *o, hp.n_layer);
+        place::CacheOptions cache;
+        o->n_ctx_given = cmd->count("--ctx-size") > 0;
+        // Not given: 4096 capped by the trained context; 0: the trained context (llama.cpp's -c 0).
+        cache.n_ctx = !o->n_ctx_given ? std::min<int64_t>(4096, hp.n_ctx_train)
+                      : o->n_ctx == 0 ? hp.n_ctx_train
+                                      : o->n_ctx;
+        cache.k_type = cache_type("-ctk", o->cache_type_k);
+        cache.v_type = cache_type("-ctv", o->cache_type_v);
+        Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache,
+                  {}};
+        plan.memory = place::predict_memory(plan.placement, hp, cache);
+        if (o->json)
+            fmt::print("{}\n", to_json(plan).dump(2));
+        else
+            print_text(plan);
+    });
+}
+
+}  // namespace mox::cli
