@@ -96,7 +96,8 @@ const BenchModelInfo& BenchRunner::model_info(const std::string& path) {
 BenchSample BenchRunner::run(const BenchConfig& c) {
     Loaded& m = load(c.model);
     const int64_t n_layer = models::read_qwen35moe_hparams(m.file).n_layer;
-    if (c.n_gpu_layers != 0 && c.n_gpu_layers != -1 && c.n_gpu_layers < n_layer)
+    // As llama.cpp counts: the output layer is one more than the blocks, so all of it is n_layer + 1.
+    if (c.n_gpu_layers != 0 && c.n_gpu_layers != -1 && c.n_gpu_layers <= n_layer)
         fail("-ngl {}: the model has {} layers; partial offload needs the hybrid planner (issue 6): use -ngl 0 or "
              "-ngl {}",
              c.n_gpu_layers, n_layer, n_layer + 1);

@@ -41,8 +41,9 @@ models::Device ModelOptions::resolve_device(int64_t n_layer) const {
     else fail("--device {}: expected cpu or cuda", device);
     if (n_gpu_layers == -2) return d;
     if (n_gpu_layers < -1) fail("-ngl {}: expected -1 (all) or a layer count", n_gpu_layers);
-    // llama.cpp counts the output layer as one more: -ngl n_layer + 1 (or any larger) is all of it.
-    const bool all = n_gpu_layers == -1 || n_gpu_layers >= n_layer;
+    // llama.cpp counts the output layer as one more: -ngl n_layer + 1 (or any larger) is all of it
+    // (see mox plan / docs/plan.md for what smaller values place).
+    const bool all = n_gpu_layers == -1 || n_gpu_layers > n_layer;
     if (n_gpu_layers == 0) {
         if (device != "cpu") fail("-ngl 0 and --device {} disagree", device);
         return models::Device::cpu;

@@ -24,8 +24,9 @@ struct ModelOptions {
     int n_gpu_layers = -2;       // -ngl as llama.cpp; -2: not given
 
     quant::Isa cpu_isa() const;  // throws on an unknown or unsupported name
-    // --device and -ngl resolved for this model: -ngl 0 is the CPU, -ngl >= the layer count (or -1)
-    // the GPU; anything between is a partial offload, which needs the hybrid planner (issue 6).
+    // --device and -ngl resolved for this model: -ngl 0 is the CPU, -ngl > the layer count (the
+    // output layer counts as one, as in llama.cpp) or -1 the GPU; anything between is a partial
+    // offload, which needs the hybrid planner (issue 6).
     models::Device resolve_device(int64_t n_layer) const;
 
     std::unique_ptr<models::Qwen35Moe> load(const gguf::File& file) const;
