@@ -3,6 +3,7 @@
 // expert, k = 1 and k = n_expert, 1..600 tokens; bitwise repeatability; a timing at the model's
 // sizes (printed, not asserted).
 #include "cuda_test_util.h"
+#include "expert_stack.h"
 
 #include "ops/context.h"
 #include "ops/cuda_moe.h"
@@ -25,27 +26,8 @@ namespace {
 
 using quant::TypeId;
 
-struct HostStack {
-    std::vector<uint8_t> bytes;
-    ops::Weight w;
-};
-
-HostStack make_stack(TypeId type, int64_t n_in, int64_t n_out, int64_t n_expert, uint32_t seed, float scale) {
-    const auto& tr = quant::traits(type);
-    HostStack s;
-    const size_t rb = quant::row_bytes(type, n_in);
-    s.bytes.resize(rb * static_cast<size_t>(n_out * n_expert));
-    const auto f = test::randn(static_cast<size_t>(n_in * n_out * n_expert), seed, scale);
-    for (int64_t r = 0; r < n_out * n_expert; ++r)
-        tr.quantize(f.data() + r * n_in, s.bytes.data() + r * rb, n_in);
-    s.w = ops::Weight{.data = s.bytes.data(),
-                      .type = type,
-                      .n_in = n_in,
-                      .n_out = n_out,
-                      .n_expert = n_expert,
-                      .row_bytes = rb};
-    return s;
-}
+using test::HostStack;
+using test::make_stack;
 
 enum class Pattern { random, few_experts, one_expert, cyclic };
 

@@ -1,7 +1,7 @@
 // CUDA MoE decode kernels against the CPU operators (ops::route_softmax_topk, ops::moe_ffn with the
 // scalar reference kernels: dequantize + fp32 dot).
 #include "cuda_test_util.h"
-#include "random_blocks.h"
+#include "expert_stack.h"
 
 #include "ops/context.h"
 #include "ops/cuda_moe.h"
@@ -18,32 +18,8 @@ namespace {
 
 using quant::TypeId;
 
-// A {n_in, n_out, n_expert} stack quantized by the reference quantizer; host bytes stay alive here.
-struct HostStack {
-    std::vector<uint8_t> bytes;
-    ops::Weight w;
-};
-
-HostStack make_stack(TypeId type, int64_t n_in, int64_t n_out, int64_t n_expert, uint32_t seed, float scale) {
-    const auto& tr = quant::traits(type);
-    HostStack s;
-    const size_t rb = quant::row_bytes(type, n_in);
-    s.bytes.resize(rb * static_cast<size_t>(n_out * n_expert));
-    if (tr.quantize == nullptr) {  // grid i-quants: random valid blocks, |w| around `scale`
-        s.bytes = test::random_blocks(type, n_out * n_expert * (n_in / tr.block_elems), seed, scale / 32);
-    } else {
-        const auto f = test::randn(static_cast<size_t>(n_in * n_out * n_expert), seed, scale);
-        for (int64_t r = 0; r < n_out * n_expert; ++r)
-            tr.quantize(f.data() + r * n_in, s.bytes.data() + r * rb, n_in);
-    }
-    s.w = ops::Weight{.data = s.bytes.data(),
-                      .type = type,
-                      .n_in = n_in,
-                      .n_out = n_out,
-                      .n_expert = n_expert,
-                      .row_bytes = rb};
-    return s;
-}
+using test::HostStack;
+using test::make_stack;
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double rel) {
     ASSERT_EQ(got.size(), ref.size());
