@@ -1,0 +1,67 @@
+// What the planner knows about a machine (issue 6, the speed model's inputs): bandwidths, latencies
+// and fixed costs measured once by `mox calibrate` and cached per machine as JSON. Tests build
+// synthetic profiles by hand (measured = false) to exercise the planner as a pure function.
+//
+// Rates are keyed by weight type name ("q4_K", "iq4_xs"...: quant::type_name) where the kernels
+// differ per block format; a type that was not measured has no entry and the speed model says so.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace mox::plan {
+
+struct GpuProfile {
+    std::string name;           // "NVIDIA H200"
+    uint64_t total_bytes = 0;   // device memory (driver)
+    // Device memory the driver reports as used right after mox created its CUDA context and loaded
+    // its kernels, before any allocation of ours: what --vram-budget charges first.
+    uint64_t context_bytes = 0;
+    // Decode matvec over a weight far larger than the caches: bytes of weight per second, per type.
+    std::map<std::string, double> matvec_gbps;
+    double launch_gap_s = 0;       // time per kernel of a replayed decode graph beyond its bytes
+    double h2d_pinned_gbps = 0;    // cudaMemcpyAsync host -> device from page-locked memory
+    double h2d_pageable_gbps = 0;  // the same from ordinary (mmap'd or malloc'd) memory
+    // One hybrid hand-off inside a decode graph: a small device -> host copy, a host callback and a
+    // host -> device copy, with nothing to compute (the fixed cost per CPU-expert layer per token).
+    double host_roundtrip_s = 0;
+    // Tensor-core matmul over quantized weights at prefill batch sizes (512+ tokens), per type.
+    std::map<std::string, double> matmul_tflops;
+};
+
+struct CpuProfile {
+    int threads = 0;          // the threads the measurement used (mox's default: physical cores)
+    double dram_gbps = 0;     // streaming read of a large buffer by all threads
+    // Routed experts on the CPU at batch 1 (mox's MoE operator, k = 8 experts of the model's shape):
+    // expert weight bytes read per second, per type.
+    std::map<std::string, double> expert_gbps;
+    // The same operator at a prefill batch (>= 128 tokens): multiply-adds as GFLOP/s, per type.
+    std::map<std::string, double> expert_gflops;
+};
+
+struct HardwareProfile {
+    std::string machine;     // hostname
+    std::string created;     // UTC, ISO 8601
+    std::string mox_commit;  // the build that measured it
+    bool measured = false;   // false: written by hand (tests, what-if planning)
+    uint64_t host_ram_bytes = 0;        // MemTotal
+    uint64_t host_lockable_bytes = 0;   // RLIMIT_MEMLOCK (or RAM when unlimited): pinned memory ceiling
+    CpuProfile cpu;
+    std::optional<GpuProfile> gpu;      // none: no CUDA device (or a build without CUDA)
+};
+
+// JSON round trip (every field; unknown keys are ignored, missing required ones are an error naming
+// the key). A file written by another version of the schema is refused with its version.
+std::string profile_to_json(const HardwareProfile& p);
+HardwareProfile profile_from_json(const std::string& text);
+
+// Where `mox calibrate` caches the profile of this machine: $MOX_CACHE_DIR, else
+// $XDG_CACHE_HOME/mox, else ~/.cache/mox; file hardware-<hostname>.json.
+std::string default_profile_path();
+// nullopt when the file does not exist; a malformed file is a mox::Error naming it.
+std::optional<HardwareProfile> load_profile(const std::string& path);
+void save_profile(const HardwareProfile& p, const std::string& path);  // creates the folder
+
+}  // namespace mox::plan
