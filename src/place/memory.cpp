@@ -39,7 +39,8 @@ bool mixer_on_gpu(const Placement& p, int64_t layer) {
 }
 
 MemoryPrediction predict_memory(const Placement& p, const models::Qwen35MoeHparams& hp,
-                                const CacheOptions& cache, const Allowance& allowance) {
+                                const CacheOptions& cache, const Allowance& allowance, const RunShape& run) {
+    (void)run;  // the exact activation/staging bytes replace the allowance's workspace guess (issue 6, in progress)
     validate_cache_options(hp, cache);
     if (p.n_layer() != hp.n_layer)
         fail("placement has {} layers but the hyper-parameters {}", p.n_layer(), hp.n_layer);

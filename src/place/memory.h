@@ -45,6 +45,14 @@ struct CacheOptions {
 // context); throws mox::Error naming the flag.
 void validate_cache_options(const models::Qwen35MoeHparams& hp, const CacheOptions& o);
 
+// How the GPU forward runs, as far as its buffers depend on it (models/gpu/qwen35moe_gpu.cpp):
+// activations are sized for n_ubatch tokens; a prefill that streams the experts of CPU-resident
+// layers to the GPU double-buffers them in two staging areas the size of the largest such layer.
+struct RunShape {
+    int64_t n_ubatch = 512;
+    bool stream_experts = true;  // staging buffers exist when some layer's experts live on the host
+};
+
 struct MemoryPrediction {
     TierBytes weights;         // exact, from the file
     uint64_t k_row_bytes = 0;  // one token of one layer's K
@@ -69,7 +77,8 @@ struct MemoryPrediction {
 };
 
 MemoryPrediction predict_memory(const Placement& p, const models::Qwen35MoeHparams& hp,
-                                const CacheOptions& cache, const Allowance& allowance = {});
+                                const CacheOptions& cache, const Allowance& allowance = {},
+                                const RunShape& run = {});
 
 // Whether layer `layer`'s attention / DeltaNet runs on the GPU (the rule above).
 bool mixer_on_gpu(const Placement& p, int64_t layer);
