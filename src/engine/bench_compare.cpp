@@ -42,6 +42,9 @@ std::vector<std::string> llama_bench_args(const BenchConfig& c, const std::vecto
     add("-ub", std::to_string(c.n_ubatch));
     add("-ngl", std::to_string(c.n_gpu_layers));
     add("-ncmoe", std::to_string(c.n_cpu_moe));
+    if (!c.override_tensor.empty()) add("-ot", c.override_tensor);
+    if (!c.moe_cpu_layers.empty())
+        fail("--moe-cpu-layers has no llama-bench equivalent: give the same layers as -ot rules to compare");
     add("-fa", c.flash_attn < 0 ? "auto" : c.flash_attn == 0 ? "off" : "on");
     a.insert(a.end(), extra.begin(), extra.end());
     return a;

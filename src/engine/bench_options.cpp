@@ -100,18 +100,15 @@ std::string plan_value(std::string_view text) {
 }
 
 void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda) {
-    const char* planner = "the hybrid planner does not exist yet (issue 6)";
     for (const auto& c : configs) {
-        // With CUDA, -ngl all (or -1) runs on the GPU; a partial offload is refused when the model's
-        // layer count is known (BenchRunner::run).
-        if (c.n_gpu_layers != 0 && !have_cuda)
-            fail("-ngl {}: CUDA backend not built (rebuild with -DMOX_CUDA=ON); this mox runs models on the CPU "
-                 "only (use -ngl 0)",
-                 c.n_gpu_layers);
-        if (c.vram_budget != 0)
-            fail("--vram-budget {}: {}; a budget cannot be honoured (leave it out, or 0)", format_bytes(c.vram_budget),
-                 planner);
-        if (c.plan != "manual") fail("--plan {}: {}; only --plan manual runs", c.plan, planner);
+        const bool placed = c.n_cpu_moe > 0 || c.vram_budget > 0 || !c.override_tensor.empty() || !c.moe_cpu_layers.empty();
+        if ((c.n_gpu_layers != 0 || placed) && !have_cuda)
+            fail("-ngl {}{}: CUDA backend not built (rebuild with -DMOX_CUDA=ON); this mox runs models on the CPU "
+                 "only (use -ngl 0 without placement flags)",
+                 c.n_gpu_layers, placed ? " with placement flags" : "");
+        if (c.n_gpu_layers == 0 && placed)
+            fail("-ngl 0 runs on the CPU: -ncmoe, -ot, --moe-cpu-layers and --vram-budget need -ngl > 0");
+        if (c.plan != "manual") fail("--plan {}: the planner is not wired into mox bench yet; use --plan manual", c.plan);
     }
 }
 
@@ -169,6 +166,9 @@ std::vector<BenchConfig> expand_configs(const BenchParams& p) {
                                                                        .flash_attn = static_cast<int>(fa),
                                                                        .vram_budget = budget,
                                                                        .plan = plan_value(plan),
+                                                                       .override_tensor = p.override_tensor,
+                                                                       .moe_cpu_layers = p.moe_cpu_layers,
+                                                                       .stream_min_tokens = p.stream_min_tokens,
                                                                        .test = test});
                                                     }
     return out;

@@ -38,8 +38,12 @@ struct BenchConfig {
     int n_gpu_layers = 0;
     int n_cpu_moe = 0;
     int flash_attn = -1;
-    uint64_t vram_budget = 0;      // bytes of GPU memory the planner may use; 0: no budget given
+    uint64_t vram_budget = 0;      // bytes of GPU memory mox may use (context included); 0: no budget
     std::string plan = "manual";  // "manual": placement from the flags (-ngl, -ncmoe); "auto": planner
+    // Placement beyond -ngl/-ncmoe (the same for every configuration): llama.cpp's -ot rules and
+    // mox's --moe-cpu-layers list; the GPU's threshold for streaming CPU-resident experts.
+    std::string override_tensor, moe_cpu_layers;
+    int64_t stream_min_tokens = 32;
     BenchTest test;
 };
 
@@ -55,6 +59,8 @@ struct BenchParams {
     std::vector<int64_t> flash_attn{-1};
     std::vector<uint64_t> vram_budget{0};
     std::vector<std::string> plan{"manual"};
+    std::string override_tensor, moe_cpu_layers;
+    int64_t stream_min_tokens = 32;
     int repetitions = 5;
 };
 
@@ -67,9 +73,8 @@ std::vector<BenchConfig> expand_configs(const BenchParams& params);
 std::string plan_value(std::string_view text);
 
 // Refuses configurations this build cannot run, with one clear message instead of silently running
-// something else: -ngl != 0 needs a CUDA build (-ngl all runs the whole model on the GPU; partial
-// values are refused at run time, when the layer count is known); a --vram-budget and --plan auto
-// need the planner (issue 6), which does not exist yet.
+// something else: -ngl != 0 needs a CUDA build (what the GPU forward cannot execute, e.g. whole
+// layers on the CPU, is refused at run time by place/execute.h); --plan auto needs the planner.
 void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda);
 
 enum class BenchEngine { mox, llama };

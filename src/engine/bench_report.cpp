@@ -280,8 +280,8 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
         out += md_row(cells);
     }
     out += fmt::format(
-        "\nmox {} | {} ({} logical CPUs) | backend {} ({} kernels; -b, -ncmoe, -fa are recorded, not acted "
-        "on) | prompts: {}\n",
+        "\nmox {} | {} ({} logical CPUs) | backend {} ({} kernels; -b and -fa are recorded, not acted on) | "
+        "prompts: {}\n",
         meta.build_commit, meta.cpu_info, meta.cpu_cores, meta.backends, quant::isa_name(quant::host_isa()), meta.corpus);
     if (show_roofline) {
         // One bandwidth per thread count; rows with equal threads share one measurement.

@@ -7,6 +7,8 @@
 #include "models/qwen35moe.h"
 #include "models/qwen35moe_hparams.h"
 #include "models/summary.h"
+#include "place/execute.h"
+#include "place/flags.h"
 #include "text/tokenizer.h"
 #include "text/vocab_io.h"
 
@@ -28,8 +30,9 @@ struct BenchRunner::Loaded {
     gguf::File file;
     std::unique_ptr<text::Tokenizer> tokenizer;
     std::vector<int32_t> corpus;                                   // the corpus in this model's tokens
-    // Loaded once per (threads, device): the thread pool and the GPU upload are fixed at load.
-    std::map<std::pair<int, models::Device>, std::unique_ptr<models::Qwen35Moe>> by_setup;
+    // Loaded once per setup (threads, device, placement...: what is fixed at load), keyed by a text
+    // naming it. At most one GPU setup is alive at a time (they would share the device's memory).
+    std::map<std::string, std::unique_ptr<models::Qwen35Moe>> by_setup;
     BenchModelInfo info;
 };
 
@@ -95,15 +98,32 @@ const BenchModelInfo& BenchRunner::model_info(const std::string& path) {
 
 BenchSample BenchRunner::run(const BenchConfig& c) {
     Loaded& m = load(c.model);
-    const int64_t n_layer = models::read_qwen35moe_hparams(m.file).n_layer;
-    // As llama.cpp counts: the output layer is one more than the blocks, so all of it is n_layer + 1.
-    if (c.n_gpu_layers != 0 && c.n_gpu_layers != -1 && c.n_gpu_layers <= n_layer)
-        fail("-ngl {}: the model has {} layers; partial offload needs the hybrid planner (issue 6): use -ngl 0 or "
-             "-ngl {}",
-             c.n_gpu_layers, n_layer, n_layer + 1);
+    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(m.file);
     const models::Device device = c.n_gpu_layers == 0 ? models::Device::cpu : models::Device::cuda;
-    auto& model = m.by_setup[{c.threads, device}];
-    if (!model) model = std::make_unique<models::Qwen35Moe>(m.file, c.threads, quant::host_isa(), true, device);
+    models::GpuOptions gpu;
+    std::string setup = fmt::format("t{} {}", c.threads, device == models::Device::cpu ? "cpu" : "cuda");
+    if (device == models::Device::cuda) {
+        // The placement from the flags, in llama.cpp's order of precedence: -ot rules first (they
+        // win), then -ncmoe, then --moe-cpu-layers (first match wins, place/flags.h).
+        place::PlacementFlags flags;
+        flags.n_gpu_layers = c.n_gpu_layers;
+        if (!c.override_tensor.empty()) flags.overrides = place::parse_override_tensor(c.override_tensor);
+        for (auto& r : place::n_cpu_moe_rules(c.n_cpu_moe, hp.n_layer)) flags.overrides.push_back(std::move(r));
+        if (!c.moe_cpu_layers.empty())
+            for (auto& r : place::moe_cpu_layers_rules(c.moe_cpu_layers, hp.n_layer)) flags.overrides.push_back(std::move(r));
+        gpu = place::gpu_options_for(place::place_from_flags(m.file, flags), hp);
+        gpu.vram_budget = c.vram_budget;
+        gpu.n_ubatch = c.n_ubatch;
+        gpu.stream_min_tokens = c.stream_min_tokens;
+        gpu.n_ctx_max = std::max<int64_t>(1, c.test.n_depth + c.test.n_prompt + c.test.n_gen);
+        setup += fmt::format(" ngl{} ncmoe{} ot[{}] layers[{}] budget{} ub{} stream{} ctx{}", c.n_gpu_layers, c.n_cpu_moe,
+                             c.override_tensor, c.moe_cpu_layers, c.vram_budget, c.n_ubatch, c.stream_min_tokens,
+                             gpu.n_ctx_max);
+        for (auto& [key, loaded] : m.by_setup)  // free the device for this setup
+            if (key != setup && loaded && loaded->device() == models::Device::cuda) loaded.reset();
+    }
+    auto& model = m.by_setup[setup];
+    if (!model) model = std::make_unique<models::Qwen35Moe>(m.file, c.threads, quant::host_isa(), true, device, gpu);
 
     models::StateOptions so;
     auto type = [](const std::string& name) {

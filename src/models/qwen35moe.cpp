@@ -115,18 +115,32 @@ std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) cons
 // Weights
 
 #ifndef MOX_HAVE_CUDA
-std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe&) {
+std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe&, const GpuOptions&) {
     fail("this mox was built without CUDA: rebuild with -DMOX_CUDA=ON to run on the GPU");
 }
 #endif
 
 Qwen35Moe::~Qwen35Moe() = default;
 
-Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads, Device device)
+namespace {
+bool any_host_experts(const GpuOptions& o) {
+    return std::any_of(o.experts.begin(), o.experts.end(), [](ExpertHome h) { return h != ExpertHome::gpu; });
+}
+}  // namespace
+
+Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads, Device device,
+                     const GpuOptions& gpu_options)
+    // On the GPU the pool computes only host-resident experts (and token embeddings): one thread
+    // unless some experts stay on the host.
     : hp_(read_qwen35moe_hparams(file)),
-      pool_(device == Device::cpu ? n_threads : 1, pin_threads),
+      pool_(device == Device::cpu || any_host_experts(gpu_options) ? n_threads : 1, pin_threads),
       ctx_{&pool_, isa},
-      device_(device) {
+      device_(device),
+      gpu_options_(gpu_options) {
+    if (device_ == Device::cpu && (any_host_experts(gpu_options) || !gpu_options.token_embd_on_gpu))
+        fail("expert placement needs the model on the GPU (--device cuda)");
+    if (!gpu_options.experts.empty() && static_cast<int64_t>(gpu_options.experts.size()) != hp_.n_trunk())
+        fail("expert placement lists {} layers, the model has {}", gpu_options.experts.size(), hp_.n_trunk());
     // Several NUMA nodes: spread the expert weights over all of them (each token's experts are read by
     // threads on every node). One node: nothing to do.
     for (const gguf::TensorInfo& t : file.tensors())
@@ -182,7 +196,7 @@ Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool
         }
     }
     expert_usage_.assign(static_cast<size_t>(n_trunk), std::vector<int64_t>(static_cast<size_t>(hp_.n_expert), 0));
-    if (device_ == Device::cuda) gpu_ = make_qwen35moe_gpu(*this);
+    if (device_ == Device::cuda) gpu_ = make_qwen35moe_gpu(*this, gpu_options_);
 }
 
 // ---------------------------------------------------------------------------------------------

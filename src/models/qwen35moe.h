@@ -33,9 +33,34 @@ struct Qwen35MoeLayer {
     std::vector<float> shexp_gate_inp;  // [n_embd]: the shared expert's sigmoid gate
 };
 
-// Where the model runs. cuda: every weight, the KV cache and the DeltaNet state on the first GPU
-// (models/gpu/qwen35moe_gpu.cpp; needs a -DMOX_CUDA=ON build). Mixed placements are issue 6.
+// Where the model runs. cuda: the model on the first GPU (models/gpu/qwen35moe_gpu.cpp; needs a
+// -DMOX_CUDA=ON build), with the routed experts of chosen layers left in host memory (GpuOptions).
 enum class Device { cpu, cuda };
+
+// Where a layer's routed experts live when the model runs on the GPU.
+enum class ExpertHome : uint8_t {
+    gpu,     // uploaded to device memory
+    pinned,  // copied into page-locked host memory (full-speed DMA for prefill streaming)
+    mmap,    // left in the mapped file (page cache); streamed at pageable speed
+};
+
+// How the GPU forward is laid out (issue 6). place/ builds it from a Placement (the planner's or the
+// user's flags); the backend executes it and never re-decides.
+//  - Host expert layers: at decode the GPU hands the normalized hidden state and the top-k ids to the
+//    CPU, which computes the selected experts while the GPU computes the shared expert; a prefill
+//    micro-batch of at least stream_min_tokens tokens instead copies the layer's expert stacks to the
+//    GPU (two staging buffers: the copy of the next host layer overlaps the compute of this one);
+//    smaller batches are computed by the CPU like decode.
+//  - vram_budget: every device allocation of the backend is counted against it (with the CUDA
+//    context as the driver reports it); exceeding it is a mox::Error before the allocation.
+struct GpuOptions {
+    std::vector<ExpertHome> experts;  // per trunk layer; empty = every layer on the GPU
+    bool token_embd_on_gpu = true;    // false: embedding rows looked up by the CPU and uploaded
+    int64_t n_ubatch = 512;           // tokens per prefill micro-batch (activations sized for it)
+    int64_t stream_min_tokens = 32;   // host expert layers: stream at >= this many tokens, else CPU
+    int64_t n_ctx_max = 0;            // longest context a state may have (attention scratch); 0: trained
+    uint64_t vram_budget = 0;         // bytes; 0 = no limit
+};
 
 // The device-side part of a sequence's state (KV cache, DeltaNet state, captured decode graph),
 // owned by the state and defined by the backend that made it.
@@ -86,9 +111,9 @@ public:
 };
 
 class Qwen35Moe;
-// Uploads the model to the first CUDA device (models/gpu/qwen35moe_gpu.cpp); a build without CUDA
-// throws a mox::Error saying so.
-std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe& model);
+// Uploads the model to the first CUDA device as `options` place it (models/gpu/qwen35moe_gpu.cpp); a
+// build without CUDA throws a mox::Error saying so.
+std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe& model, const GpuOptions& options);
 
 class Qwen35Moe {
 public:
@@ -97,10 +122,11 @@ public:
     // path); pin_threads binds the pool's workers to cores.
     // device: where the forward runs (Device::cuda uploads every weight to the GPU here).
     Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa = quant::host_isa(), bool pin_threads = true,
-              Device device = Device::cpu);
+              Device device = Device::cpu, const GpuOptions& gpu_options = {});
     ~Qwen35Moe();
 
     Device device() const { return device_; }
+    const GpuOptions& gpu_options() const { return gpu_options_; }
 
     const Qwen35MoeHparams& hparams() const { return hp_; }
     int64_t n_vocab() const { return hp_.n_vocab; }
@@ -142,6 +168,7 @@ private:
     bool trace_routing_ = false;
     std::vector<std::vector<int32_t>> routing_trace_;
     Device device_ = Device::cpu;
+    GpuOptions gpu_options_;
     std::unique_ptr<ForwardBackend> gpu_;
 };
 

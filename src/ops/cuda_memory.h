@@ -28,6 +28,32 @@ void device_synchronize();
 void copy_to_device(void* device, const void* host, size_t bytes, StreamHandle stream = nullptr);
 void copy_to_host(void* host, const void* device, size_t bytes, StreamHandle stream = nullptr);
 
+// Asynchronous device -> host copy on `stream` (host memory pinned, or the copy is synchronous).
+// Capturable in a graph.
+void copy_to_host_async(void* host, const void* device, size_t bytes, StreamHandle stream);
+
+// Runs fn(arg) on a CUDA driver thread once the earlier work of `stream` is done; later work on the
+// stream waits until it returns. Capturable (a host node of a graph). fn must not call CUDA and must
+// not throw (it runs where nothing can catch): record failures for the caller to check.
+using HostFn = void (*)(void* arg);
+void launch_host_func(StreamHandle stream, HostFn fn, void* arg);
+
+// Device memory accounting (issue 6, --vram-budget). Every DeviceBuffer of the process counts its
+// bytes; with a budget set, an allocation that would bring context + allocated past it is refused
+// with a mox::Error before cudaMalloc is called. The context's bytes are what the driver reports as
+// used (total - free) when the budget is set, i.e. right after the context exists: this includes
+// other processes on the same GPU, which is what an honest budget must count on a shared card.
+struct DeviceMemory {
+    uint64_t total = 0, free = 0;  // cudaMemGetInfo of the current device
+};
+DeviceMemory device_memory();
+// Sets the budget (0 = none) and measures the context's bytes now; call after set_device.
+void set_vram_budget(uint64_t bytes);
+uint64_t vram_budget();
+uint64_t context_bytes();    // as measured by set_vram_budget (0 before)
+uint64_t allocated_bytes();  // live DeviceBuffer bytes
+uint64_t peak_allocated_bytes();
+
 // One cudaMalloc'ed range, freed on destruction. Move-only. Sizes are in bytes.
 class DeviceBuffer {
 public:
@@ -104,6 +130,29 @@ public:
     }
     size_t size() const { return bytes_; }
     bool empty() const { return ptr_ == nullptr; }
+
+private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// A host range page-locked in place (cudaHostRegister, read-only): e.g. pages of the mapped model
+// file, so that DMA from them runs at pinned speed without a copy. Ranges must not overlap another
+// registration (round to pages and merge first). Unregistered on destruction. Move-only.
+class HostRegistration {
+public:
+    HostRegistration() = default;
+    ~HostRegistration();
+    HostRegistration(HostRegistration&& other) noexcept;
+    HostRegistration& operator=(HostRegistration&& other) noexcept;
+    HostRegistration(const HostRegistration&) = delete;
+    HostRegistration& operator=(const HostRegistration&) = delete;
+
+    // Never throws for a refusal (no lockable memory, read-only mappings unsupported...): returns an
+    // empty registration and CUDA's message in `why`.
+    static HostRegistration try_register(const void* p, size_t bytes, std::string* why = nullptr);
+    bool empty() const { return ptr_ == nullptr; }
+    size_t size() const { return bytes_; }
 
 private:
     void* ptr_ = nullptr;

@@ -128,7 +128,17 @@ TEST(BenchOptions, VramBudgetAndPlanAreSweptAndRefusedWithoutGpu) {
     };
     EXPECT_EQ(message(c[3]), "");  // plan manual, no budget: the CPU case runs
     EXPECT_NE(message(c[2]).find("--plan auto"), std::string::npos);
-    EXPECT_NE(message(c[1]).find("--vram-budget 24.00 GiB"), std::string::npos);
+    // A budget is a GPU placement: refused without CUDA, and with -ngl 0 even with CUDA.
+    EXPECT_NE(message(c[1]).find("CUDA backend not built"), std::string::npos);
+    try {
+        check_supported({c[1]}, true);
+        ADD_FAILURE() << "-ngl 0 with a VRAM budget was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("need -ngl > 0"), std::string::npos) << e.what();
+    }
+    BenchConfig budget_gpu = c[1];
+    budget_gpu.n_gpu_layers = 99;
+    EXPECT_NO_THROW(check_supported({budget_gpu}, true));
     BenchConfig gpu = c[3];
     gpu.n_gpu_layers = 99;
     EXPECT_NE(message(gpu).find("-ngl 99"), std::string::npos);

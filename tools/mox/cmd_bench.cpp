@@ -52,6 +52,8 @@ struct BenchFlags {
     std::vector<std::string> plots;     // .svg / .png files
     std::string plot_x;                 // field on the x axis (default: the first swept one)
     std::string host_bandwidth;         // given instead of measured; "0": no roofline
+    std::string override_tensor, moe_cpu_layers;
+    int64_t stream_min_tokens = 32;
 };
 
 // The plotting script and interpreter; the environment overrides the build's defaults.
@@ -113,6 +115,9 @@ engine::BenchParams params_from(const BenchFlags& f) {
     for (const auto& v : string_values(f.vram_budget, {"0"}))
         for (const auto& item : engine::parse_string_values(v)) p.vram_budget.push_back(parse_size(item));
     p.plan = string_values(f.plan, p.plan);
+    p.override_tensor = f.override_tensor;
+    p.moe_cpu_layers = f.moe_cpu_layers;
+    p.stream_min_tokens = f.stream_min_tokens;
     p.repetitions = f.repetitions;
     return p;
 }
@@ -296,9 +301,14 @@ void register_bench(CLI::App& app) {
     multi("--cache-type-v", f->type_v, "KV cache type for V (-ctv; default f16)");
     multi("-b,--batch-size", f->n_batch, "Logical batch size (default 2048; recorded, not acted on)");
     multi("--ubatch-size", f->n_ubatch, "Tokens per forward pass during prefill (-ub; default 512)");
-    multi("--n-gpu-layers", f->n_gpu_layers, "Layers on the GPU (-ngl; only 0 until the GPU path lands)");
-    multi("--n-cpu-moe", f->n_cpu_moe,
-          "MoE layers kept on the CPU (-ncmoe; recorded; everything is on the CPU)");
+    multi("--n-gpu-layers", f->n_gpu_layers, "Layers on the GPU (-ngl: 0 = CPU, 99 = all; needs a CUDA build)");
+    multi("--n-cpu-moe", f->n_cpu_moe, "Keep the experts of the first N layers on the CPU (-ncmoe, with -ngl 99)");
+    cmd->add_option("--override-tensor", f->override_tensor,
+                    "-ot REGEX=DEVICE[,...] for every configuration (as llama.cpp; passed to llama-bench too)");
+    cmd->add_option("--moe-cpu-layers", f->moe_cpu_layers, "Keep the experts of these layers on the CPU, e.g. 0-9,20");
+    cmd->add_option("--stream-min-tokens", f->stream_min_tokens,
+                    "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU")
+        ->capture_default_str();
     multi("--flash-attn", f->flash_attn, "on|off|auto (-fa; recorded, not acted on)");
     cmd->add_option("-r,--repetitions", f->repetitions, "Timed repetitions per configuration")
         ->capture_default_str();
@@ -306,8 +316,8 @@ void register_bench(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--output-err", f->output_err, "Also print this format on stderr (-oe)");
     multi("--vram-budget", f->vram_budget,
-          "GPU memory budget(s) for the planner, e.g. 24G,16G (needs the CUDA backend; 0: none)");
-    multi("--plan", f->plan, "manual (placement from -ngl/-ncmoe) or auto (the planner; not built yet)");
+          "GPU memory budget(s), e.g. 24G,16G: mox never allocates more (CUDA context included; 0: none)");
+    multi("--plan", f->plan, "manual (placement from the flags) or auto (the planner; not wired into bench yet)");
     cmd->add_option("--corpus", f->corpus, "Text file prompts are made of (default: bench/corpus)");
     cmd->add_flag("--random-prompt", f->random_prompt,
                   "Prompts of random token ids (llama-bench's way) instead of real text; they route experts unlike text");

@@ -19,6 +19,7 @@ void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
     cmd->add_option("--n-gpu-layers", o.n_gpu_layers,
                     "Layers on the GPU (-ngl, as llama.cpp): 0 = CPU, all layers (or -1, 99...) = --device cuda");
     cmd->add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (default: what the job needs)");
+    add_placement_options(cmd, o.placement);
     cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0")
         ->capture_default_str();
     cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0")
@@ -39,25 +40,23 @@ models::Device ModelOptions::resolve_device(int64_t n_layer) const {
     if (device == "cpu") d = models::Device::cpu;
     else if (device == "cuda" || device == "gpu") d = models::Device::cuda;
     else fail("--device {}: expected cpu or cuda", device);
-    if (n_gpu_layers == -2) return d;
+    const bool placed = placement.any_rule() || !placement.vram_budget.empty();
+    if (n_gpu_layers == -2) return placed ? models::Device::cuda : d;
     if (n_gpu_layers < -1) fail("-ngl {}: expected -1 (all) or a layer count", n_gpu_layers);
-    // llama.cpp counts the output layer as one more: -ngl n_layer + 1 (or any larger) is all of it
-    // (see mox plan / docs/plan.md for what smaller values place).
-    const bool all = n_gpu_layers == -1 || n_gpu_layers > n_layer;
     if (n_gpu_layers == 0) {
         if (device != "cpu") fail("-ngl 0 and --device {} disagree", device);
+        if (placed) fail("-ngl 0 runs on the CPU: placement flags (-ot, --n-cpu-moe, --vram-budget...) need the GPU");
         return models::Device::cpu;
     }
-    if (!all)
-        fail("-ngl {}: this model has {} layers; partial offload needs the hybrid CPU+GPU planner (issue 6), "
-             "use -ngl 0 or -ngl {}",
-             n_gpu_layers, n_layer, n_layer + 1);
     return models::Device::cuda;
 }
 
 std::unique_ptr<models::Qwen35Moe> ModelOptions::load(const gguf::File& file) const {
     const models::Device d = resolve_device(models::read_qwen35moe_hparams(file).n_layer);
-    return std::make_unique<models::Qwen35Moe>(file, threads, cpu_isa(), !no_pin, d);
+    models::GpuOptions g;
+    // -ngl not given with --device cuda: everything (llama.cpp's -ngl all, token_embd on the host).
+    if (d == models::Device::cuda) g = gpu_options(file, placement, n_gpu_layers == -2 ? -1 : n_gpu_layers, n_ctx);
+    return std::make_unique<models::Qwen35Moe>(file, threads, cpu_isa(), !no_pin, d, g);
 }
 
 models::StateOptions state_options(const ModelOptions& o, const models::Qwen35MoeHparams& hp, int64_t n_needed) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "models/qwen35moe.h"
+#include "placement_options.h"
 
 #include <memory>
 #include <string>
@@ -22,11 +23,12 @@ struct ModelOptions {
     bool no_pin = false;
     std::string device = "cpu";  // cpu or cuda
     int n_gpu_layers = -2;       // -ngl as llama.cpp; -2: not given
+    PlacementOptions placement;  // -ot, --n-cpu-moe, ..., --vram-budget, -ub (the GPU only)
 
     quant::Isa cpu_isa() const;  // throws on an unknown or unsupported name
     // --device and -ngl resolved for this model: -ngl 0 is the CPU, -ngl > the layer count (the
-    // output layer counts as one, as in llama.cpp) or -1 the GPU; anything between is a partial
-    // offload, which needs the hybrid planner (issue 6).
+    // output layer counts as one, as in llama.cpp) or -1 the GPU, placement flags the GPU; anything
+    // between is a partial offload of whole layers, which the GPU forward refuses (place/execute.h).
     models::Device resolve_device(int64_t n_layer) const;
 
     std::unique_ptr<models::Qwen35Moe> load(const gguf::File& file) const;

@@ -1,18 +1,15 @@
-// Qwen3.5/3.6-MoE entirely on one CUDA device (issue 5): the same forward as models/qwen35moe.cpp,
-// written with the GPU launchers of ops/cuda_*.h and quant/cuda_*.h. Every weight is uploaded once;
-// activations live in buffers sized for one micro-batch (n_ubatch tokens) at load, so a forward
-// never allocates device memory. A decode step (one token) is captured in a CUDA graph per sequence
-// and replayed; it is re-captured only when the attention grid must grow (context buckets).
-#include "models/qwen35moe.h"
+// Qwen3.5/3.6-MoE on one CUDA device: upload, the forward, the dense layers (qwen35moe_gpu.h says
+// how the pieces fit; host-resident experts are in qwen35moe_gpu_experts.cpp).
+#include "models/gpu/qwen35moe_gpu.h"
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/units.h"
 #include "ops/cuda_attention.h"
 #include "ops/cuda_basic.h"
-#include "ops/cuda_delta_net.h"
 #include "ops/cuda_device.h"
-#include "ops/cuda_memory.h"
 #include "ops/cuda_moe.h"
+#include "ops/linear.h"
 #include "quant/cuda_matmul.h"
 #include "quant/cuda_matvec.h"
 
@@ -30,8 +27,6 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::DeviceWeight;
 
-// Tokens per micro-batch of a prefill: activations are sized for this many at load.
-constexpr int64_t kUbatch = 512;
 // Logit rows computed per matvec launch (its column limit).
 constexpr int64_t kLogitRows = cuda::kMaxMatvecCols;
 // Smallest attention grid of a decode graph; it doubles as the context grows.
@@ -44,24 +39,6 @@ DeviceBuffer upload_floats(const std::vector<float>& v) {
 }
 
 const float* f(const DeviceBuffer& b) { return b.as<const float>(); }
-
-// Projections that read the same input, uploaded back to back in one allocation. A decode step runs
-// each run of equal type (and width) as one matvec whose outputs land consecutively; a batch runs
-// every part on its own (the tensor-core matmul), part i writing [n, n_out_i] at kUbatch * offset[i].
-struct InputGroup {
-    struct Run {
-        ops::Weight whole;   // the run's rows as one matrix
-        int64_t offset = 0;  // output offset of its first row
-    };
-    DeviceBuffer buffer;
-    std::vector<ops::Weight> parts;
-    std::vector<int64_t> offset;  // per part: rows before it
-    std::vector<Run> runs;
-    int64_t n_out = 0;  // rows of all parts
-
-    // Where part i's output starts for n tokens inside a buffer laid out for this group.
-    float* out(float* base, size_t i, int64_t n) const { return base + (n == 1 ? 1 : kUbatch) * offset[i]; }
-};
 
 InputGroup upload_group(const std::vector<const ops::Weight*>& ws, cuda::StreamHandle s) {
     InputGroup g;
@@ -91,95 +68,39 @@ InputGroup upload_group(const std::vector<const ops::Weight*>& ws, cuda::StreamH
     return g;
 }
 
-struct GpuLayer {
-    DeviceBuffer attn_norm, post_attention_norm;
-    // Gated DeltaNet
-    InputGroup dn_in;  // attn_qkv, attn_gate (z), ssm_beta, ssm_alpha
-    DeviceWeight ssm_out;
-    DeviceBuffer ssm_conv1d, ssm_dt_bias, ssm_a, ssm_norm;
-    // Gated attention
-    InputGroup attn_in;  // attn_q (query and gate), attn_k, attn_v
-    DeviceWeight attn_output;
-    DeviceBuffer attn_q_norm, attn_k_norm;
-    // MoE
-    // The router, with the shared expert's gate vector as one more row when there is a shared
-    // expert: a decode step gets n_expert + 1 logits from one matvec, the last one the shared gate's.
-    InputGroup router_in;
-    DeviceWeight gate_exps, up_exps, down_exps, shexp_down;
-    InputGroup shexp_gate_up;  // one matmul for both when they share a type
-    DeviceBuffer shexp_gate_inp;
-};
-
-struct GpuSequence final : DeviceSequenceState {
-    std::vector<DeviceBuffer> k, v;       // per attention layer: [n_ctx, row bytes]
-    std::vector<DeviceBuffer> conv, ssm;  // per DeltaNet layer
-    StateOptions options;
-    cuda::Graph decode_graph;             // valid for keys up to graph_keys
-    int64_t graph_keys = 0;
-
-    uint64_t bytes() const override {
-        uint64_t n = 0;
-        for (const auto* list : {&k, &v, &conv, &ssm})
-            for (const DeviceBuffer& b : *list) n += b.size();
-        return n;
-    }
-    void clear() override {
-        for (DeviceBuffer& b : conv) b.zero();
-        for (DeviceBuffer& b : ssm) b.zero();
-    }
-};
-
 }  // namespace
 
-class Qwen35MoeGpu final : public ForwardBackend {
-public:
-    explicit Qwen35MoeGpu(const Qwen35Moe& m);
-    std::unique_ptr<DeviceSequenceState> new_state(const StateOptions& o) override;
-    void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) override;
-    std::string summary() const override { return summary_; }
+uint64_t GpuSequence::bytes() const {
+    uint64_t n = 0;
+    for (const auto* list : {&k, &v, &conv, &ssm})
+        for (const DeviceBuffer& b : *list) n += b.size();
+    return n;
+}
 
-private:
-    // The forward of n <= kUbatch tokens whose ids are already in tokens_ and whose first position
-    // is in pos_, leaving the final-norm hidden states in u_. Only launches: capturable.
-    void trunk(Qwen35MoeState& st, GpuSequence& seq, int64_t n, int64_t max_keys);
-    void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n);
-    void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys);
-    void moe(const GpuLayer& L, int64_t n);
-    // y [n, n_out] = x [n, n_in] W^T: matvec for up to 8 tokens, the tensor-core matmul above.
-    void linear(const ops::Weight& w, const float* x, int64_t n, float* y);
-    void linear(const DeviceWeight& w, const float* x, int64_t n, float* y) { linear(w.view, x, n, y); }
-    // Every part of g for n tokens of x, into a buffer laid out for g (InputGroup::out).
-    void project(const InputGroup& g, const float* x, int64_t n, float* base);
-    // Logits of `count` (<= 8) consecutive rows of u_ from row r0 into logits_; then to host memory.
-    void logits_compute(int64_t r0, int64_t count);
-    void logits_fetch(int64_t count, float* host);
+void GpuSequence::clear() {
+    for (DeviceBuffer& b : conv) b.zero();
+    for (DeviceBuffer& b : ssm) b.zero();
+}
 
-    const Qwen35Moe& m_;
-    const Qwen35MoeHparams& hp_;
-    cuda::DeltaNetMethod deltanet_method_ = cuda::DeltaNetMethod::automatic;
-    cuda::Stream stream_;
-    std::string summary_;
-    DeviceWeight token_embd_, output_;
-    DeviceBuffer output_norm_;
-    std::vector<GpuLayer> layers_;
-    // Activations for one micro-batch (fp32, token-major rows).
-    DeviceBuffer tokens_, pos_;  // int32 [kUbatch], int32 [1]
-    DeviceBuffer x_, u_, mix_, shared_;
-    DeviceBuffer dn_proj_, conv_, y_;              // DeltaNet: [qkv | z | beta | alpha] projections
-    DeviceBuffer attn_proj_, q_, o_, attn_ws_;     // attention: [query+gate | k | v] projections
-    size_t attn_ws_bytes_ = 0;
-    DeviceBuffer router_logits_, ids_, weights_, h_, sh_gu_, sh_h_;  // MoE
-    DeviceBuffer work_;  // matmul / batched-MoE scratch
-    size_t work_bytes_ = 0;
-    DeviceBuffer logits_;
-    cuda::PinnedBuffer logits_host_;
-    cuda::PinnedBuffer staging_;  // token ids and position for the next upload
-};
-
-Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
+Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
+    : m_(m),
+      hp_(m.hp_),
+      n_ubatch_(o.n_ubatch),
+      n_ctx_max_(o.n_ctx_max > 0 ? o.n_ctx_max : m.hp_.n_ctx_train),
+      stream_min_tokens_(o.stream_min_tokens) {
     if (cuda::device_count() == 0) fail("--device cuda: no CUDA device found");
+    if (n_ubatch_ < 1 || n_ubatch_ > 65536) fail("-ub {}: expected 1..65536 tokens per micro-batch", n_ubatch_);
+    if (n_ctx_max_ < 1 || n_ctx_max_ > hp_.n_ctx_train)
+        fail("context {} is outside 1..{} (the model's trained context)", n_ctx_max_, hp_.n_ctx_train);
+    if (stream_min_tokens_ < 2) fail("--stream-min-tokens {}: at least 2 (decode always hands off)", stream_min_tokens_);
     cuda::set_device(0);
+    // Measures the context now, before any allocation of ours; with a budget, every later device
+    // allocation is checked against it.
+    cuda::set_vram_budget(o.vram_budget);
     const ops::CudaDeviceInfo info = ops::cuda_devices().front();
+    stream_ = cuda::Stream();
+    side_stream_ = cuda::Stream();
+    copy_stream_ = cuda::Stream();
     const cuda::StreamHandle s = stream_.handle();
     // MOX_CUDA_DELTANET=sequential|chunked forces one DeltaNet prefill kernel (to compare them on
     // the GPU machine); unset, the launcher picks by batch size.
@@ -189,28 +110,28 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
         else if (v == "chunked") deltanet_method_ = cuda::DeltaNetMethod::chunked;
         else if (v != "auto") fail("MOX_CUDA_DELTANET={}: expected auto, sequential or chunked", v);
     }
-    auto up = [&](const ops::Weight& w) {
+    auto check_type = [](const ops::Weight& w) {
         if (!cuda::matvec_supported(w.type))
             fail("--device cuda: weight type {} has no CUDA kernel", quant::traits(w.type).name);
-        return cuda::upload_weight(w, s);
     };
     uint64_t weight_bytes = 0;
     auto upw = [&](const ops::Weight& w) {
+        check_type(w);
         weight_bytes += cuda::weight_bytes(w);
-        return up(w);
+        return cuda::upload_weight(w, s);
     };
     auto upg = [&](const std::vector<const ops::Weight*>& ws) {
         for (const ops::Weight* w : ws) {
-            if (!cuda::matvec_supported(w->type))
-                fail("--device cuda: weight type {} has no CUDA kernel", quant::traits(w->type).name);
+            check_type(*w);
             weight_bytes += cuda::weight_bytes(*w);
         }
         return upload_group(ws, s);
     };
-    token_embd_ = upw(m.token_embd_);
-    output_ = m.output_.data == m.token_embd_.data ? upw(m.token_embd_) : upw(m.output_);
+    if (o.token_embd_on_gpu) token_embd_ = upw(m.token_embd_);
+    output_ = m.output_.data == m.token_embd_.data && o.token_embd_on_gpu ? upw(m.token_embd_) : upw(m.output_);
     output_norm_ = upload_floats(m.output_norm_);
     layers_.resize(m.layers_.size());
+    host_index_.assign(m.layers_.size(), -1);
     for (size_t i = 0; i < m.layers_.size(); ++i) {
         const Qwen35MoeLayer& L = m.layers_[i];
         GpuLayer& G = layers_[i];
@@ -240,18 +161,24 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
         } else {
             G.router_in = upg({&L.router});
         }
-        G.gate_exps = upw(L.experts.gate);
-        G.up_exps = upw(L.experts.up);
-        G.down_exps = upw(L.experts.down);
+        const bool on_gpu = o.experts.empty() || o.experts[i] == ExpertHome::gpu;
+        if (on_gpu) {
+            G.gate_exps = upw(L.experts.gate);
+            G.up_exps = upw(L.experts.up);
+            G.down_exps = upw(L.experts.down);
+        } else {
+            for (const ops::Weight* w : {&L.experts.gate, &L.experts.up, &L.experts.down}) check_type(*w);
+        }
         if (hp_.n_ff_shexp > 0) {
             G.shexp_gate_up = upg({&L.shexp_gate, &L.shexp_up});
             G.shexp_down = upw(L.shexp_down);
             G.shexp_gate_inp = upload_floats(L.shexp_gate_inp);
         }
     }
+    load_host_experts(o);
 
-    // Activation buffers for kUbatch tokens.
-    const int64_t nb = kUbatch, d = hp_.n_embd;
+    // Activation buffers for n_ubatch tokens.
+    const int64_t nb = n_ubatch_, d = hp_.n_embd;
     auto fbuf = [](int64_t count) { return DeviceBuffer(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float)); };
     tokens_ = DeviceBuffer(nb * sizeof(int32_t));
     pos_ = DeviceBuffer(sizeof(int32_t));
@@ -269,30 +196,51 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m) : m_(m), hp_(m.hp_) {
     const int64_t ffs = std::max<int64_t>(hp_.n_ff_shexp, 1);
     sh_gu_ = fbuf(nb * 2 * ffs), sh_h_ = fbuf(nb * ffs);
 
-    // Scratch of the largest matmul / batched MoE of a micro-batch.
-    for (const GpuLayer& G : layers_) {
+    // Scratch of the largest matmul / batched MoE of a micro-batch (host expert layers count too:
+    // streamed, they run the same batched MoE from a staging buffer).
+    size_t work_bytes = 0;
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        const GpuLayer& G = layers_[i];
         std::vector<ops::Weight> ws = {G.ssm_out.view, G.attn_output.view, G.router_in.parts[0], G.shexp_down.view};
         for (const InputGroup::Run& r : G.shexp_gate_up.runs) ws.push_back(r.whole);
         ws.insert(ws.end(), G.dn_in.parts.begin(), G.dn_in.parts.end());
         ws.insert(ws.end(), G.attn_in.parts.begin(), G.attn_in.parts.end());
         for (const ops::Weight& w : ws)
-            if (w.valid()) work_bytes_ = std::max(work_bytes_, cuda::matmul_workspace_bytes(w.type, w.n_in, w.n_out, nb));
-        work_bytes_ = std::max(work_bytes_, cuda::moe_batch_workspace_bytes(G.gate_exps.view, G.down_exps.view, nb, K));
+            if (w.valid()) work_bytes = std::max(work_bytes, cuda::matmul_workspace_bytes(w.type, w.n_in, w.n_out, nb));
+        const ops::ExpertStack& host = m.layers_[i].experts;
+        work_bytes = std::max(work_bytes, cuda::moe_batch_workspace_bytes(host.gate, host.down, nb, K));
     }
-    work_ = DeviceBuffer(std::max<size_t>(work_bytes_, 16));
+    work_ = DeviceBuffer(std::max<size_t>(work_bytes, 16));
     // The attention workspace is shared by all sequences and sized once for the longest context,
     // so captured decode graphs never see it move.
     const ops::AttentionShape shape{H, Hkv, hd, 0.0f};
-    attn_ws_bytes_ = std::max(cuda::attention_workspace_bytes(shape, 1, hp_.n_ctx_train),
-                              cuda::attention_workspace_bytes(shape, nb, hp_.n_ctx_train));
-    attn_ws_ = DeviceBuffer(std::max<size_t>(attn_ws_bytes_, 16));
+    const size_t attn_ws_bytes = std::max(cuda::attention_workspace_bytes(shape, 1, n_ctx_max_),
+                                          cuda::attention_workspace_bytes(shape, nb, n_ctx_max_));
+    attn_ws_ = DeviceBuffer(std::max<size_t>(attn_ws_bytes, 16));
     logits_ = fbuf(kLogitRows * hp_.n_vocab);
     std::string why;
     logits_host_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(kLogitRows * hp_.n_vocab) * sizeof(float), &why);
-    staging_ = cuda::PinnedBuffer::try_alloc((nb + 1) * sizeof(int32_t), &why);
-    if (logits_host_.empty() || staging_.empty()) fail("--device cuda: pinned host memory: {}", why);
+    staging_ids_ = cuda::PinnedBuffer::try_alloc((nb + 1) * sizeof(int32_t), &why);
+    if (logits_host_.empty() || staging_ids_.empty()) fail("--device cuda: pinned host memory: {}", why);
+    if (!o.token_embd_on_gpu) {
+        hand_embd_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(nb * d) * sizeof(float), &why);
+        if (hand_embd_.empty()) fail("--device cuda: pinned host memory for the embeddings: {}", why);
+    }
     stream_.synchronize();
+    uint64_t host_bytes = 0;
+    for (const HostExpertLayer& h : host_) host_bytes += h.bytes;
     summary_ = fmt::format("cuda: {}, {} of weights", info.name, format_bytes(weight_bytes));
+    if (!host_.empty())
+        summary_ += fmt::format(", experts of {} layers ({}) in host memory", host_.size(), format_bytes(host_bytes));
+    if (o.vram_budget > 0) summary_ += fmt::format(", VRAM budget {}", format_bytes(o.vram_budget));
+}
+
+Qwen35MoeGpu::~Qwen35MoeGpu() {
+    // Host nodes of pending work point at this object: let them finish first.
+    try {
+        stream_.synchronize();
+    } catch (...) {
+    }
 }
 
 std::unique_ptr<DeviceSequenceState> Qwen35MoeGpu::new_state(const StateOptions& o) {
@@ -302,6 +250,8 @@ std::unique_ptr<DeviceSequenceState> Qwen35MoeGpu::new_state(const StateOptions&
             fail("--device cuda: KV cache type {} is not supported (f32, f16, bf16, q8_0, q4_0)", quant::traits(t).name);
     auto seq = std::make_unique<GpuSequence>();
     seq->options = o;
+    if (o.n_ctx > n_ctx_max_)
+        fail("-c {}: the model was loaded for contexts up to {} tokens on the GPU", o.n_ctx, n_ctx_max_);
     const int64_t row = hp_.n_head_kv * hp_.head_dim_k;
     for (int64_t i = 0; i < hp_.n_attention_layers(); ++i) {
         seq->k.emplace_back(quant::row_bytes(o.k_type, row) * static_cast<size_t>(o.n_ctx));
@@ -320,15 +270,20 @@ void Qwen35MoeGpu::project(const InputGroup& g, const float* x, int64_t n, float
     if (n == 1) {
         for (const InputGroup::Run& r : g.runs) linear(r.whole, x, 1, base + r.offset);
     } else {
-        for (size_t i = 0; i < g.parts.size(); ++i) linear(g.parts[i], x, n, g.out(base, i, n));
+        for (size_t i = 0; i < g.parts.size(); ++i) linear(g.parts[i], x, n, g.out(base, i, n, n_ubatch_));
     }
 }
 
-void Qwen35MoeGpu::linear(const ops::Weight& v, const float* x, int64_t n, float* y) {
+void Qwen35MoeGpu::linear(const ops::Weight& v, const float* x, int64_t n, float* y, cuda::StreamHandle stream) {
     if (n <= cuda::kMaxMatvecCols)
-        cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream_.handle());
+        cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream);
     else
-        cuda::matmul(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, n, y, work_.data(), stream_.handle());
+        cuda::matmul(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, n, y, work_.data(), stream);
+}
+
+void Qwen35MoeGpu::embed_on_host(const int32_t* tokens, int64_t n) {
+    auto* rows = hand_embd_.as<float>();
+    for (int64_t t = 0; t < n; ++t) ops::dequantize_rows(m_.token_embd_, tokens[t], 1, rows + t * hp_.n_embd);
 }
 
 void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
@@ -342,20 +297,21 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
         if (!dynamic_cast<GpuSequence*>(b.state->device_.get()))
             fail("this sequence's state was made by a model on another device");
     // Sequences run one after another (each continues its own state); tokens of one go in
-    // micro-batches of up to kUbatch.
+    // micro-batches of up to n_ubatch.
     for (const SequenceBatch& b : batch) {
         Qwen35MoeState& st = *b.state;
         auto* seq = static_cast<GpuSequence*>(st.device_.get());
         const auto n_total = static_cast<int64_t>(b.tokens.size());
-        for (int64_t c0 = 0; c0 < n_total; c0 += kUbatch) {
-            const int64_t n = std::min(kUbatch, n_total - c0);
+        for (int64_t c0 = 0; c0 < n_total; c0 += n_ubatch_) {
+            const int64_t n = std::min(n_ubatch_, n_total - c0);
             const int64_t pos = st.n_past_ + c0;
-            stream_.synchronize();  // the previous chunk's upload may still read the staging buffer
-            auto* stage = staging_.as<int32_t>();
+            stream_.synchronize();  // the previous chunk's upload may still read the staging buffers
+            auto* stage = staging_ids_.as<int32_t>();
             std::memcpy(stage, b.tokens.data() + c0, static_cast<size_t>(n) * sizeof(int32_t));
-            stage[kUbatch] = static_cast<int32_t>(pos);
+            stage[n_ubatch_] = static_cast<int32_t>(pos);
             cuda::copy_to_device(tokens_.data(), stage, static_cast<size_t>(n) * sizeof(int32_t), s);
-            cuda::copy_to_device(pos_.data(), stage + kUbatch, sizeof(int32_t), s);
+            cuda::copy_to_device(pos_.data(), stage + n_ubatch_, sizeof(int32_t), s);
+            if (!token_embd_.view.valid()) embed_on_host(b.tokens.data() + c0, n);
             if (n == 1) {
                 // Decode: replay the captured step; capture again when the context outgrows its grid.
                 if (seq->decode_graph.empty() || pos + 1 > seq->graph_keys) {
@@ -365,7 +321,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                     seq->decode_graph = cuda::Graph();
                     cuda::Graph::begin_capture(s);
                     try {
-                        trunk(st, *seq, 1, keys);
+                        trunk(*seq, 1, keys);
                         logits_compute(0, 1);
                     } catch (...) {
                         cuda::Graph::abort_capture(s);
@@ -379,7 +335,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                 ++row_out;
                 continue;
             }
-            trunk(st, *seq, n, std::min(st.n_ctx(), pos + n));
+            trunk(*seq, n, std::min(st.n_ctx(), pos + n));
             // Logits: every row of the chunk, or the sequence's last row in its last chunk.
             const bool last_chunk = c0 + n == n_total;
             const int64_t r_first = all_logits ? 0 : (last_chunk ? n - 1 : n);
@@ -392,6 +348,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
         }
     }
     stream_.synchronize();
+    if (host_failed_) std::rethrow_exception(host_error_);
 }
 
 void Qwen35MoeGpu::logits_compute(int64_t r0, int64_t count) {
@@ -404,17 +361,21 @@ void Qwen35MoeGpu::logits_fetch(int64_t count, float* host) {
     const cuda::StreamHandle s = stream_.handle();
     const size_t bytes = static_cast<size_t>(count * hp_.n_vocab) * sizeof(float);
     cuda::copy_to_host(logits_host_.data(), logits_.data(), bytes, s);
+    // A host hand-off that failed left garbage behind: say why instead of returning it.
+    if (host_failed_) std::rethrow_exception(host_error_);
     std::memcpy(host, logits_host_.data(), bytes);
 }
 
-void Qwen35MoeGpu::trunk(Qwen35MoeState& st, GpuSequence& seq, int64_t n, int64_t max_keys) {
+void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     const cuda::StreamHandle s = stream_.handle();
     const int64_t d = hp_.n_embd;
     const float eps = static_cast<float>(hp_.rms_eps);
     float* x = x_.as<float>();
     float* u = u_.as<float>();
     float* mix = mix_.as<float>();
-    cuda::embed_rows(token_embd_.view, tokens_.as<int32_t>(), n, x, s);
+    if (token_embd_.view.valid()) cuda::embed_rows(token_embd_.view, tokens_.as<int32_t>(), n, x, s);
+    else cuda::copy_to_device(x, hand_embd_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
+    if (streaming(n)) stream_begin(n);
     const float* pending = nullptr;  // the last block's output, not yet added to x
     for (size_t il = 0; il < layers_.size(); ++il) {
         const GpuLayer& L = layers_[il];
@@ -422,11 +383,10 @@ void Qwen35MoeGpu::trunk(Qwen35MoeState& st, GpuSequence& seq, int64_t n, int64_
         if (m_.layers_[il].recurrent) deltanet(L, m_.rec_index_[il], seq, n);
         else attention(L, m_.attn_index_[il], seq, n, max_keys);
         cuda::add_rms_norm(x, mix, f(L.post_attention_norm), n, d, eps, u, s);
-        moe(L, n);
+        moe(L, static_cast<int64_t>(il), n);
         pending = mix;
     }
     cuda::add_rms_norm(x, pending, f(output_norm_), n, d, eps, u, s);
-    (void)st;
 }
 
 // Gated DeltaNet (spec §3a): u_ -> mix_.
@@ -435,10 +395,10 @@ void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int
     const float* u = u_.as<float>();
     float* proj = dn_proj_.as<float>();
     project(L.dn_in, u, n, proj);
-    float* qkv = L.dn_in.out(proj, 0, n);
-    float* z = L.dn_in.out(proj, 1, n);
-    float* beta = L.dn_in.out(proj, 2, n);
-    float* alpha = L.dn_in.out(proj, 3, n);
+    float* qkv = L.dn_in.out(proj, 0, n, n_ubatch_);
+    float* z = L.dn_in.out(proj, 1, n, n_ubatch_);
+    float* beta = L.dn_in.out(proj, 2, n, n_ubatch_);
+    float* alpha = L.dn_in.out(proj, 3, n, n_ubatch_);
     const int64_t C = hp_.conv_channels();
     cuda::conv_silu(seq.conv[static_cast<size_t>(ri)].as<float>(), f(L.ssm_conv1d), qkv, C, n, C, hp_.ssm_conv_kernel,
                     conv_.as<float>(), s);
@@ -457,9 +417,9 @@ void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, in
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
     float* proj = attn_proj_.as<float>();
     project(L.attn_in, u, n, proj);
-    float* qg = L.attn_in.out(proj, 0, n);  // [n][H][query: hd | gate: hd]
-    float* k = L.attn_in.out(proj, 1, n);
-    float* v = L.attn_in.out(proj, 2, n);
+    float* qg = L.attn_in.out(proj, 0, n, n_ubatch_);  // [n][H][query: hd | gate: hd]
+    float* k = L.attn_in.out(proj, 1, n, n_ubatch_);
+    float* v = L.attn_in.out(proj, 2, n, n_ubatch_);
     const cuda::QkPrepShape qs{H, Hkv, hd, hp_.n_rot, static_cast<float>(hp_.rms_eps), static_cast<float>(hp_.rope_theta)};
     cuda::qk_norm_rope(qg, f(L.attn_q_norm), k, f(L.attn_k_norm), pos_.as<int32_t>(), n, qs, q_.as<float>(), s);
     const StateOptions& so = seq.options;
@@ -475,11 +435,16 @@ void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, in
 }
 
 // Routed experts plus the sigmoid-gated shared expert (spec §3c): u_ -> mix_.
-void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t n) {
+void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
     float* logits = router_logits_.as<float>();
+    if (host_index_[static_cast<size_t>(il)] >= 0) {
+        if (streaming(n) && stream_order_[static_cast<size_t>(il)] >= 0) host_moe_streamed(L, il, n);
+        else host_moe_handoff(L, il, n);
+        return;
+    }
     if (n == 1) {
         // Decode: two launches for the whole layer. The router's top-k runs inside the gate/up
         // launch, the shared expert rides along as one more expert, and the down launch sums all of
@@ -499,23 +464,32 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t n) {
     cuda::moe_batch(L.gate_exps.view, L.up_exps.view, L.down_exps.view, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
                     mix_.as<float>(), work_.data(), s);
     if (hp_.n_ff_shexp == 0) return;
-    float* shared = shared_.as<float>();
-    const int64_t ff = hp_.n_ff_shexp;
-    float* gu = sh_gu_.as<float>();
-    if (L.shexp_gate_up.runs.size() == 1) {
-        linear(L.shexp_gate_up.runs[0].whole, u, n, gu);  // rows [gate | up] of width 2 ff
-        cuda::swiglu(gu, gu + ff, n, ff, 2 * ff, sh_h_.as<float>(), s);
-    } else {
-        linear(L.shexp_gate_up.parts[0], u, n, gu);
-        linear(L.shexp_gate_up.parts[1], u, n, gu + n * ff);
-        cuda::swiglu(gu, gu + n * ff, n, ff, ff, sh_h_.as<float>(), s);
-    }
-    linear(L.shexp_down, sh_h_.as<float>(), n, shared);
-    cuda::shared_expert_add(mix_.as<float>(), shared, u, f(L.shexp_gate_inp), n, d, s);
+    shared_expert(L, n, s);
+    cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, f(L.shexp_gate_inp), n, d, s);
 }
 
-std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe& model) {
-    return std::make_unique<Qwen35MoeGpu>(model);
+void Qwen35MoeGpu::shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle s) {
+    const float* u = u_.as<float>();
+    const int64_t ff = hp_.n_ff_shexp;
+    float* gu = sh_gu_.as<float>();
+    if (n == 1 || L.shexp_gate_up.runs.size() == 1) {
+        // Rows [gate | up] of width 2 ff (one matmul; at n = 1 the runs land side by side too).
+        if (n == 1) {
+            for (const InputGroup::Run& r : L.shexp_gate_up.runs) linear(r.whole, u, 1, gu + r.offset, s);
+        } else {
+            linear(L.shexp_gate_up.runs[0].whole, u, n, gu, s);
+        }
+        cuda::swiglu(gu, gu + ff, n, ff, 2 * ff, sh_h_.as<float>(), s);
+    } else {
+        linear(L.shexp_gate_up.parts[0], u, n, gu, s);
+        linear(L.shexp_gate_up.parts[1], u, n, gu + n * ff, s);
+        cuda::swiglu(gu, gu + n * ff, n, ff, ff, sh_h_.as<float>(), s);
+    }
+    linear(L.shexp_down.view, sh_h_.as<float>(), n, shared_.as<float>(), s);
+}
+
+std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe& model, const GpuOptions& options) {
+    return std::make_unique<Qwen35MoeGpu>(model, options);
 }
 
 }  // namespace mox::models

@@ -2,6 +2,7 @@
 #include "quant/cuda/check.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 namespace mox::cuda {
@@ -35,16 +36,66 @@ void copy_to_host(void* host, const void* device, size_t bytes, StreamHandle str
     MOX_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+void copy_to_host_async(void* host, const void* device, size_t bytes, StreamHandle stream) {
+    if (bytes == 0) return;
+    MOX_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
+}
+
+void launch_host_func(StreamHandle stream, HostFn fn, void* arg) {
+    MOX_CUDA_CHECK(cudaLaunchHostFunc(stream, fn, arg));
+}
+
+// ---- accounting
+
+namespace {
+std::atomic<uint64_t> g_allocated{0}, g_peak{0}, g_budget{0}, g_context{0};
+
+void count_alloc(size_t bytes) {
+    const uint64_t now = g_allocated.fetch_add(bytes) + bytes;
+    uint64_t peak = g_peak.load();
+    while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+    }
+}
+}  // namespace
+
+DeviceMemory device_memory() {
+    size_t free = 0, total = 0;
+    MOX_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return {total, free};
+}
+
+void set_vram_budget(uint64_t bytes) {
+    MOX_CUDA_CHECK(cudaFree(nullptr));  // the context exists from here on
+    const DeviceMemory m = device_memory();
+    // What is in use now that is not ours: the context (and whatever else runs on the GPU).
+    g_context = m.total - m.free - std::min<uint64_t>(g_allocated.load(), m.total - m.free);
+    g_budget = bytes;
+}
+uint64_t vram_budget() { return g_budget.load(); }
+uint64_t context_bytes() { return g_context.load(); }
+uint64_t allocated_bytes() { return g_allocated.load(); }
+uint64_t peak_allocated_bytes() { return g_peak.load(); }
+
 // ---- DeviceBuffer
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
     if (bytes == 0) return;
+    const uint64_t budget = g_budget.load();
+    if (budget > 0 && g_context.load() + g_allocated.load() + bytes > budget)
+        fail("--vram-budget {:.2f} GiB: allocating {:.1f} MiB more would bring mox's GPU memory to {:.2f} GiB "
+             "(CUDA context {:.0f} MiB + {:.2f} GiB already allocated)",
+             budget / 1073741824.0, bytes / 1048576.0, (g_context.load() + g_allocated.load() + bytes) / 1073741824.0,
+             g_context.load() / 1048576.0, g_allocated.load() / 1073741824.0);
     MOX_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    count_alloc(bytes);
 }
 
 DeviceBuffer::~DeviceBuffer() {
     // Destructors must not throw; a failing cudaFree means the context is already broken.
-    if (ptr_) (void)cudaFree(ptr_);
+    if (ptr_) {
+        (void)cudaFree(ptr_);
+        g_allocated -= bytes_;
+    }
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -52,7 +103,10 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
-        if (ptr_) (void)cudaFree(ptr_);
+        if (ptr_) {
+            (void)cudaFree(ptr_);
+            g_allocated -= bytes_;
+        }
         ptr_ = std::exchange(other.ptr_, nullptr);
         bytes_ = std::exchange(other.bytes_, 0);
     }
@@ -122,6 +176,39 @@ PinnedBuffer PinnedBuffer::try_alloc(size_t bytes, std::string* why) {
         return out;
     }
     out.ptr_ = p;
+    out.bytes_ = bytes;
+    return out;
+}
+
+// ---- HostRegistration
+
+HostRegistration::~HostRegistration() {
+    if (ptr_) (void)cudaHostUnregister(ptr_);
+}
+
+HostRegistration::HostRegistration(HostRegistration&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+HostRegistration& HostRegistration::operator=(HostRegistration&& other) noexcept {
+    if (this != &other) {
+        if (ptr_) (void)cudaHostUnregister(ptr_);
+        ptr_ = std::exchange(other.ptr_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+}
+
+HostRegistration HostRegistration::try_register(const void* p, size_t bytes, std::string* why) {
+    HostRegistration out;
+    if (bytes == 0) return out;
+    void* q = const_cast<void*>(p);
+    const cudaError_t err = cudaHostRegister(q, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (why) *why = fmt::format("cudaHostRegister of {} bytes: {}", bytes, cudaGetErrorString(err));
+        return out;
+    }
+    out.ptr_ = q;
     out.bytes_ = bytes;
     return out;
 }

@@ -1,0 +1,174 @@
+// Qwen3.5/3.6-MoE on one CUDA device (issues 5 and 6), private to models/gpu: the class shared by
+// qwen35moe_gpu.cpp (upload, the forward, the dense layers) and qwen35moe_gpu_experts.cpp (routed
+// experts that stay in host memory: the CPU hand-off and prefill streaming).
+//
+// Every weight the GpuOptions place on the GPU is uploaded once; activations live in buffers sized
+// for one micro-batch (n_ubatch tokens) at load, so a forward never allocates device memory. A
+// decode step (one token) is captured in a CUDA graph per sequence and replayed, host hand-offs
+// included (host nodes); it is re-captured only when the attention grid must grow (context buckets).
+#pragma once
+
+#include "models/qwen35moe.h"
+#include "ops/cuda_delta_net.h"
+#include "ops/cuda_memory.h"
+#include "ops/moe.h"
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mox::models {
+
+// Projections that read the same input, uploaded back to back in one allocation. A decode step runs
+// each run of equal type (and width) as one matvec whose outputs land consecutively; a batch runs
+// every part on its own (the tensor-core matmul), part i writing [n, n_out_i] at n_ubatch * offset[i].
+struct InputGroup {
+    struct Run {
+        ops::Weight whole;   // the run's rows as one matrix
+        int64_t offset = 0;  // output offset of its first row
+    };
+    cuda::DeviceBuffer buffer;
+    std::vector<ops::Weight> parts;
+    std::vector<int64_t> offset;  // per part: rows before it
+    std::vector<Run> runs;
+    int64_t n_out = 0;  // rows of all parts
+
+    // Where part i's output starts for n tokens inside a buffer laid out for this group.
+    float* out(float* base, size_t i, int64_t n, int64_t n_ubatch) const {
+        return base + (n == 1 ? 1 : n_ubatch) * offset[i];
+    }
+};
+
+struct GpuLayer {
+    cuda::DeviceBuffer attn_norm, post_attention_norm;
+    // Gated DeltaNet
+    InputGroup dn_in;  // attn_qkv, attn_gate (z), ssm_beta, ssm_alpha
+    cuda::DeviceWeight ssm_out;
+    cuda::DeviceBuffer ssm_conv1d, ssm_dt_bias, ssm_a, ssm_norm;
+    // Gated attention
+    InputGroup attn_in;  // attn_q (query and gate), attn_k, attn_v
+    cuda::DeviceWeight attn_output;
+    cuda::DeviceBuffer attn_q_norm, attn_k_norm;
+    // MoE
+    // The router, with the shared expert's gate vector as one more row when there is a shared
+    // expert: a decode step gets n_expert + 1 logits from one matvec, the last one the shared gate's.
+    InputGroup router_in;
+    cuda::DeviceWeight gate_exps, up_exps, down_exps;  // empty when the experts stay on the host
+    cuda::DeviceWeight shexp_down;
+    InputGroup shexp_gate_up;  // one matmul for both when they share a type
+    cuda::DeviceBuffer shexp_gate_inp;
+};
+
+// A layer whose routed experts stay in host memory (GpuOptions::experts != gpu).
+struct HostExpertLayer {
+    ExpertHome home = ExpertHome::mmap;
+    ops::ExpertStack stack;       // host views the CPU computes from (the file's pages or `copy`)
+    cuda::PinnedBuffer copy;      // ExpertHome::pinned: the three stacks, page-locked
+    bool streamable = false;      // stack memory is page-locked (copied or registered): DMA-able
+    // Byte offsets of gate/up/down inside a staging buffer (each part padded by 16 bytes).
+    size_t up_at = 0, down_at = 0, bytes = 0;
+};
+
+// What a host node needs: the layer and the token count of the hand-off it serves.
+struct HostJob;
+
+struct GpuSequence final : DeviceSequenceState {
+    std::vector<cuda::DeviceBuffer> k, v;       // per attention layer: [n_ctx, row bytes]
+    std::vector<cuda::DeviceBuffer> conv, ssm;  // per DeltaNet layer
+    StateOptions options;
+    cuda::Graph decode_graph;  // valid for keys up to graph_keys
+    int64_t graph_keys = 0;
+
+    uint64_t bytes() const override;
+    void clear() override;
+};
+
+class Qwen35MoeGpu final : public ForwardBackend {
+public:
+    Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o);
+    ~Qwen35MoeGpu() override;
+    std::unique_ptr<DeviceSequenceState> new_state(const StateOptions& o) override;
+    void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) override;
+    std::string summary() const override { return summary_; }
+
+    // Called from a host node (qwen35moe_gpu_experts.cpp): the CPU computes the selected host experts
+    // of the hand-off in hand_*; never throws (a failure is kept for forward() to rethrow).
+    void run_host_job(const HostJob& job) noexcept;
+
+private:
+    // The forward of n <= n_ubatch tokens whose ids are already in tokens_ (or embeddings in
+    // hand_embd_) and whose first position is in pos_, leaving the final-norm hidden states in u_.
+    // Only launches and host nodes: capturable when n == 1.
+    void trunk(GpuSequence& seq, int64_t n, int64_t max_keys);
+    void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n);
+    void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys);
+    void moe(const GpuLayer& L, int64_t il, int64_t n);
+    // shared_ [n, d] = the shared expert of u_ (not yet gated), on `stream`.
+    void shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle stream);
+    // Host expert layers (qwen35moe_gpu_experts.cpp).
+    void load_host_experts(const GpuOptions& o);
+    void host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n);  // the CPU computes the experts
+    void host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n);  // the GPU, from staging
+    void stream_begin(int64_t n);  // before a micro-batch: start copying the first streamed layers
+    void stream_copy(size_t order, int buffer);  // the order-th streamed layer into staging[buffer]
+    bool streaming(int64_t n) const;
+    // y [n, n_out] = x [n, n_in] W^T: matvec for up to 8 tokens, the tensor-core matmul above.
+    void linear(const ops::Weight& w, const float* x, int64_t n, float* y, cuda::StreamHandle stream);
+    void linear(const ops::Weight& w, const float* x, int64_t n, float* y) { linear(w, x, n, y, stream_.handle()); }
+    void linear(const cuda::DeviceWeight& w, const float* x, int64_t n, float* y) { linear(w.view, x, n, y); }
+    // Every part of g for n tokens of x, into a buffer laid out for g (InputGroup::out).
+    void project(const InputGroup& g, const float* x, int64_t n, float* base);
+    // Logits of `count` (<= 8) consecutive rows of u_ from row r0 into logits_; then to host memory.
+    void logits_compute(int64_t r0, int64_t count);
+    void logits_fetch(int64_t count, float* host);
+    // Embedding rows of n tokens by the CPU into hand_embd_ (token_embd on the host).
+    void embed_on_host(const int32_t* tokens, int64_t n);
+
+    const Qwen35Moe& m_;
+    const Qwen35MoeHparams& hp_;
+    const int64_t n_ubatch_;
+    const int64_t n_ctx_max_;
+    const int64_t stream_min_tokens_;
+    cuda::DeltaNetMethod deltanet_method_{};
+    cuda::Stream stream_;       // the forward
+    cuda::Stream side_stream_;  // the shared expert while the CPU computes a hand-off
+    cuda::Stream copy_stream_;  // expert streaming
+    cuda::Event fork_, join_;
+    cuda::Event ready_[2], freed_[2];  // staging buffer b: filled / no longer read
+    std::string summary_;
+    cuda::DeviceWeight token_embd_, output_;  // token_embd_ empty when it stays on the host
+    cuda::DeviceBuffer output_norm_;
+    std::vector<GpuLayer> layers_;
+    // Host expert layers: per trunk layer an index into host_ (-1: on the GPU).
+    std::vector<int64_t> host_index_;
+    std::vector<HostExpertLayer> host_;
+    std::vector<cuda::HostRegistration> registrations_;  // mmap'd stacks locked in place
+    std::vector<int64_t> streamed_;      // trunk layers streamed in prefill, in order
+    std::vector<int64_t> stream_order_;  // per trunk layer: its index in streamed_ (-1: none)
+    cuda::DeviceBuffer staging_[2];
+    std::vector<std::unique_ptr<HostJob>> decode_jobs_, batch_jobs_;  // per trunk layer
+    cuda::PinnedBuffer hand_x_, hand_out_, hand_ids_, hand_weights_, hand_embd_;
+    ops::Routing host_routing_;  // reused by every hand-off (no allocation per token once grown)
+    std::exception_ptr host_error_;
+    std::atomic<bool> host_failed_{false};
+    // Activations for one micro-batch (fp32, token-major rows).
+    cuda::DeviceBuffer tokens_, pos_;  // int32 [n_ubatch], int32 [1]
+    cuda::DeviceBuffer x_, u_, mix_, shared_;
+    cuda::DeviceBuffer dn_proj_, conv_, y_;           // DeltaNet: [qkv | z | beta | alpha] projections
+    cuda::DeviceBuffer attn_proj_, q_, o_, attn_ws_;  // attention: [query+gate | k | v] projections
+    cuda::DeviceBuffer router_logits_, ids_, weights_, h_, sh_gu_, sh_h_;  // MoE
+    cuda::DeviceBuffer work_;  // matmul / batched-MoE scratch
+    cuda::DeviceBuffer logits_;
+    cuda::PinnedBuffer logits_host_;
+    cuda::PinnedBuffer staging_ids_;  // token ids and position for the next upload
+};
+
+struct HostJob {
+    Qwen35MoeGpu* self = nullptr;
+    int64_t layer = 0;
+    int64_t n = 1;
+};
+
+}  // namespace mox::models

@@ -1,0 +1,243 @@
+// Routed experts that stay in host memory while the rest of the model runs on the GPU (issue 6).
+//
+// Decode (and small batches): the GPU computes the router and top-k, copies the normalized hidden
+// states and the routing (8 KiB per token for Qwen3.6) to pinned host buffers, a host node runs the
+// CPU's MoE operator on them, and the result comes back into mix_; meanwhile a second stream
+// computes the shared expert. All of it is captured in the decode graph like any kernel.
+// Prefill micro-batches of at least stream_min_tokens tokens copy each host layer's expert stacks
+// into one of two device staging buffers instead and run the batched MoE there: the copy of the next
+// streamed layer (copy stream) overlaps the compute of this one. A stack is copied whole: at
+// hundreds of tokens per batch nearly every expert is selected anyway (256 experts, top-8).
+#include "models/gpu/qwen35moe_gpu.h"
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/units.h"
+#include "ops/cuda_basic.h"
+#include "ops/cuda_moe.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unistd.h>
+
+namespace mox::models {
+
+namespace {
+
+constexpr size_t kPad = 16;  // zero bytes after each staged stack (the kernels' vector loads)
+
+size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+void host_job_entry(void* arg) {
+    const auto* job = static_cast<const HostJob*>(arg);
+    job->self->run_host_job(*job);
+}
+
+struct Range {
+    uintptr_t begin = 0, end = 0;
+};
+
+}  // namespace
+
+void Qwen35MoeGpu::load_host_experts(const GpuOptions& o) {
+    const size_t n_layer = m_.layers_.size();
+    stream_order_.assign(n_layer, -1);
+    decode_jobs_.resize(n_layer);
+    batch_jobs_.resize(n_layer);
+    if (o.experts.empty()) return;
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    std::vector<Range> mapped;  // page-rounded stacks left in the mapped file
+    for (size_t i = 0; i < n_layer; ++i) {
+        if (o.experts[i] == ExpertHome::gpu) continue;
+        host_index_[i] = static_cast<int64_t>(host_.size());
+        HostExpertLayer h;
+        h.home = o.experts[i];
+        h.stack = m_.layers_[i].experts;
+        const size_t g = cuda::weight_bytes(h.stack.gate), u = cuda::weight_bytes(h.stack.up);
+        const size_t dn = cuda::weight_bytes(h.stack.down);
+        h.up_at = align_up(g + kPad, 256);
+        h.down_at = align_up(h.up_at + u + kPad, 256);
+        h.bytes = h.down_at + dn + kPad;
+        if (h.home == ExpertHome::pinned) {
+            std::string why;
+            h.copy = cuda::PinnedBuffer::try_alloc(g + u + dn, &why);
+            if (h.copy.empty()) {
+                log::warn("layer {}: cannot pin {} of experts ({}); they stay in the mapped file", i,
+                          format_bytes(g + u + dn), why);
+                h.home = ExpertHome::mmap;
+            } else {
+                auto* dst = h.copy.as<uint8_t>();
+                std::memcpy(dst, h.stack.gate.data, g);
+                std::memcpy(dst + g, h.stack.up.data, u);
+                std::memcpy(dst + g + u, h.stack.down.data, dn);
+                h.stack.gate.data = dst;
+                h.stack.up.data = dst + g;
+                h.stack.down.data = dst + g + u;
+                h.streamable = true;
+            }
+        }
+        if (h.home == ExpertHome::mmap)
+            for (const ops::Weight* w : {&h.stack.gate, &h.stack.up, &h.stack.down}) {
+                const auto b = reinterpret_cast<uintptr_t>(w->data);
+                mapped.push_back({b / page * page, align_up(b + cuda::weight_bytes(*w), page)});
+            }
+        decode_jobs_[i] = std::make_unique<HostJob>(HostJob{this, static_cast<int64_t>(i), 1});
+        batch_jobs_[i] = std::make_unique<HostJob>(HostJob{this, static_cast<int64_t>(i), 1});
+        host_.push_back(std::move(h));
+    }
+    // Lock the mapped stacks in place (no copy) so the copy engine can read them at full speed.
+    // Registrations may not overlap: merge the page-rounded ranges first.
+    std::sort(mapped.begin(), mapped.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    std::vector<Range> merged, locked;
+    for (const Range& r : mapped) {
+        if (!merged.empty() && r.begin <= merged.back().end) merged.back().end = std::max(merged.back().end, r.end);
+        else merged.push_back(r);
+    }
+    for (const Range& r : merged) {
+        std::string why;
+        auto reg = cuda::HostRegistration::try_register(reinterpret_cast<const void*>(r.begin), r.end - r.begin, &why);
+        if (reg.empty()) {
+            log::warn("cannot lock {} of mapped experts for streaming ({}); their layers' prefill runs on the CPU",
+                      format_bytes(r.end - r.begin), why);
+            continue;
+        }
+        registrations_.push_back(std::move(reg));
+        locked.push_back(r);
+    }
+    auto is_locked = [&](const ops::Weight& w) {
+        const auto b = reinterpret_cast<uintptr_t>(w.data), e = b + cuda::weight_bytes(w);
+        return std::any_of(locked.begin(), locked.end(), [&](const Range& r) { return r.begin <= b && e <= r.end; });
+    };
+    for (HostExpertLayer& h : host_)
+        if (h.home == ExpertHome::mmap)
+            h.streamable = is_locked(h.stack.gate) && is_locked(h.stack.up) && is_locked(h.stack.down);
+
+    // Streaming order and the two staging buffers (only if a micro-batch can reach the threshold).
+    size_t staging_bytes = 0;
+    if (n_ubatch_ >= stream_min_tokens_)
+        for (size_t i = 0; i < n_layer; ++i) {
+            const int64_t hi = host_index_[i];
+            if (hi < 0 || !host_[static_cast<size_t>(hi)].streamable) continue;
+            stream_order_[i] = static_cast<int64_t>(streamed_.size());
+            streamed_.push_back(static_cast<int64_t>(i));
+            staging_bytes = std::max(staging_bytes, host_[static_cast<size_t>(hi)].bytes);
+        }
+    if (!streamed_.empty())
+        for (cuda::DeviceBuffer& b : staging_) {
+            b = cuda::DeviceBuffer(staging_bytes);
+            b.zero(stream_.handle());  // the pads stay zero: copies only write the stacks
+        }
+
+    // Hand-off buffers for a whole micro-batch.
+    const int64_t nb = n_ubatch_, d = hp_.n_embd, K = hp_.n_expert_used;
+    std::string why;
+    hand_x_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(nb * d) * sizeof(float), &why);
+    hand_out_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(nb * d) * sizeof(float), &why);
+    hand_ids_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(nb * K) * sizeof(int32_t), &why);
+    hand_weights_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(nb * K) * sizeof(float), &why);
+    if (hand_x_.empty() || hand_out_.empty() || hand_ids_.empty() || hand_weights_.empty())
+        fail("--device cuda: pinned host memory for the CPU expert hand-off: {}", why);
+    host_routing_.ids.reserve(static_cast<size_t>(nb * K));
+    host_routing_.weights.reserve(static_cast<size_t>(nb * K));
+    host_routing_.expert_counts.reserve(static_cast<size_t>(hp_.n_expert));
+}
+
+bool Qwen35MoeGpu::streaming(int64_t n) const {
+    return n >= stream_min_tokens_ && !streamed_.empty();
+}
+
+void Qwen35MoeGpu::run_host_job(const HostJob& job) noexcept {
+    if (host_failed_) return;  // a failed hand-off poisons the rest of this forward
+    try {
+        const int64_t n = job.n, K = hp_.n_expert_used, E = hp_.n_expert;
+        ops::Routing& r = host_routing_;
+        r.n_tokens = n;
+        r.k = K;
+        const auto* ids = hand_ids_.as<int32_t>();
+        const auto* w = hand_weights_.as<float>();
+        r.ids.assign(ids, ids + n * K);
+        r.weights.assign(w, w + n * K);
+        r.expert_counts.assign(static_cast<size_t>(E), 0);
+        for (const int32_t e : r.ids) {
+            MOX_CHECK(e >= 0 && e < E, "host expert hand-off: expert id {} of {}", e, E);
+            r.expert_counts[static_cast<size_t>(e)]++;
+        }
+        const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(job.layer)])];
+        ops::moe_ffn(m_.ctx_, h.stack, r, hand_x_.as<float>(), hand_out_.as<float>());
+    } catch (...) {
+        host_error_ = std::current_exception();
+        host_failed_ = true;
+    }
+}
+
+void Qwen35MoeGpu::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
+    const cuda::StreamHandle s = stream_.handle();
+    const float* u = u_.as<float>();
+    const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
+    float* logits = router_logits_.as<float>();
+    if (n == 1) project(L.router_in, u, 1, logits);  // n_expert + 1 logits (the last: shared gate)
+    else linear(L.router_in.parts[0], u, n, logits);
+    cuda::route_softmax_topk(logits, n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
+    const bool shared = hp_.n_ff_shexp > 0;
+    if (shared) {  // fork: the shared expert runs on the side stream while the CPU works
+        fork_.record(s);
+        side_stream_.wait(fork_.handle());
+        shared_expert(L, n, side_stream_.handle());
+        join_.record(side_stream_.handle());
+    }
+    cuda::copy_to_host_async(hand_x_.data(), u, static_cast<size_t>(n * d) * sizeof(float), s);
+    cuda::copy_to_host_async(hand_ids_.data(), ids_.data(), static_cast<size_t>(n * K) * sizeof(int32_t), s);
+    cuda::copy_to_host_async(hand_weights_.data(), weights_.data(), static_cast<size_t>(n * K) * sizeof(float), s);
+    HostJob* job = n == 1 ? decode_jobs_[static_cast<size_t>(il)].get() : batch_jobs_[static_cast<size_t>(il)].get();
+    job->n = n;  // the previous micro-batch finished (forward synchronizes between them)
+    cuda::launch_host_func(s, host_job_entry, job);
+    cuda::copy_to_device(mix_.data(), hand_out_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
+    if (shared) {
+        stream_.wait(join_.handle());
+        cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp.as<float>(), n, d, s);
+    }
+}
+
+void Qwen35MoeGpu::stream_begin(int64_t n) {
+    (void)n;
+    for (size_t order = 0; order < std::min<size_t>(2, streamed_.size()); ++order)
+        stream_copy(order, static_cast<int>(order));
+}
+
+void Qwen35MoeGpu::stream_copy(size_t order, int buffer) {
+    const int64_t il = streamed_[order];
+    const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])];
+    const cuda::StreamHandle c = copy_stream_.handle();
+    copy_stream_.wait(freed_[buffer].handle());  // the layer that last used this buffer is done
+    auto* dst = staging_[buffer].as<uint8_t>();
+    cuda::copy_to_device(dst, h.stack.gate.data, cuda::weight_bytes(h.stack.gate), c);
+    cuda::copy_to_device(dst + h.up_at, h.stack.up.data, cuda::weight_bytes(h.stack.up), c);
+    cuda::copy_to_device(dst + h.down_at, h.stack.down.data, cuda::weight_bytes(h.stack.down), c);
+    ready_[buffer].record(c);
+}
+
+void Qwen35MoeGpu::host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n) {
+    const cuda::StreamHandle s = stream_.handle();
+    const float* u = u_.as<float>();
+    const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
+    float* logits = router_logits_.as<float>();
+    linear(L.router_in.parts[0], u, n, logits);
+    cuda::route_softmax_topk(logits, n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
+    const auto order = static_cast<size_t>(stream_order_[static_cast<size_t>(il)]);
+    const int b = static_cast<int>(order % 2);
+    const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])];
+    stream_.wait(ready_[b].handle());
+    const auto* base = staging_[b].as<const uint8_t>();
+    ops::Weight gate = h.stack.gate, up = h.stack.up, down = h.stack.down;
+    gate.data = base;
+    up.data = base + h.up_at;
+    down.data = base + h.down_at;
+    cuda::moe_batch(gate, up, down, ids_.as<int32_t>(), weights_.as<float>(), n, K, u, mix_.as<float>(), work_.data(), s);
+    freed_[b].record(s);
+    if (order + 2 < streamed_.size()) stream_copy(order + 2, b);
+    if (hp_.n_ff_shexp == 0) return;
+    shared_expert(L, n, s);
+    cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp.as<float>(), n, d, s);
+}
+
+}  // namespace mox::models

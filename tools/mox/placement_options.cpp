@@ -1,0 +1,70 @@
+#include "placement_options.h"
+
+#include "core/error.h"
+#include "core/units.h"
+#include "models/qwen35moe_hparams.h"
+#include "place/execute.h"
+
+#include <CLI/CLI.hpp>
+
+#include <map>
+
+namespace mox::cli {
+
+void add_placement_options(CLI::App* cmd, PlacementOptions& o, bool with_run_shape) {
+    o.cmd = cmd;
+    o.ot = cmd->add_option("--override-tensor", o.override_tensor,
+                           "-ot REGEX=DEVICE[,...]: DEVICE CPU, CUDA0 or gpu/pinned_host/mmap_host; first match wins")
+               ->allow_extra_args(false);
+    o.ncmoe = cmd->add_option("--n-cpu-moe", o.n_cpu_moe, "Keep the experts of the first N layers on the CPU")
+                  ->allow_extra_args(false);
+    o.cmoe = cmd->add_flag("--cpu-moe", o.cpu_moe, "Keep every layer's experts on the CPU");
+    o.layers = cmd->add_option("--moe-cpu-layers", o.moe_cpu_layers,
+                               "Keep the experts of these layers on the CPU, e.g. 0-9,20,31-39")
+                   ->allow_extra_args(false);
+    cmd->add_option("--vram-budget", o.vram_budget,
+                    "Never allocate more GPU memory than this (e.g. 16GiB), CUDA context included");
+    if (!with_run_shape) return;
+    cmd->add_option("--ubatch-size", o.n_ubatch, "Tokens per prefill micro-batch on the GPU (-ub)")
+        ->capture_default_str();
+    cmd->add_option("--stream-min-tokens", o.stream_min_tokens,
+                    "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU; "
+                    "smaller ones (and decode) compute them on the CPU")
+        ->capture_default_str();
+}
+
+uint64_t PlacementOptions::vram_budget_bytes() const {
+    return vram_budget.empty() ? 0 : parse_size(vram_budget);
+}
+
+std::vector<place::OverrideRule> PlacementOptions::rules(int64_t n_layer) const {
+    std::vector<place::OverrideRule> out;
+    std::map<const CLI::Option*, size_t> seen;  // k-th occurrence of an option = its k-th value
+    auto append = [&](std::vector<place::OverrideRule> more) {
+        for (auto& r : more) out.push_back(std::move(r));
+    };
+    for (const CLI::Option* opt : cmd->parse_order()) {
+        const size_t k = seen[opt]++;
+        if (opt == ot) append(place::parse_override_tensor(override_tensor.at(k)));
+        else if (opt == ncmoe) append(place::n_cpu_moe_rules(n_cpu_moe.at(k), n_layer));
+        else if (opt == cmoe && k == 0) out.push_back(place::cpu_moe_rule());
+        else if (opt == layers) append(place::moe_cpu_layers_rules(moe_cpu_layers.at(k), n_layer));
+    }
+    return out;
+}
+
+models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers,
+                               int64_t n_ctx_max) {
+    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
+    place::PlacementFlags flags;
+    flags.n_gpu_layers = n_gpu_layers;
+    flags.overrides = o.rules(hp.n_layer);
+    models::GpuOptions g = place::gpu_options_for(place::place_from_flags(file, flags), hp);
+    g.vram_budget = o.vram_budget_bytes();
+    g.n_ubatch = o.n_ubatch;
+    g.stream_min_tokens = o.stream_min_tokens;
+    g.n_ctx_max = n_ctx_max;
+    return g;
+}
+
+}  // namespace mox::cli

@@ -1,0 +1,48 @@
+// The placement flags llama.cpp users know, shared by every command that loads a model on the GPU
+// (run, chat, logits, perplexity, plan): -ot, --n-cpu-moe, --cpu-moe, --moe-cpu-layers (one rule
+// list in command-line order, place/flags.h), plus --vram-budget, -ub and --stream-min-tokens.
+#pragma once
+
+#include "gguf/reader.h"
+#include "models/qwen35moe.h"
+#include "place/flags.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace mox::cli {
+
+struct PlacementOptions {
+    std::vector<std::string> override_tensor;
+    std::vector<int64_t> n_cpu_moe;
+    bool cpu_moe = false;
+    std::vector<std::string> moe_cpu_layers;
+    std::string vram_budget;  // "" = none
+    int64_t n_ubatch = 512;
+    int64_t stream_min_tokens = 32;
+
+    // Set by add_placement_options: the command and its options, to read the command-line order.
+    const CLI::App* cmd = nullptr;
+    const CLI::Option *ot = nullptr, *ncmoe = nullptr, *cmoe = nullptr, *layers = nullptr;
+
+    bool any_rule() const { return !override_tensor.empty() || !n_cpu_moe.empty() || cpu_moe || !moe_cpu_layers.empty(); }
+    uint64_t vram_budget_bytes() const;  // 0 = none
+    // The override rules in command-line order (first match wins).
+    std::vector<place::OverrideRule> rules(int64_t n_layer) const;
+};
+
+// with_run_shape: also -ub, --stream-min-tokens (the commands that run the model).
+void add_placement_options(CLI::App* cmd, PlacementOptions& o, bool with_run_shape = true);
+
+// GpuOptions for a model on the GPU: the placement from -ngl (n_gpu_layers: -1 all) and the rules,
+// made executable (place/execute.h), plus the budget and run shape.
+models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers,
+                               int64_t n_ctx_max);
+
+}  // namespace mox::cli
