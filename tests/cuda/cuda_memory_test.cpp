@@ -115,4 +115,99 @@ TEST(CudaMemory, UploadWeightKeepsShapeAndBytes) {
     EXPECT_EQ(to_host<uint8_t>(dw.buffer, bytes.size()), bytes);
 }
 
+TEST(CudaMemory, BudgetCountsEveryBufferAndRefusesBeforeAllocating) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    set_vram_budget(0);  // measures the context; no limit
+    const uint64_t base = allocated_bytes();
+    {
+        DeviceBuffer a(3 << 20);
+        EXPECT_EQ(allocated_bytes(), base + (3u << 20));
+        DeviceBuffer b = std::move(a);  // moving does not count twice
+        EXPECT_EQ(allocated_bytes(), base + (3u << 20));
+    }
+    EXPECT_EQ(allocated_bytes(), base);
+    // The driver's used memory includes the context: it must be at least what we counted for it.
+    const DeviceMemory m = device_memory();
+    EXPECT_GE(m.total - m.free, context_bytes());
+    EXPECT_GT(context_bytes(), 0u);
+    // A budget 1 MiB above what is in use now: 512 KiB fits, 2 MiB more is refused by name.
+    set_vram_budget(context_bytes() + allocated_bytes() + (1u << 20));
+    EXPECT_NO_THROW(DeviceBuffer(512 << 10));
+    try {
+        DeviceBuffer too_big(2 << 20);
+        ADD_FAILURE() << "allocation over the budget succeeded";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--vram-budget"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(allocated_bytes(), base);
+    set_vram_budget(0);
+}
+
+TEST(CudaMemory, HostRegistrationMakesExistingMemoryDmaable) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // Page-aligned host memory, as the mapped model file's pages are.
+    const size_t bytes = 4 << 20;
+    void* raw = std::aligned_alloc(4096, bytes);
+    ASSERT_NE(raw, nullptr);
+    auto* host = static_cast<float*>(raw);
+    for (size_t i = 0; i < bytes / 4; ++i) host[i] = static_cast<float>(i % 1000) - 3.5f;
+    {
+        std::string why;
+        HostRegistration reg = HostRegistration::try_register(raw, bytes, &why);
+        ASSERT_FALSE(reg.empty()) << why;
+        EXPECT_EQ(reg.size(), bytes);
+        Stream s;
+        DeviceBuffer d(bytes);
+        copy_to_device(d.data(), raw, bytes, s.handle());  // asynchronous: the pages are locked
+        s.synchronize();
+        std::vector<float> back(bytes / 4);
+        d.download(back.data(), bytes);
+        device_synchronize();
+        for (size_t i = 0; i < back.size(); i += 4093) ASSERT_EQ(back[i], host[i]) << i;
+    }
+    std::free(raw);
+}
+
+namespace {
+struct Counter {
+    int calls = 0;
+    float seen = 0;
+    const float* from = nullptr;
+};
+void count_call(void* arg) {
+    auto* c = static_cast<Counter*>(arg);
+    c->calls++;
+    c->seen = *c->from;
+}
+}  // namespace
+
+TEST(CudaMemory, HostFunctionRunsInStreamOrderAndInsideGraphs) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    Stream s;
+    std::string why;
+    PinnedBuffer pin = PinnedBuffer::try_alloc(sizeof(float), &why);
+    ASSERT_FALSE(pin.empty()) << why;
+    DeviceBuffer d = to_device(std::vector<float>{42.5f});
+    Counter c{.calls = 0, .seen = 0, .from = pin.as<float>()};
+    // The host function sees the device -> host copy enqueued before it.
+    copy_to_host_async(pin.data(), d.data(), sizeof(float), s.handle());
+    launch_host_func(s.handle(), count_call, &c);
+    s.synchronize();
+    EXPECT_EQ(c.calls, 1);
+    EXPECT_EQ(c.seen, 42.5f);
+    // Captured: one call per replay, reading the value current at replay time.
+    Graph::begin_capture(s.handle());
+    copy_to_host_async(pin.data(), d.data(), sizeof(float), s.handle());
+    launch_host_func(s.handle(), count_call, &c);
+    Graph g = Graph::end_capture(s.handle());
+    const float next[1] = {-7.0f};
+    d.upload(next, sizeof(float));
+    device_synchronize();
+    g.launch(s.handle());
+    g.launch(s.handle());
+    s.synchronize();
+    EXPECT_EQ(c.calls, 3);
+    EXPECT_EQ(c.seen, -7.0f);
+}
+
 }  // namespace mox::cuda
