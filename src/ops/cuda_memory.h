@@ -19,6 +19,10 @@ int device_count();
 
 // Makes `device` current for the calling thread.
 void set_device(int device);
+// How host threads wait for the device (cudaSetDeviceFlags, current device): spinning (the default
+// when there are more cores than GPUs: lowest latency) or blocking on a semaphore, which frees the
+// core for CPU work that runs at the same time (host-resident experts).
+void set_blocking_sync(bool blocking);
 
 // Waits for all work on the current device.
 void device_synchronize();

@@ -44,6 +44,8 @@ def logits(mox_bin, model, ids_file, out, *flags):
     r = subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o", str(out),
                         "-ctk", "f32", "-ctv", "f32", "--device", "cuda", *flags], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    # Streaming must really stream: a refused page lock falls back to the CPU with this warning.
+    assert "cannot lock" not in r.stderr and "cannot pin" not in r.stderr, r.stderr
     return np.load(out)
 
 

@@ -98,9 +98,6 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     // allocation is checked against it.
     cuda::set_vram_budget(o.vram_budget);
     const ops::CudaDeviceInfo info = ops::cuda_devices().front();
-    stream_ = cuda::Stream();
-    side_stream_ = cuda::Stream();
-    copy_stream_ = cuda::Stream();
     const cuda::StreamHandle s = stream_.handle();
     // MOX_CUDA_DELTANET=sequential|chunked forces one DeltaNet prefill kernel (to compare them on
     // the GPU machine); unset, the launcher picks by batch size.
@@ -176,6 +173,8 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         }
     }
     load_host_experts(o);
+    // The CPU computes host experts while this thread waits for the GPU: do not spin on a core then.
+    cuda::set_blocking_sync(!host_.empty());
 
     // Activation buffers for n_ubatch tokens.
     const int64_t nb = n_ubatch_, d = hp_.n_embd;

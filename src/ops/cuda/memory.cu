@@ -21,6 +21,10 @@ void set_device(int device) {
     MOX_CUDA_CHECK(cudaSetDevice(device));
 }
 
+void set_blocking_sync(bool blocking) {
+    MOX_CUDA_CHECK(cudaSetDeviceFlags(blocking ? cudaDeviceScheduleBlockingSync : cudaDeviceScheduleAuto));
+}
+
 void device_synchronize() {
     MOX_CUDA_CHECK(cudaDeviceSynchronize());
 }
