@@ -214,7 +214,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     // so captured decode graphs never see it move.
     const ops::AttentionShape shape{H, Hkv, hd, 0.0f};
     const size_t attn_ws_bytes = std::max(cuda::attention_workspace_bytes(shape, 1, n_ctx_max_),
-                                          cuda::attention_workspace_bytes(shape, nb, n_ctx_max_));
+                                          cuda::attention_workspace_bytes(shape, std::min(nb, n_ctx_max_), n_ctx_max_));
     attn_ws_ = DeviceBuffer(std::max<size_t>(attn_ws_bytes, 16));
     logits_ = fbuf(kLogitRows * hp_.n_vocab);
     std::string why;
