@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <algorithm>
+
 namespace mox::place {
 
 void validate_cache_options(const models::Qwen35MoeHparams& hp, const CacheOptions& o) {
@@ -40,7 +42,6 @@ bool mixer_on_gpu(const Placement& p, int64_t layer) {
 
 MemoryPrediction predict_memory(const Placement& p, const models::Qwen35MoeHparams& hp,
                                 const CacheOptions& cache, const Allowance& allowance, const RunShape& run) {
-    (void)run;  // the exact activation/staging bytes replace the allowance's workspace guess (issue 6, in progress)
     validate_cache_options(hp, cache);
     if (p.n_layer() != hp.n_layer)
         fail("placement has {} layers but the hyper-parameters {}", p.n_layer(), hp.n_layer);
@@ -67,6 +68,24 @@ MemoryPrediction predict_memory(const Placement& p, const models::Qwen35MoeHpara
         }
     }
     m.gpu_used = m.weights[Tier::gpu] > 0 || m.kv_gpu > 0 || m.state_gpu > 0;
+    if (!m.gpu_used) return m;
+    // The GPU forward's own buffers, shaped by where the experts and token_embd live.
+    models::GpuBufferShape shape{.n_ubatch = run.n_ubatch, .n_ctx_max = cache.n_ctx};
+    for (const TensorEntry& t : p.tensors())
+        if (t.cls == models::TensorClass::embedding) shape.token_embd_on_gpu = t.tier == Tier::gpu;
+    const bool can_stream = run.stream_experts && run.n_ubatch >= run.stream_min_tokens;
+    for (int64_t l = 0; l < hp.n_trunk(); ++l) {
+        if (!p.has_experts(l) || p.expert_counts(l)[static_cast<size_t>(Tier::gpu)] == p.n_expert()) continue;
+        shape.any_host_experts = true;
+        if (!can_stream) continue;
+        const uint64_t n = static_cast<uint64_t>(p.n_expert());
+        shape.largest_streamed_layer = std::max(
+            shape.largest_streamed_layer,
+            models::gpu_staging_bytes(p.expert_slice_bytes(l, ExpertPart::gate) * n,
+                                      p.expert_slice_bytes(l, ExpertPart::up) * n,
+                                      p.expert_slice_bytes(l, ExpertPart::down) * n));
+    }
+    m.buffers = models::gpu_buffer_bytes(hp, shape);
     return m;
 }
 

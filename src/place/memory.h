@@ -7,15 +7,19 @@
 //          in the cache type: quant::row_bytes)
 //       + DeltaNet state of the recurrent layers whose DeltaNet runs on the GPU (fp32: conv state
 //         (kernel - 1) * conv_channels, recurrent state v_heads * state * state, per sequence)
-//       + allowance: CUDA context + activations/workspace, counted once anything is on the GPU.
+//       + the GPU forward's buffers for the run shape (activations for n_ubatch tokens, kernel
+//         scratch, two staging buffers for streamed experts: models/gpu_memory.h, exact)
+//       + the CUDA context (measured by `mox calibrate`), counted once anything is on the GPU.
 //  host = weights in mmap_host (page cache: evictable, shared with the file) and in pinned_host
-//         (locked RAM), reported apart; plus KV/state of the layers that run on the CPU (plain RAM).
+//         (locked RAM) plus the pinned hand-off buffers, reported apart; plus KV/state of the
+//         layers that run on the CPU (plain RAM).
 //
 // A layer's cache lives where its mixer runs: on the GPU when every attention (or DeltaNet) weight
 // of the layer is on the GPU, in host RAM otherwise (as llama.cpp keeps a layer's KV with the
 // layer). MTP blocks are not run by the trunk and get no cache.
 #pragma once
 
+#include "models/gpu_memory.h"
 #include "models/qwen35moe_hparams.h"
 #include "place/placement.h"
 #include "quant/types.h"
@@ -25,13 +29,13 @@
 
 namespace mox::place {
 
-// Constants that only a measurement can give. The defaults are NOT measured: they are placeholders
-// to be replaced by `mox calibrate` (not written yet), and every report says so.
+// What only a measurement can give: the device memory the CUDA context takes (driver, runtime,
+// kernel images) before mox allocates anything. `mox calibrate` measures it per machine (the
+// planner passes the measured value); the default is a placeholder and every report says so.
 struct Allowance {
-    uint64_t cuda_context_bytes = 512ull << 20;    // driver + runtime + kernel images on the device
-    uint64_t gpu_workspace_bytes = 1024ull << 20;  // activations, logits, matmul scratch at the batch size
+    uint64_t cuda_context_bytes = 512ull << 20;
     bool measured = false;
-    std::string source = "unmeasured placeholder defaults (to be replaced by `mox calibrate`)";
+    std::string source = "unmeasured placeholder (run `mox calibrate` to measure the CUDA context)";
 };
 
 struct CacheOptions {
@@ -50,7 +54,8 @@ void validate_cache_options(const models::Qwen35MoeHparams& hp, const CacheOptio
 // layers to the GPU double-buffers them in two staging areas the size of the largest such layer.
 struct RunShape {
     int64_t n_ubatch = 512;
-    bool stream_experts = true;  // staging buffers exist when some layer's experts live on the host
+    int64_t stream_min_tokens = 32;  // micro-batches of this many tokens stream host experts
+    bool stream_experts = true;      // staging buffers exist when some layer's experts live on the host
 };
 
 struct MemoryPrediction {
@@ -62,16 +67,17 @@ struct MemoryPrediction {
     int64_t attention_layers_gpu = 0, attention_layers_host = 0;
     int64_t recurrent_layers_gpu = 0, recurrent_layers_host = 0;
     bool gpu_used = false;  // anything at all on the GPU (else no CUDA context)
+    models::GpuBufferBytes buffers;  // activations, scratch, staging (exact: models/gpu_memory.h)
     Allowance allowance;
 
     uint64_t kv_total() const { return kv_gpu + kv_host; }
     uint64_t state_total() const { return state_gpu + state_host; }
-    uint64_t gpu_allowance() const {
-        return gpu_used ? allowance.cuda_context_bytes + allowance.gpu_workspace_bytes : 0;
+    uint64_t gpu_context() const { return gpu_used ? allowance.cuda_context_bytes : 0; }
+    uint64_t gpu_total() const {
+        return weights[Tier::gpu] + kv_gpu + state_gpu + buffers.device_total() + gpu_context();
     }
-    uint64_t gpu_total() const { return weights[Tier::gpu] + kv_gpu + state_gpu + gpu_allowance(); }
     uint64_t host_page_cache() const { return weights[Tier::mmap_host]; }
-    uint64_t host_locked() const { return weights[Tier::pinned_host]; }
+    uint64_t host_locked() const { return weights[Tier::pinned_host] + buffers.pinned_host; }
     uint64_t host_ram() const { return kv_host + state_host; }  // anonymous memory of the process
     uint64_t host_total() const { return host_page_cache() + host_locked() + host_ram(); }
 };

@@ -71,8 +71,11 @@ TEST(PlaceMemory, AllOnGpuMatchesTheSummary) {
         EXPECT_EQ(m.attention_layers_gpu, hp.n_attention_layers());
         EXPECT_EQ(m.recurrent_layers_gpu, hp.n_recurrent_layers());
         EXPECT_TRUE(m.gpu_used);
-        EXPECT_EQ(m.gpu_total(), m.weights[Tier::gpu] + m.kv_gpu + m.state_gpu +
-                                     m.allowance.cuda_context_bytes + m.allowance.gpu_workspace_bytes);
+        EXPECT_EQ(m.gpu_total(), m.weights[Tier::gpu] + m.kv_gpu + m.state_gpu + m.buffers.device_total() +
+                                     m.allowance.cuda_context_bytes);
+        // Nothing streams when every expert is on the GPU; the activations are there.
+        EXPECT_EQ(m.buffers.staging, 0u);
+        EXPECT_GT(m.buffers.activations, 0u);
         // token_embd stays on the host (llama.cpp's input layer): the page cache holds exactly it.
         EXPECT_EQ(m.host_page_cache(), model().find_tensor("token_embd.weight")->n_bytes);
         EXPECT_EQ(m.weights.total(), p.total_bytes());
@@ -161,6 +164,36 @@ TEST(PlaceMemory, MtpBlocksCountForNglButHoldNoCache) {
     EXPECT_EQ(static_cast<double>(all.kv_gpu), summary_kv_per_token(s, "f16") * 64.0);
     EXPECT_EQ(all.state_gpu, s.recurrent_state_bytes);
     EXPECT_EQ(all.attention_layers_gpu + all.recurrent_layers_gpu, 7);
+}
+
+TEST(PlaceMemory, HostExpertsAddStagingAndHandOffBuffers) {
+    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(model());
+    const std::vector<OverrideRule> rules = n_cpu_moe_rules(2, hp.n_layer);
+    const Placement p = place_from_flags(model(), {.n_gpu_layers = -1, .overrides = rules});
+    const Placement all = place_from_flags(model(), {.n_gpu_layers = -1, .overrides = {}});
+    const CacheOptions cache{.n_ctx = 512};
+    const MemoryPrediction m = predict_memory(p, hp, cache, {}, {.n_ubatch = 64});
+    const MemoryPrediction a = predict_memory(all, hp, cache, {}, {.n_ubatch = 64});
+    // Two staging buffers of the larger of the two host layers' stacks (each stack + 16 B, 256-aligned).
+    uint64_t largest = 0;
+    for (int64_t l = 0; l < 2; ++l) {
+        const auto stack = [&](const char* part) {
+            return model().find_tensor(fmt::format("blk.{}.ffn_{}_exps.weight", l, part))->n_bytes;
+        };
+        largest = std::max(largest, models::gpu_staging_bytes(stack("gate"), stack("up"), stack("down")));
+    }
+    EXPECT_EQ(m.buffers.staging, 2 * largest);
+    EXPECT_EQ(m.buffers.activations, a.buffers.activations);
+    // Hand-off: hidden states in and out for 64 tokens, and their routing, in pinned memory.
+    EXPECT_EQ(m.buffers.pinned_host - a.buffers.pinned_host,
+              2 * 64 * static_cast<uint64_t>(hp.n_embd) * 4 + 2 * 64 * static_cast<uint64_t>(hp.n_expert_used) * 4);
+    // The experts that left the GPU, less the staging that streams them back, is the VRAM saved.
+    EXPECT_EQ(m.gpu_total() + (m.weights[Tier::mmap_host] - a.weights[Tier::mmap_host]),
+              a.gpu_total() + m.buffers.staging);
+    // Micro-batches below the streaming threshold never stream: no staging.
+    EXPECT_EQ(predict_memory(p, hp, cache, {}, {.n_ubatch = 16, .stream_min_tokens = 32}).buffers.staging, 0u);
+    // Activations grow with the micro-batch.
+    EXPECT_GT(predict_memory(p, hp, cache, {}, {.n_ubatch = 512}).buffers.activations, m.buffers.activations);
 }
 
 }  // namespace mox::place

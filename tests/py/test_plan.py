@@ -138,12 +138,13 @@ def test_flags_match_llama_cpp_rules(mox_bin, tiny, args, ngl, rules):
     state_gpu = sum(state_layer for i in rec if mixer_gpu[i])
     assert j["kv"]["gpu_bytes"] == kv_gpu and j["kv"]["host_bytes"] == len(attn) * kv_layer - kv_gpu
     assert j["state"]["gpu_bytes"] == state_gpu and j["state"]["host_bytes"] == len(rec) * state_layer - state_gpu
-    allowance = j["allowance"]["cuda_context_bytes"] + j["allowance"]["gpu_workspace_bytes"]
     used = want["gpu"] + kv_gpu + state_gpu
-    assert j["gpu_total_bytes"] == used + (allowance if used else 0)
+    extra = j["allowance"]["cuda_context_bytes"] + j["gpu_buffers"]["device_bytes"] if used else 0
+    assert j["gpu_total_bytes"] == used + extra
     host = j["host"]
-    assert host["page_cache_bytes"] == want["mmap_host"] and host["locked_bytes"] == want["pinned_host"]
-    assert host["total_bytes"] == want["mmap_host"] + want["pinned_host"] + host["ram_bytes"]
+    pinned_buffers = j["gpu_buffers"]["pinned_host_bytes"] if used else 0
+    assert host["page_cache_bytes"] == want["mmap_host"] and host["locked_bytes"] == want["pinned_host"] + pinned_buffers
+    assert host["total_bytes"] == want["mmap_host"] + want["pinned_host"] + pinned_buffers + host["ram_bytes"]
 
 
 def test_text_output(mox_bin, tiny):

@@ -34,6 +34,8 @@ struct PlanOptions {
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
     bool json = false;
+    int64_t n_ubatch = 512;
+    int64_t stream_min_tokens = 32;
 };
 
 struct OrderedFlags {
@@ -105,6 +107,7 @@ struct Plan {
     std::vector<place::OverrideRule> rules;
     place::Placement placement;
     place::CacheOptions cache;
+    place::RunShape run;
     place::MemoryPrediction memory;
 };
 
@@ -152,10 +155,16 @@ nlohmann::json to_json(const Plan& p) {
                   {"gpu_bytes", m.state_gpu},
                   {"host_bytes", m.state_host}};
     j["allowance"] = {{"cuda_context_bytes", m.allowance.cuda_context_bytes},
-                      {"gpu_workspace_bytes", m.allowance.gpu_workspace_bytes},
-                      {"counted_bytes", m.gpu_allowance()},
+                      {"counted_bytes", m.gpu_context()},
                       {"measured", m.allowance.measured},
                       {"source", m.allowance.source}};
+    j["gpu_buffers"] = {{"n_ubatch", p.run.n_ubatch},
+                        {"activations_bytes", m.buffers.activations},
+                        {"matmul_scratch_bytes", m.buffers.matmul_scratch},
+                        {"attention_scratch_bytes", m.buffers.attention_scratch},
+                        {"staging_bytes", m.buffers.staging},
+                        {"device_bytes", m.buffers.device_total()},
+                        {"pinned_host_bytes", m.buffers.pinned_host}};
     j["gpu_total_bytes"] = m.gpu_total();
     j["host"] = {{"page_cache_bytes", m.host_page_cache()},
                  {"locked_bytes", m.host_locked()},
@@ -217,10 +226,15 @@ void print_text(const Plan& p) {
     fmt::print("  DeltaNet state (fp32 conv + recurrent):\n");
     fmt::print("    gpu  {} layers: {}\n", m.recurrent_layers_gpu, bytes_text(m.state_gpu));
     fmt::print("    host {} layers: {}\n", m.recurrent_layers_host, bytes_text(m.state_host));
-    fmt::print("  GPU allowance: CUDA context {} + activations/workspace {}{}\n",
-               format_bytes(m.allowance.cuda_context_bytes), format_bytes(m.allowance.gpu_workspace_bytes),
-               m.gpu_used ? "" : " (not counted: nothing on the GPU)");
-    if (!m.allowance.measured) fmt::print("    NOTE: these two are NOT measured: {}\n", m.allowance.source);
+    if (m.gpu_used) {
+        fmt::print("  GPU buffers for -ub {}: activations {}, scratch {} + {}, expert staging {} (pinned host {})\n",
+                   p.run.n_ubatch, format_bytes(m.buffers.activations), format_bytes(m.buffers.matmul_scratch),
+                   format_bytes(m.buffers.attention_scratch), format_bytes(m.buffers.staging),
+                   format_bytes(m.buffers.pinned_host));
+        fmt::print("  CUDA context: {}{}\n", format_bytes(m.allowance.cuda_context_bytes),
+                   m.allowance.measured ? fmt::format(" ({})", m.allowance.source) : "");
+        if (!m.allowance.measured) fmt::print("    NOTE: NOT measured: {}\n", m.allowance.source);
+    }
     fmt::print("\n  predicted GPU memory:  {}\n", bytes_text(m.gpu_total()));
     fmt::print("  predicted host memory: {}\n", bytes_text(m.host_total()));
     fmt::print("    page cache (mmap_host weights): {}\n", bytes_text(m.host_page_cache()));
@@ -261,6 +275,10 @@ void register_plan(CLI::App& app) {
     cmd->add_option("--cache-type-v", o->cache_type_v,
                     "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0")
         ->capture_default_str();
+    cmd->add_option("--ubatch-size", o->n_ubatch, "Tokens per prefill micro-batch on the GPU (-ub)")->capture_default_str();
+    cmd->add_option("--stream-min-tokens", o->stream_min_tokens,
+                    "Micro-batches of at least this many tokens stream CPU-resident experts to the GPU")
+        ->capture_default_str();
     cmd->add_flag("--json", o->json, "Machine-readable output");
     cmd->callback([o, f, cmd] {
         const gguf::File file = gguf::File::open(o->model);
@@ -276,9 +294,10 @@ void register_plan(CLI::App& app) {
                                       : o->n_ctx;
         cache.k_type = cache_type("-ctk", o->cache_type_k);
         cache.v_type = cache_type("-ctv", o->cache_type_v);
-        Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache,
+        const place::RunShape run{.n_ubatch = o->n_ubatch, .stream_min_tokens = o->stream_min_tokens};
+        Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache, run,
                   {}};
-        plan.memory = place::predict_memory(plan.placement, hp, cache);
+        plan.memory = place::predict_memory(plan.placement, hp, cache, {}, run);
         if (o->json)
             fmt::print("{}\n", to_json(plan).dump(2));
         else

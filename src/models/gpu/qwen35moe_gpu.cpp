@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "models/gpu_memory.h"
 #include "ops/cuda_attention.h"
 #include "ops/cuda_basic.h"
 #include "ops/cuda_device.h"
@@ -209,13 +210,25 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         const ops::ExpertStack& host = m.layers_[i].experts;
         work_bytes = std::max(work_bytes, cuda::moe_batch_workspace_bytes(host.gate, host.down, nb, K));
     }
-    work_ = DeviceBuffer(std::max<size_t>(work_bytes, 16));
+    // The memory model (models/gpu_memory.h) says what to allocate; the kernels' own needs must fit.
+    uint64_t largest_streamed = 0;
+    for (int64_t il : streamed_) largest_streamed = std::max<uint64_t>(largest_streamed, host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])].bytes);
+    const GpuBufferBytes plan = gpu_buffer_bytes(hp_, {.n_ubatch = nb,
+                                                      .n_ctx_max = n_ctx_max_,
+                                                      .any_host_experts = !host_.empty(),
+                                                      .token_embd_on_gpu = o.token_embd_on_gpu,
+                                                      .largest_streamed_layer = largest_streamed});
+    MOX_CHECK(work_bytes <= plan.matmul_scratch, "memory model: matmul scratch {} < the kernels' {}",
+              plan.matmul_scratch, work_bytes);
+    work_ = DeviceBuffer(plan.matmul_scratch);
     // The attention workspace is shared by all sequences and sized once for the longest context,
     // so captured decode graphs never see it move.
     const ops::AttentionShape shape{H, Hkv, hd, 0.0f};
     const size_t attn_ws_bytes = std::max(cuda::attention_workspace_bytes(shape, 1, n_ctx_max_),
                                           cuda::attention_workspace_bytes(shape, std::min(nb, n_ctx_max_), n_ctx_max_));
-    attn_ws_ = DeviceBuffer(std::max<size_t>(attn_ws_bytes, 16));
+    MOX_CHECK(attn_ws_bytes <= plan.attention_scratch, "memory model: attention scratch {} < the kernel's {}",
+              plan.attention_scratch, attn_ws_bytes);
+    attn_ws_ = DeviceBuffer(plan.attention_scratch);
     logits_ = fbuf(kLogitRows * hp_.n_vocab);
     std::string why;
     logits_host_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(kLogitRows * hp_.n_vocab) * sizeof(float), &why);
@@ -225,6 +238,14 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         hand_embd_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(nb * d) * sizeof(float), &why);
         if (hand_embd_.empty()) fail("--device cuda: pinned host memory for the embeddings: {}", why);
     }
+    uint64_t activation_bytes = logits_.size();
+    for (const DeviceBuffer* b : {&tokens_, &pos_, &x_, &u_, &mix_, &shared_, &dn_proj_, &conv_, &y_, &attn_proj_, &q_, &o_,
+                                  &router_logits_, &ids_, &weights_, &h_, &sh_gu_, &sh_h_})
+        activation_bytes += b->size();
+    MOX_CHECK(activation_bytes == plan.activations, "memory model: activations {} B predicted, {} B allocated",
+              plan.activations, activation_bytes);
+    MOX_CHECK(staging_[0].size() + staging_[1].size() == plan.staging, "memory model: staging {} B predicted, {} B",
+              plan.staging, staging_[0].size() + staging_[1].size());
     stream_.synchronize();
     uint64_t host_bytes = 0;
     for (const HostExpertLayer& h : host_) host_bytes += h.bytes;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "models/gpu_memory.h"
 #include "ops/cuda_basic.h"
 #include "ops/cuda_moe.h"
 
@@ -57,7 +58,7 @@ void Qwen35MoeGpu::load_host_experts(const GpuOptions& o) {
         const size_t dn = cuda::weight_bytes(h.stack.down);
         h.up_at = align_up(g + kPad, 256);
         h.down_at = align_up(h.up_at + u + kPad, 256);
-        h.bytes = h.down_at + dn + kPad;
+        h.bytes = gpu_staging_bytes(g, u, dn);  // = down_at + dn + kPad (models/gpu_memory.h)
         if (h.home == ExpertHome::pinned) {
             std::string why;
             h.copy = cuda::PinnedBuffer::try_alloc(g + u + dn, &why);

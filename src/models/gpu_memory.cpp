@@ -1,0 +1,89 @@
+#include "models/gpu_memory.h"
+
+#include <algorithm>
+
+namespace mox::models {
+
+namespace {
+
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t u(int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); }
+uint64_t floats(int64_t n) { return u(std::max<int64_t>(n, 1)) * 4; }
+
+constexpr int64_t kTargetBlocks = 264;  // both kernels aim at two blocks per SM of a 132-SM H200
+
+}  // namespace
+
+uint64_t gpu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_tokens) {
+    // Permuted fp16 activations, rows padded to 64 elements (2 segments of 32), hi and lo parts.
+    const uint64_t xh = round_up(u(n_tokens) * round_up(u(n_in), 64) * 2 * 2, 256);
+    // Split-K partial sums, capped at 64 * ceil(2 * 264 / row_tiles) token rows per output column.
+    const int64_t row_tiles = (n_out + 127) / 128;
+    const int64_t cap_rows = 64 * ((2 * kTargetBlocks + row_tiles - 1) / row_tiles);
+    return xh + u(cap_rows) * u(n_out) * 4;
+}
+
+uint64_t gpu_moe_scratch(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t n_tokens, int64_t k) {
+    const int64_t pairs = n_tokens * k;
+    const int64_t tiles = (pairs + std::min(n_expert, pairs) * 31) / 32;  // tile list at 32-token tiles
+    uint64_t at = 0;
+    for (uint64_t part : {u(n_expert) * 4, u(n_expert) * 4, uint64_t{4}, u(tiles) * 8, u(pairs) * 4,
+                          u(pairs) * u(n_ff) * 4, u(pairs) * u(n_embd) * 4,
+                          u(n_tokens) * round_up(u(n_embd), 64) * 4, u(pairs) * round_up(u(n_ff), 64) * 4})
+        at += round_up(part, 256);
+    return at;
+}
+
+uint64_t gpu_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_q, int64_t max_keys) {
+    // 8 query rows per block; splits fill 264 blocks, each covering at least 256 keys.
+    const int64_t group = n_head / std::max<int64_t>(n_head_kv, 1);
+    const int64_t base = (n_q * group + 7) / 8 * n_head_kv;
+    int64_t split = (kTargetBlocks + base - 1) / base;
+    split = std::max<int64_t>(1, std::min(split, std::max<int64_t>(1, max_keys / 256)));
+    int64_t per = (max_keys + split - 1) / split;
+    per = (per + 15) / 16 * 16;
+    split = (max_keys + per - 1) / per;
+    if (split <= 1) return 0;
+    return u(split) * u(n_q * n_head) * u(head_dim + 2) * 4;
+}
+
+uint64_t gpu_staging_bytes(uint64_t gate, uint64_t up, uint64_t down) {
+    const uint64_t up_at = round_up(gate + 16, 256);
+    const uint64_t down_at = round_up(up_at + up + 16, 256);
+    return down_at + down + 16;
+}
+
+GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape& s) {
+    GpuBufferBytes b;
+    const int64_t nb = s.n_ubatch, d = hp.n_embd;
+    const int64_t ctx = s.n_ctx_max > 0 ? s.n_ctx_max : hp.n_ctx_train;
+    const int64_t C = hp.conv_channels(), inner = hp.ssm_inner, Hv = hp.ssm_v_heads;
+    const int64_t H = hp.n_head, Hkv = hp.n_head_kv, hd = hp.head_dim_k;
+    const int64_t E = hp.n_expert, K = hp.n_expert_used, ffs = std::max<int64_t>(hp.n_ff_shexp, 1);
+    // The buffers of models/gpu/qwen35moe_gpu.cpp, in its order.
+    b.activations = u(nb) * 4 + 4                                                   // token ids, position
+                    + 4 * floats(nb * d)                                            // x, u, mix, shared
+                    + floats(nb * (C + inner + 2 * Hv)) + floats(nb * C) + floats(nb * inner)  // DeltaNet
+                    + floats(nb * (2 * H * hd + 2 * Hkv * hd)) + 2 * floats(nb * H * hd)        // attention
+                    + floats(nb * E + 1) + u(nb * K) * 4 + floats(nb * K)           // router, ids, weights
+                    + floats(K * hp.n_ff_exp + hp.n_ff_shexp)                       // decode MoE rows
+                    + floats(nb * 2 * ffs) + floats(nb * ffs)                       // shared expert
+                    + floats(8 * hp.n_vocab);                                       // logits (8 rows)
+    // Scratch: the largest matmul of a micro-batch (every projection's shape) or batched MoE.
+    uint64_t work = 16;
+    const int64_t shapes[][2] = {{d, C},     {d, inner},   {d, Hv},          {inner, d},
+                                 {d, 2 * H * hd}, {d, Hkv * hd}, {H * hd, d},  {d, E},
+                                 {d, 2 * ffs}, {ffs, d}};
+    for (const auto& sh : shapes) work = std::max(work, gpu_matmul_scratch(sh[0], sh[1], nb));
+    work = std::max(work, gpu_moe_scratch(E, d, hp.n_ff_exp, nb, K));
+    b.matmul_scratch = work;
+    b.attention_scratch = std::max<uint64_t>(
+        16, std::max(gpu_attention_scratch(H, Hkv, hd, 1, ctx), gpu_attention_scratch(H, Hkv, hd, std::min(nb, ctx), ctx)));
+    b.staging = 2 * s.largest_streamed_layer;
+    b.pinned_host = floats(8 * hp.n_vocab) + u(nb + 1) * 4;  // logits, token ids + position
+    if (!s.token_embd_on_gpu) b.pinned_host += floats(nb * d);
+    if (s.any_host_experts) b.pinned_host += 2 * floats(nb * d) + 2 * u(nb * K) * 4;
+    return b;
+}
+
+}  // namespace mox::models

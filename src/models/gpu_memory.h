@@ -1,0 +1,47 @@
+// What the GPU forward of Qwen3.5/3.6-MoE allocates besides weights, KV cache and DeltaNet state
+// (issue 6, the memory model): activations for one micro-batch, kernel scratch, the expert staging
+// buffers of prefill streaming, and the pinned host buffers of the CPU hand-off. Plain C++: the
+// planner uses it on machines without CUDA, and the backend (models/gpu) allocates exactly these
+// sizes, checking that every kernel's own need fits (a failed check is a bug in this file).
+//
+// The scratch terms mirror the kernels' workspace layouts (quant/cuda/matmul.cu make_plan,
+// ops/cuda/moe_batch.cu layout, ops/cuda/attention.cu make_plan) as upper bounds over every type.
+#pragma once
+
+#include "models/qwen35moe_hparams.h"
+
+#include <cstdint>
+
+namespace mox::models {
+
+struct GpuBufferBytes {
+    uint64_t activations = 0;  // fp32 rows of one micro-batch, token ids, logits
+    uint64_t matmul_scratch = 0;  // the larger of the tensor-core matmul and batched-MoE workspaces
+    uint64_t attention_scratch = 0;  // split-context partial results
+    uint64_t staging = 0;      // two buffers of the largest streamed layer's expert stacks
+    uint64_t pinned_host = 0;  // page-locked host memory: hand-off, logits, token/embedding staging
+
+    uint64_t device_total() const { return activations + matmul_scratch + attention_scratch + staging; }
+};
+
+struct GpuBufferShape {
+    int64_t n_ubatch = 512;
+    int64_t n_ctx_max = 0;              // 0: the trained context
+    bool any_host_experts = false;      // hand-off buffers exist
+    bool token_embd_on_gpu = true;      // false: embeddings staged in pinned memory
+    uint64_t largest_streamed_layer = 0;  // bytes of the three stacks (0: nothing streams)
+};
+
+// Scratch of one tensor-core matmul of n tokens through an [n_in -> n_out] weight (any type).
+uint64_t gpu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_tokens);
+// Scratch of the batched MoE of n tokens, k experts each.
+uint64_t gpu_moe_scratch(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t n_tokens, int64_t k);
+// Split-context scratch of attention of n_q queries over up to max_keys keys.
+uint64_t gpu_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_q, int64_t max_keys);
+// A staging buffer for one layer's expert stacks of these byte sizes (16 zero bytes after each,
+// 256-aligned starts).
+uint64_t gpu_staging_bytes(uint64_t gate, uint64_t up, uint64_t down);
+
+GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape& shape);
+
+}  // namespace mox::models
