@@ -169,6 +169,7 @@ std::vector<BenchConfig> expand_configs(const BenchParams& p) {
                                                                        .override_tensor = p.override_tensor,
                                                                        .moe_cpu_layers = p.moe_cpu_layers,
                                                                        .stream_min_tokens = p.stream_min_tokens,
+                                                                       .n_ctx = p.n_ctx,
                                                                        .test = test});
                                                     }
     return out;

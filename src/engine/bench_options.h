@@ -44,6 +44,7 @@ struct BenchConfig {
     // mox's --moe-cpu-layers list; the GPU's threshold for streaming CPU-resident experts.
     std::string override_tensor, moe_cpu_layers;
     int64_t stream_min_tokens = 32;
+    int64_t n_ctx = 0;  // -c: the state's context (0: what the test needs), the KV cache held
     BenchTest test;
 };
 
@@ -61,6 +62,7 @@ struct BenchParams {
     std::vector<std::string> plan{"manual"};
     std::string override_tensor, moe_cpu_layers;
     int64_t stream_min_tokens = 32;
+    int64_t n_ctx = 0;
     int repetitions = 5;
 };
 

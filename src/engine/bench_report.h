@@ -71,6 +71,7 @@ struct BenchResult {
     double gpu_bytes_per_s = 0;        // GPU rows: the device's memory bandwidth (driver peak); 0: none
     // GPU and hybrid facts; empty while no GPU is used (there is no CUDA path in mox bench yet).
     std::optional<uint64_t> vram_bytes;             // from the driver, after the row's last repetition
+    std::optional<uint64_t> predicted_vram_bytes;   // the memory model's number for the same setup
     std::optional<uint64_t> pcie_bytes;             // host<->device bytes moved per repetition
     std::optional<double> expert_cache_hit_rate;    // of the GPU expert cache
     std::optional<OtherEngineSamples> llama;        // --compare

@@ -9,6 +9,7 @@
 #include "models/summary.h"
 #include "place/execute.h"
 #include "place/flags.h"
+#include "place/memory.h"
 #include "text/tokenizer.h"
 #include "text/vocab_io.h"
 
@@ -16,6 +17,7 @@
 
 #ifdef MOX_HAVE_CUDA
 #include "ops/cuda_device.h"
+#include "ops/cuda_memory.h"
 #endif
 
 #include <algorithm>
@@ -101,6 +103,10 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(m.file);
     const models::Device device = c.n_gpu_layers == 0 ? models::Device::cpu : models::Device::cuda;
     models::GpuOptions gpu;
+    std::optional<place::Placement> placement;
+    const int64_t needed = std::max<int64_t>(1, c.test.n_depth + c.test.n_prompt + c.test.n_gen);
+    if (c.n_ctx > 0 && c.n_ctx < needed) fail("-c {}: the test {} needs {} tokens of context", c.n_ctx, c.test.name(), needed);
+    const int64_t n_ctx = c.n_ctx > 0 ? c.n_ctx : needed;
     std::string setup = fmt::format("t{} {}", c.threads, device == models::Device::cpu ? "cpu" : "cuda");
     if (device == models::Device::cuda) {
         // The placement from the flags, in llama.cpp's order of precedence: -ot rules first (they
@@ -111,11 +117,12 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
         for (auto& r : place::n_cpu_moe_rules(c.n_cpu_moe, hp.n_layer)) flags.overrides.push_back(std::move(r));
         if (!c.moe_cpu_layers.empty())
             for (auto& r : place::moe_cpu_layers_rules(c.moe_cpu_layers, hp.n_layer)) flags.overrides.push_back(std::move(r));
-        gpu = place::gpu_options_for(place::place_from_flags(m.file, flags), hp);
+        placement = place::place_from_flags(m.file, flags);
+        gpu = place::gpu_options_for(*placement, hp);
         gpu.vram_budget = c.vram_budget;
         gpu.n_ubatch = c.n_ubatch;
         gpu.stream_min_tokens = c.stream_min_tokens;
-        gpu.n_ctx_max = std::max<int64_t>(1, c.test.n_depth + c.test.n_prompt + c.test.n_gen);
+        gpu.n_ctx_max = n_ctx;
         setup += fmt::format(" ngl{} ncmoe{} ot[{}] layers[{}] budget{} ub{} stream{} ctx{}", c.n_gpu_layers, c.n_cpu_moe,
                              c.override_tensor, c.moe_cpu_layers, c.vram_budget, c.n_ubatch, c.stream_min_tokens,
                              gpu.n_ctx_max);
@@ -133,7 +140,7 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     };
     so.k_type = type(c.type_k);
     so.v_type = type(c.type_v);
-    so.n_ctx = std::max<int64_t>(1, c.test.n_depth + c.test.n_prompt + c.test.n_gen);
+    so.n_ctx = n_ctx;
     auto state = model->new_state(so);
 
     const auto& corpus = m.corpus;
@@ -176,13 +183,19 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     const double tokens = static_cast<double>(c.test.n_prompt + c.test.n_gen);
-    BenchSample sample{.ns = ns, .tokens_per_s = ns > 0 ? tokens * 1e9 / ns : 0, .vram_bytes = std::nullopt};
+    BenchSample sample{
+        .ns = ns, .tokens_per_s = ns > 0 ? tokens * 1e9 / ns : 0, .vram_bytes = std::nullopt, .predicted_vram_bytes = std::nullopt};
 #ifdef MOX_HAVE_CUDA
     if (device == models::Device::cuda) {
         // Everything this process holds on the device (weights, activations, this row's state)
         // plus the CUDA context, as the driver counts it: total - free.
         const ops::CudaDeviceInfo info = ops::cuda_devices().front();
         sample.vram_bytes = info.total_bytes - info.free_bytes;
+        const place::Allowance context{.cuda_context_bytes = cuda::context_bytes(), .measured = true,
+                                       .source = "measured when the model was loaded"};
+        const place::CacheOptions cache{.n_ctx = so.n_ctx, .k_type = so.k_type, .v_type = so.v_type};
+        const place::RunShape run{.n_ubatch = c.n_ubatch, .stream_min_tokens = c.stream_min_tokens};
+        sample.predicted_vram_bytes = place::predict_memory(*placement, hp, cache, context, run).gpu_total();
     }
 #endif
     return sample;

@@ -18,6 +18,9 @@ struct BenchSample {
     double ns = 0;            // the timed part: prompt processing plus generation
     double tokens_per_s = 0;  // (n_prompt + n_gen) / seconds, as llama-bench counts pp+tg tests
     std::optional<uint64_t> vram_bytes;  // GPU rows: device memory in use (driver) at the end, state alive
+    // GPU rows: what the memory model (place/memory.h) predicts for this placement and state, with
+    // the CUDA context as measured when the model was loaded.
+    std::optional<uint64_t> predicted_vram_bytes;
 };
 
 class BenchRunner {

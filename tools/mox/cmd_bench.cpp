@@ -54,6 +54,7 @@ struct BenchFlags {
     std::string host_bandwidth;         // given instead of measured; "0": no roofline
     std::string override_tensor, moe_cpu_layers;
     int64_t stream_min_tokens = 32;
+    int64_t n_ctx = 0;
 };
 
 // The plotting script and interpreter; the environment overrides the build's defaults.
@@ -118,6 +119,7 @@ engine::BenchParams params_from(const BenchFlags& f) {
     p.override_tensor = f.override_tensor;
     p.moe_cpu_layers = f.moe_cpu_layers;
     p.stream_min_tokens = f.stream_min_tokens;
+    p.n_ctx = f.n_ctx;
     p.repetitions = f.repetitions;
     return p;
 }
@@ -262,6 +264,7 @@ void run_bench(const BenchFlags& f) {
             r.host_rss_bytes = mem.rss_bytes;
             r.host_peak_bytes = mem.peak_bytes;
             r.vram_bytes = s.vram_bytes;
+            r.predicted_vram_bytes = s.predicted_vram_bytes;
         }
     }
     if (tty) fmt::print(stderr, "\r\033[K");
@@ -305,6 +308,8 @@ void register_bench(CLI::App& app) {
     multi("--n-cpu-moe", f->n_cpu_moe, "Keep the experts of the first N layers on the CPU (-ncmoe, with -ngl 99)");
     cmd->add_option("--override-tensor", f->override_tensor,
                     "-ot REGEX=DEVICE[,...] for every configuration (as llama.cpp; passed to llama-bench too)");
+    cmd->add_option("-c,--ctx-size", f->n_ctx,
+                    "Context of every run's state (the KV cache held; default 0: what the test needs)");
     cmd->add_option("--moe-cpu-layers", f->moe_cpu_layers, "Keep the experts of these layers on the CPU, e.g. 0-9,20");
     cmd->add_option("--stream-min-tokens", f->stream_min_tokens,
                     "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU")
