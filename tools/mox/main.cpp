@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ std::vector<std::string> expand_llama_style_options(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // CUDA loads kernels lazily by default, growing the context's device memory at first use, after
+    // mox measured it for --vram-budget and the memory model: load them all when the context starts.
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     CLI::App app{"mox: Mixture-of-Experts inference that plans its own GPU/CPU placement"};
     app.require_subcommand(1);
     bool verbose = false;

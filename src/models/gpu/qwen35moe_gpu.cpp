@@ -26,50 +26,42 @@ namespace mox::models {
 namespace {
 
 using cuda::DeviceBuffer;
-using cuda::DeviceWeight;
 
 // Logit rows computed per matvec launch (its column limit).
 constexpr int64_t kLogitRows = cuda::kMaxMatvecCols;
 // Smallest attention grid of a decode graph; it doubles as the context grows.
 constexpr int64_t kMinKeysBucket = 256;
 
-DeviceBuffer upload_floats(const std::vector<float>& v) {
-    DeviceBuffer b(std::max<size_t>(v.size(), 1) * sizeof(float));
-    if (!v.empty()) b.upload(v.data(), v.size() * sizeof(float));
-    return b;
-}
-
-const float* f(const DeviceBuffer& b) { return b.as<const float>(); }
-
-InputGroup upload_group(const std::vector<const ops::Weight*>& ws, cuda::StreamHandle s) {
-    InputGroup g;
-    size_t bytes = 0;
-    for (const ops::Weight* w : ws) bytes += cuda::weight_bytes(*w);
-    std::vector<uint8_t> host(bytes + 16, 0);  // 16 zero bytes of slack for the matvec's vector loads
-    size_t at = 0;
-    for (const ops::Weight* w : ws) {
-        std::memcpy(host.data() + at, w->data, cuda::weight_bytes(*w));
-        at += cuda::weight_bytes(*w);
-    }
-    g.buffer = DeviceBuffer(bytes + 16);
-    g.buffer.upload(host.data(), bytes + 16, 0, s);
-    at = 0;
-    for (const ops::Weight* w : ws) {
-        ops::Weight v = *w;
-        v.data = g.buffer.as<const uint8_t>() + at;
-        at += cuda::weight_bytes(*w);
-        const bool extends = !g.runs.empty() && g.runs.back().whole.type == v.type && g.runs.back().whole.n_in == v.n_in;
-        if (extends) g.runs.back().whole.n_out += v.n_out;
-        else g.runs.push_back({v, g.n_out});
-        g.parts.push_back(v);
-        g.offset.push_back(g.n_out);
-        g.n_out += v.n_out;
-    }
-    cuda::device_synchronize();  // the host copy goes away here
-    return g;
-}
-
 }  // namespace
+
+void WeightArena::allocate() {
+    MOX_CHECK(counting_, "weight arena allocated twice");
+    buffer_ = DeviceBuffer(std::max<size_t>(used_, kAlign));
+    counting_ = false;
+    used_ = 0;
+}
+
+uint8_t* WeightArena::put(const std::vector<std::pair<const void*, size_t>>& parts, cuda::StreamHandle s) {
+    size_t bytes = 0;
+    for (const auto& [host, n] : parts) bytes += n;
+    const size_t at = used_;
+    used_ += (bytes + kPad + kAlign - 1) / kAlign * kAlign;
+    if (counting_) return nullptr;
+    MOX_CHECK(used_ <= buffer_.size(), "weight arena: the second pass uploads more than the first counted");
+    auto* base = buffer_.as<uint8_t>() + at;
+    size_t off = 0;
+    for (const auto& [host, n] : parts) {
+        cuda::copy_to_device(base + off, host, n, s);
+        off += n;
+    }
+    static const uint8_t zeros[kPad] = {};
+    cuda::copy_to_device(base + off, zeros, kPad, s);
+    return base;
+}
+
+uint8_t* WeightArena::put(std::initializer_list<std::pair<const void*, size_t>> parts, cuda::StreamHandle s) {
+    return put(std::vector<std::pair<const void*, size_t>>(parts), s);
+}
 
 uint64_t GpuSequence::bytes() const {
     uint64_t n = 0;
@@ -99,7 +91,6 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     // allocation is checked against it.
     cuda::set_vram_budget(o.vram_budget);
     const ops::CudaDeviceInfo info = ops::cuda_devices().front();
-    const cuda::StreamHandle s = stream_.handle();
     // MOX_CUDA_DELTANET=sequential|chunked forces one DeltaNet prefill kernel (to compare them on
     // the GPU machine); unset, the launcher picks by batch size.
     if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
@@ -108,71 +99,10 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         else if (v == "chunked") deltanet_method_ = cuda::DeltaNetMethod::chunked;
         else if (v != "auto") fail("MOX_CUDA_DELTANET={}: expected auto, sequential or chunked", v);
     }
-    auto check_type = [](const ops::Weight& w) {
-        if (!cuda::matvec_supported(w.type))
-            fail("--device cuda: weight type {} has no CUDA kernel", quant::traits(w.type).name);
-    };
-    uint64_t weight_bytes = 0;
-    auto upw = [&](const ops::Weight& w) {
-        check_type(w);
-        weight_bytes += cuda::weight_bytes(w);
-        return cuda::upload_weight(w, s);
-    };
-    auto upg = [&](const std::vector<const ops::Weight*>& ws) {
-        for (const ops::Weight* w : ws) {
-            check_type(*w);
-            weight_bytes += cuda::weight_bytes(*w);
-        }
-        return upload_group(ws, s);
-    };
-    if (o.token_embd_on_gpu) token_embd_ = upw(m.token_embd_);
-    output_ = m.output_.data == m.token_embd_.data && o.token_embd_on_gpu ? upw(m.token_embd_) : upw(m.output_);
-    output_norm_ = upload_floats(m.output_norm_);
-    layers_.resize(m.layers_.size());
-    host_index_.assign(m.layers_.size(), -1);
-    for (size_t i = 0; i < m.layers_.size(); ++i) {
-        const Qwen35MoeLayer& L = m.layers_[i];
-        GpuLayer& G = layers_[i];
-        G.attn_norm = upload_floats(L.attn_norm);
-        G.post_attention_norm = upload_floats(L.post_attention_norm);
-        if (L.recurrent) {
-            G.dn_in = upg({&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha});
-            G.ssm_out = upw(L.ssm_out);
-            G.ssm_conv1d = upload_floats(L.ssm_conv1d);
-            G.ssm_dt_bias = upload_floats(L.ssm_dt_bias);
-            G.ssm_a = upload_floats(L.ssm_a);
-            G.ssm_norm = upload_floats(L.ssm_norm);
-        } else {
-            G.attn_in = upg({&L.attn_q, &L.attn_k, &L.attn_v});
-            G.attn_output = upw(L.attn_output);
-            G.attn_q_norm = upload_floats(L.attn_q_norm);
-            G.attn_k_norm = upload_floats(L.attn_k_norm);
-        }
-        if (hp_.n_ff_shexp > 0) {
-            const ops::Weight shared_gate{.data = reinterpret_cast<const uint8_t*>(L.shexp_gate_inp.data()),
-                                          .type = quant::TypeId::f32,
-                                          .n_in = hp_.n_embd,
-                                          .n_out = 1,
-                                          .n_expert = 1,
-                                          .row_bytes = static_cast<size_t>(hp_.n_embd) * sizeof(float)};
-            G.router_in = upg({&L.router, &shared_gate});
-        } else {
-            G.router_in = upg({&L.router});
-        }
-        const bool on_gpu = o.experts.empty() || o.experts[i] == ExpertHome::gpu;
-        if (on_gpu) {
-            G.gate_exps = upw(L.experts.gate);
-            G.up_exps = upw(L.experts.up);
-            G.down_exps = upw(L.experts.down);
-        } else {
-            for (const ops::Weight* w : {&L.experts.gate, &L.experts.up, &L.experts.down}) check_type(*w);
-        }
-        if (hp_.n_ff_shexp > 0) {
-            G.shexp_gate_up = upg({&L.shexp_gate, &L.shexp_up});
-            G.shexp_down = upw(L.shexp_down);
-            G.shexp_gate_inp = upload_floats(L.shexp_gate_inp);
-        }
-    }
+    // Two passes over the same upload code: count, allocate once, fill.
+    upload_weights(o, arena_);
+    arena_.allocate();
+    const uint64_t weight_bytes = upload_weights(o, arena_);
     load_host_experts(o);
     // The CPU computes host experts while this thread waits for the GPU: do not spin on a core then.
     cuda::set_blocking_sync(!host_.empty());
@@ -201,7 +131,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     size_t work_bytes = 0;
     for (size_t i = 0; i < layers_.size(); ++i) {
         const GpuLayer& G = layers_[i];
-        std::vector<ops::Weight> ws = {G.ssm_out.view, G.attn_output.view, G.router_in.parts[0], G.shexp_down.view};
+        std::vector<ops::Weight> ws = {G.ssm_out, G.attn_output, G.router_in.parts[0], G.shexp_down};
         for (const InputGroup::Run& r : G.shexp_gate_up.runs) ws.push_back(r.whole);
         ws.insert(ws.end(), G.dn_in.parts.begin(), G.dn_in.parts.end());
         ws.insert(ws.end(), G.attn_in.parts.begin(), G.attn_in.parts.end());
@@ -253,6 +183,99 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     if (!host_.empty())
         summary_ += fmt::format(", experts of {} layers ({}) in host memory", host_.size(), format_bytes(host_bytes));
     if (o.vram_budget > 0) summary_ += fmt::format(", VRAM budget {}", format_bytes(o.vram_budget));
+}
+
+uint64_t Qwen35MoeGpu::upload_weights(const GpuOptions& o, WeightArena& arena) {
+    const Qwen35Moe& m = m_;
+    const cuda::StreamHandle s = stream_.handle();
+    uint64_t weight_bytes = 0;
+    auto check_type = [](const ops::Weight& w) {
+        if (!cuda::matvec_supported(w.type))
+            fail("--device cuda: weight type {} has no CUDA kernel", quant::traits(w.type).name);
+    };
+    auto upw = [&](const ops::Weight& w) {
+        check_type(w);
+        weight_bytes += cuda::weight_bytes(w);
+        ops::Weight v = w;
+        v.data = arena.put({{w.data, cuda::weight_bytes(w)}}, s);
+        return v;
+    };
+    auto upf = [&](const std::vector<float>& v) {
+        return reinterpret_cast<const float*>(arena.put({{v.data(), v.size() * sizeof(float)}}, s));
+    };
+    // Projections sharing an input, back to back in one run (InputGroup).
+    auto upg = [&](const std::vector<const ops::Weight*>& ws) {
+        std::vector<std::pair<const void*, size_t>> parts;
+        for (const ops::Weight* w : ws) {
+            check_type(*w);
+            weight_bytes += cuda::weight_bytes(*w);
+            parts.emplace_back(w->data, cuda::weight_bytes(*w));
+        }
+        const uint8_t* base = arena.put(parts, s);
+        InputGroup g;
+        size_t at = 0;
+        for (const ops::Weight* w : ws) {
+            ops::Weight v = *w;
+            v.data = base ? base + at : nullptr;
+            at += cuda::weight_bytes(*w);
+            const bool extends =
+                !g.runs.empty() && g.runs.back().whole.type == v.type && g.runs.back().whole.n_in == v.n_in;
+            if (extends) g.runs.back().whole.n_out += v.n_out;
+            else g.runs.push_back({v, g.n_out});
+            g.parts.push_back(v);
+            g.offset.push_back(g.n_out);
+            g.n_out += v.n_out;
+        }
+        return g;
+    };
+    token_embd_ = o.token_embd_on_gpu ? upw(m.token_embd_) : ops::Weight{};
+    output_ = upw(m.output_);
+    output_norm_ = upf(m.output_norm_);
+    layers_.assign(m.layers_.size(), GpuLayer{});
+    for (size_t i = 0; i < m.layers_.size(); ++i) {
+        const Qwen35MoeLayer& L = m.layers_[i];
+        GpuLayer& G = layers_[i];
+        G.attn_norm = upf(L.attn_norm);
+        G.post_attention_norm = upf(L.post_attention_norm);
+        if (L.recurrent) {
+            G.dn_in = upg({&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha});
+            G.ssm_out = upw(L.ssm_out);
+            G.ssm_conv1d = upf(L.ssm_conv1d);
+            G.ssm_dt_bias = upf(L.ssm_dt_bias);
+            G.ssm_a = upf(L.ssm_a);
+            G.ssm_norm = upf(L.ssm_norm);
+        } else {
+            G.attn_in = upg({&L.attn_q, &L.attn_k, &L.attn_v});
+            G.attn_output = upw(L.attn_output);
+            G.attn_q_norm = upf(L.attn_q_norm);
+            G.attn_k_norm = upf(L.attn_k_norm);
+        }
+        if (hp_.n_ff_shexp > 0) {
+            const ops::Weight shared_gate{.data = reinterpret_cast<const uint8_t*>(L.shexp_gate_inp.data()),
+                                          .type = quant::TypeId::f32,
+                                          .n_in = hp_.n_embd,
+                                          .n_out = 1,
+                                          .n_expert = 1,
+                                          .row_bytes = static_cast<size_t>(hp_.n_embd) * sizeof(float)};
+            G.router_in = upg({&L.router, &shared_gate});
+        } else {
+            G.router_in = upg({&L.router});
+        }
+        if (o.experts.empty() || o.experts[i] == ExpertHome::gpu) {
+            G.gate_exps = upw(L.experts.gate);
+            G.up_exps = upw(L.experts.up);
+            G.down_exps = upw(L.experts.down);
+        } else {
+            for (const ops::Weight* w : {&L.experts.gate, &L.experts.up, &L.experts.down}) check_type(*w);
+        }
+        if (hp_.n_ff_shexp > 0) {
+            G.shexp_gate_up = upg({&L.shexp_gate, &L.shexp_up});
+            G.shexp_down = upw(L.shexp_down);
+            G.shexp_gate_inp = upf(L.shexp_gate_inp);
+        }
+    }
+    stream_.synchronize();  // the host sources (file pages, vectors) may go away after this
+    return weight_bytes;
 }
 
 Qwen35MoeGpu::~Qwen35MoeGpu() {
@@ -331,7 +354,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
             stage[n_ubatch_] = static_cast<int32_t>(pos);
             cuda::copy_to_device(tokens_.data(), stage, static_cast<size_t>(n) * sizeof(int32_t), s);
             cuda::copy_to_device(pos_.data(), stage + n_ubatch_, sizeof(int32_t), s);
-            if (!token_embd_.view.valid()) embed_on_host(b.tokens.data() + c0, n);
+            if (!token_embd_.valid()) embed_on_host(b.tokens.data() + c0, n);
             if (n == 1) {
                 // Decode: replay the captured step; capture again when the context outgrows its grid.
                 if (seq->decode_graph.empty() || pos + 1 > seq->graph_keys) {
@@ -372,7 +395,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
 }
 
 void Qwen35MoeGpu::logits_compute(int64_t r0, int64_t count) {
-    const ops::Weight& w = output_.view;
+    const ops::Weight& w = output_;
     cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * hp_.n_embd, static_cast<int>(count),
                  logits_.as<float>(), stream_.handle());
 }
@@ -393,20 +416,20 @@ void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     float* x = x_.as<float>();
     float* u = u_.as<float>();
     float* mix = mix_.as<float>();
-    if (token_embd_.view.valid()) cuda::embed_rows(token_embd_.view, tokens_.as<int32_t>(), n, x, s);
+    if (token_embd_.valid()) cuda::embed_rows(token_embd_, tokens_.as<int32_t>(), n, x, s);
     else cuda::copy_to_device(x, hand_embd_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
     if (streaming(n)) stream_begin(n);
     const float* pending = nullptr;  // the last block's output, not yet added to x
     for (size_t il = 0; il < layers_.size(); ++il) {
         const GpuLayer& L = layers_[il];
-        cuda::add_rms_norm(x, pending, f(L.attn_norm), n, d, eps, u, s);
+        cuda::add_rms_norm(x, pending, L.attn_norm, n, d, eps, u, s);
         if (m_.layers_[il].recurrent) deltanet(L, m_.rec_index_[il], seq, n);
         else attention(L, m_.attn_index_[il], seq, n, max_keys);
-        cuda::add_rms_norm(x, mix, f(L.post_attention_norm), n, d, eps, u, s);
+        cuda::add_rms_norm(x, mix, L.post_attention_norm, n, d, eps, u, s);
         moe(L, static_cast<int64_t>(il), n);
         pending = mix;
     }
-    cuda::add_rms_norm(x, pending, f(output_norm_), n, d, eps, u, s);
+    cuda::add_rms_norm(x, pending, output_norm_, n, d, eps, u, s);
 }
 
 // Gated DeltaNet (spec §3a): u_ -> mix_.
@@ -420,11 +443,11 @@ void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int
     float* beta = L.dn_in.out(proj, 2, n, n_ubatch_);
     float* alpha = L.dn_in.out(proj, 3, n, n_ubatch_);
     const int64_t C = hp_.conv_channels();
-    cuda::conv_silu(seq.conv[static_cast<size_t>(ri)].as<float>(), f(L.ssm_conv1d), qkv, C, n, C, hp_.ssm_conv_kernel,
+    cuda::conv_silu(seq.conv[static_cast<size_t>(ri)].as<float>(), L.ssm_conv1d, qkv, C, n, C, hp_.ssm_conv_kernel,
                     conv_.as<float>(), s);
     const cuda::DeltaNetShape shape{hp_.ssm_k_heads, hp_.ssm_v_heads, hp_.ssm_state, hp_.ssm_state,
                                     static_cast<float>(hp_.rms_eps)};
-    const cuda::DeltaNetWeights w{f(L.ssm_a), f(L.ssm_dt_bias), f(L.ssm_norm)};
+    const cuda::DeltaNetWeights w{L.ssm_a, L.ssm_dt_bias, L.ssm_norm};
     cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta, alpha, z, w, shape, n,
                     y_.as<float>(), s, n == 1 ? cuda::DeltaNetMethod::automatic : deltanet_method_);
     linear(L.ssm_out, y_.as<float>(), n, mix_.as<float>());
@@ -441,7 +464,7 @@ void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, in
     float* k = L.attn_in.out(proj, 1, n, n_ubatch_);
     float* v = L.attn_in.out(proj, 2, n, n_ubatch_);
     const cuda::QkPrepShape qs{H, Hkv, hd, hp_.n_rot, static_cast<float>(hp_.rms_eps), static_cast<float>(hp_.rope_theta)};
-    cuda::qk_norm_rope(qg, f(L.attn_q_norm), k, f(L.attn_k_norm), pos_.as<int32_t>(), n, qs, q_.as<float>(), s);
+    cuda::qk_norm_rope(qg, L.attn_q_norm, k, L.attn_k_norm, pos_.as<int32_t>(), n, qs, q_.as<float>(), s);
     const StateOptions& so = seq.options;
     const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(), seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
                          so.k_type, so.v_type, Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd),
@@ -472,20 +495,20 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n) {
         project(L.router_in, u, 1, logits);
         cuda::MoeDecodeShared shared;
         if (hp_.n_ff_shexp > 0)
-            shared = {&L.shexp_gate_up.parts[0], &L.shexp_gate_up.parts[1], &L.shexp_down.view, logits + E};
+            shared = {&L.shexp_gate_up.parts[0], &L.shexp_gate_up.parts[1], &L.shexp_down, logits + E};
         const cuda::MoeDecodeShared* sh = hp_.n_ff_shexp > 0 ? &shared : nullptr;
-        cuda::moe_route_gate_up(logits, true, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps.view, L.up_exps.view, K,
+        cuda::moe_route_gate_up(logits, true, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps, L.up_exps, K,
                                 u, h_.as<float>(), s, sh);
-        cuda::moe_down(L.down_exps.view, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh);
+        cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh);
         return;
     }
     linear(L.router_in.parts[0], u, n, logits);
     cuda::route_softmax_topk(logits, n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
-    cuda::moe_batch(L.gate_exps.view, L.up_exps.view, L.down_exps.view, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
+    cuda::moe_batch(L.gate_exps, L.up_exps, L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
                     mix_.as<float>(), work_.data(), s);
     if (hp_.n_ff_shexp == 0) return;
     shared_expert(L, n, s);
-    cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, f(L.shexp_gate_inp), n, d, s);
+    cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp, n, d, s);
 }
 
 void Qwen35MoeGpu::shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle s) {
@@ -505,7 +528,7 @@ void Qwen35MoeGpu::shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandl
         linear(L.shexp_gate_up.parts[1], u, n, gu + n * ff, s);
         cuda::swiglu(gu, gu + n * ff, n, ff, ff, sh_h_.as<float>(), s);
     }
-    linear(L.shexp_down.view, sh_h_.as<float>(), n, shared_.as<float>(), s);
+    linear(L.shexp_down, sh_h_.as<float>(), n, shared_.as<float>(), s);
 }
 
 std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe& model, const GpuOptions& options) {

@@ -29,8 +29,7 @@ struct InputGroup {
         ops::Weight whole;   // the run's rows as one matrix
         int64_t offset = 0;  // output offset of its first row
     };
-    cuda::DeviceBuffer buffer;
-    std::vector<ops::Weight> parts;
+    std::vector<ops::Weight> parts;  // device views (into the WeightArena)
     std::vector<int64_t> offset;  // per part: rows before it
     std::vector<Run> runs;
     int64_t n_out = 0;  // rows of all parts
@@ -41,24 +40,48 @@ struct InputGroup {
     }
 };
 
+// Device views of one layer's weights (all inside the WeightArena); fp32 vectors as plain pointers.
 struct GpuLayer {
-    cuda::DeviceBuffer attn_norm, post_attention_norm;
+    const float *attn_norm = nullptr, *post_attention_norm = nullptr;
     // Gated DeltaNet
     InputGroup dn_in;  // attn_qkv, attn_gate (z), ssm_beta, ssm_alpha
-    cuda::DeviceWeight ssm_out;
-    cuda::DeviceBuffer ssm_conv1d, ssm_dt_bias, ssm_a, ssm_norm;
+    ops::Weight ssm_out;
+    const float *ssm_conv1d = nullptr, *ssm_dt_bias = nullptr, *ssm_a = nullptr, *ssm_norm = nullptr;
     // Gated attention
     InputGroup attn_in;  // attn_q (query and gate), attn_k, attn_v
-    cuda::DeviceWeight attn_output;
-    cuda::DeviceBuffer attn_q_norm, attn_k_norm;
+    ops::Weight attn_output;
+    const float *attn_q_norm = nullptr, *attn_k_norm = nullptr;
     // MoE
     // The router, with the shared expert's gate vector as one more row when there is a shared
     // expert: a decode step gets n_expert + 1 logits from one matvec, the last one the shared gate's.
     InputGroup router_in;
-    cuda::DeviceWeight gate_exps, up_exps, down_exps;  // empty when the experts stay on the host
-    cuda::DeviceWeight shexp_down;
+    ops::Weight gate_exps, up_exps, down_exps;  // not valid() when the experts stay on the host
+    ops::Weight shexp_down;
     InputGroup shexp_gate_up;  // one matmul for both when they share a type
-    cuda::DeviceBuffer shexp_gate_inp;
+    const float* shexp_gate_inp = nullptr;
+};
+
+// Every weight the GPU holds in one device allocation, so that the driver rounds once and the
+// memory model's byte count is the allocation (models/gpu_memory.h). Filled in two passes over the
+// same upload code: a counting pass that only adds up sizes, then the real one.
+class WeightArena {
+public:
+    static constexpr size_t kAlign = 256;
+    static constexpr size_t kPad = 16;  // zero bytes after each upload (the kernels' vector loads)
+
+    bool counting() const { return counting_; }
+    size_t used() const { return used_; }
+    // After the counting pass: one allocation of what it counted; the next pass fills it.
+    void allocate();
+    // Copies `parts` back to back (one padded run) and returns the device address of the first.
+    // Counting pass: a null pointer.
+    uint8_t* put(std::initializer_list<std::pair<const void*, size_t>> parts, cuda::StreamHandle s);
+    uint8_t* put(const std::vector<std::pair<const void*, size_t>>& parts, cuda::StreamHandle s);
+
+private:
+    bool counting_ = true;
+    size_t used_ = 0;
+    cuda::DeviceBuffer buffer_;
 };
 
 // A layer whose routed experts stay in host memory (GpuOptions::experts != gpu).
@@ -107,6 +130,8 @@ private:
     void moe(const GpuLayer& L, int64_t il, int64_t n);
     // shared_ [n, d] = the shared expert of u_ (not yet gated), on `stream`.
     void shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle stream);
+    // Uploads every weight the options place on the GPU into `arena`; returns their bytes.
+    uint64_t upload_weights(const GpuOptions& o, WeightArena& arena);
     // Host expert layers (qwen35moe_gpu_experts.cpp).
     void load_host_experts(const GpuOptions& o);
     void host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n);  // the CPU computes the experts
@@ -117,7 +142,6 @@ private:
     // y [n, n_out] = x [n, n_in] W^T: matvec for up to 8 tokens, the tensor-core matmul above.
     void linear(const ops::Weight& w, const float* x, int64_t n, float* y, cuda::StreamHandle stream);
     void linear(const ops::Weight& w, const float* x, int64_t n, float* y) { linear(w, x, n, y, stream_.handle()); }
-    void linear(const cuda::DeviceWeight& w, const float* x, int64_t n, float* y) { linear(w.view, x, n, y); }
     // Every part of g for n tokens of x, into a buffer laid out for g (InputGroup::out).
     void project(const InputGroup& g, const float* x, int64_t n, float* base);
     // Logits of `count` (<= 8) consecutive rows of u_ from row r0 into logits_; then to host memory.
@@ -138,8 +162,9 @@ private:
     cuda::Event fork_, join_;
     cuda::Event ready_[2], freed_[2];  // staging buffer b: filled / no longer read
     std::string summary_;
-    cuda::DeviceWeight token_embd_, output_;  // token_embd_ empty when it stays on the host
-    cuda::DeviceBuffer output_norm_;
+    WeightArena arena_;
+    ops::Weight token_embd_, output_;  // token_embd_ not valid() when it stays on the host
+    const float* output_norm_ = nullptr;
     std::vector<GpuLayer> layers_;
     // Host expert layers: per trunk layer an index into host_ (-1: on the GPU).
     std::vector<int64_t> host_index_;

@@ -42,6 +42,7 @@ struct Range {
 
 void Qwen35MoeGpu::load_host_experts(const GpuOptions& o) {
     const size_t n_layer = m_.layers_.size();
+    host_index_.assign(n_layer, -1);
     stream_order_.assign(n_layer, -1);
     decode_jobs_.resize(n_layer);
     batch_jobs_.resize(n_layer);
@@ -195,7 +196,7 @@ void Qwen35MoeGpu::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
     cuda::copy_to_device(mix_.data(), hand_out_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
     if (shared) {
         stream_.wait(join_.handle());
-        cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp.as<float>(), n, d, s);
+        cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp, n, d, s);
     }
 }
 
@@ -238,7 +239,7 @@ void Qwen35MoeGpu::host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n) {
     if (order + 2 < streamed_.size()) stream_copy(order + 2, b);
     if (hp_.n_ff_shexp == 0) return;
     shared_expert(L, n, s);
-    cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp.as<float>(), n, d, s);
+    cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp, n, d, s);
 }
 
 }  // namespace mox::models
