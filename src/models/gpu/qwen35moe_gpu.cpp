@@ -93,6 +93,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     const ops::CudaDeviceInfo info = ops::cuda_devices().front();
     // MOX_CUDA_DELTANET=sequential|chunked forces one DeltaNet prefill kernel (to compare them on
     // the GPU machine); unset, the launcher picks by batch size.
+    if (const char* e = std::getenv("MOX_PROFILE"); e && *e == '1') profile_ = true;
     if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
         const std::string v = e;
         if (v == "sequential") deltanet_method_ = cuda::DeltaNetMethod::sequential;
@@ -284,6 +285,9 @@ Qwen35MoeGpu::~Qwen35MoeGpu() {
         stream_.synchronize();
     } catch (...) {
     }
+    if (profile_ && host_jobs_ > 0)
+        fmt::print(stderr, "mox profile: {} CPU expert hand-offs ({} tokens), {:.1f} us each on average, {:.3f} s in all\n",
+                   host_jobs_.load(), host_tokens_.load(), host_ns_.load() / 1e3 / host_jobs_.load(), host_ns_.load() / 1e9);
 }
 
 std::unique_ptr<DeviceSequenceState> Qwen35MoeGpu::new_state(const StateOptions& o) {

@@ -177,6 +177,10 @@ private:
     cuda::PinnedBuffer hand_x_, hand_out_, hand_ids_, hand_weights_, hand_embd_;
     ops::Routing host_routing_;  // reused by every hand-off (no allocation per token once grown)
     std::exception_ptr host_error_;
+    // Time the CPU spent in hand-offs (MOX_PROFILE=1 prints it when the model goes away): what the
+    // decode of host expert layers costs on the CPU, against the token time the caller measures.
+    bool profile_ = false;
+    std::atomic<int64_t> host_jobs_{0}, host_tokens_{0}, host_ns_{0};
     std::atomic<bool> host_failed_{false};
     // Activations for one micro-batch (fp32, token-major rows).
     cuda::DeviceBuffer tokens_, pos_;  // int32 [n_ubatch], int32 [1]

@@ -18,6 +18,7 @@
 #include "ops/cuda_moe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <unistd.h>
 
@@ -165,7 +166,13 @@ void Qwen35MoeGpu::run_host_job(const HostJob& job) noexcept {
             r.expert_counts[static_cast<size_t>(e)]++;
         }
         const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(job.layer)])];
+        const auto t0 = std::chrono::steady_clock::now();
         ops::moe_ffn(m_.ctx_, h.stack, r, hand_x_.as<float>(), hand_out_.as<float>());
+        if (profile_) {
+            host_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+            host_jobs_++;
+            host_tokens_ += n;
+        }
     } catch (...) {
         host_error_ = std::current_exception();
         host_failed_ = true;
