@@ -101,15 +101,19 @@ class VramPoller:
         return max((mib for _, mib in self.samples), default=None)
 
 
-def run_logged(cmd, stdout_path, stderr_path, env=None):
-    """Runs cmd with stdout and stderr into files; returns (exit code, seconds)."""
+def run_logged(cmd, stdout_path, stderr_path, env=None, timeout=None):
+    """Runs cmd with stdout and stderr into files; returns (exit code, seconds). A run past timeout
+    seconds is killed and returns 124 (as timeout(1)), so one hung run cannot eat the whole session."""
     t0 = time.monotonic()
     with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
         try:
-            rc = subprocess.run([str(c) for c in cmd], stdout=out, stderr=err, env=env).returncode
+            rc = subprocess.run([str(c) for c in cmd], stdout=out, stderr=err, env=env, timeout=timeout).returncode
         except OSError as e:
             err.write(f"cannot start {cmd[0]}: {e}\n")
             rc = 127
+        except subprocess.TimeoutExpired:
+            err.write(f"\nkilled after {timeout} s\n")
+            rc = 124
     return rc, time.monotonic() - t0
 
 

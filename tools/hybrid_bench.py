@@ -30,14 +30,13 @@ import argparse
 import csv
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc  # noqa: E402
-
-import re  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Pure logic (tested in tests/py/test_hybrid_bench.py)
@@ -94,9 +93,10 @@ def next_probe(measured, budget, kv_delta, n_max):
     return n if n < hi and n not in measured else None
 
 
-def fit_margin_mib(free_mib, budget, kv_delta):
-    """llama-bench's --fit-target margin that leaves (budget - kv_delta) bytes for llama.cpp."""
-    return int(free_mib - (budget - kv_delta) // bc.MIB)
+def fit_margin_mib(free_mib, budget, reserve):
+    """llama-bench's --fit-target margin that leaves (budget - reserve) bytes for llama.cpp; reserve:
+    what its test context lacks against the real one (KV cache, a larger compute buffer)."""
+    return int(free_mib - (budget - reserve) // bc.MIB)
 
 
 _BUF = re.compile(r"(CUDA\d+)\s+(model|KV|RS|compute|output)\s+buffer size\s*=\s*([0-9.]+)\s*MiB")
@@ -106,16 +106,26 @@ _OVERRIDE = re.compile(r"tensor blk\.(\d+)\.(ffn_\w+_exps)\.weight .*buffer type
 
 def parse_llama_log(text):
     """What llama.cpp's -v log says about placement: CUDA buffer MiB by kind (largest seen, as each
-    test builds its own context), offloaded layers, and which layers keep expert tensors on the host."""
-    bufs = {}
+    test builds its own context), each context's CUDA compute buffer in order, offloaded layers, and
+    which layers keep expert tensors on the host (of the last model load: a --fit run may load twice)."""
+    bufs, compute = {}, []
     for dev, kind, mib in _BUF.findall(text):
         bufs[kind] = max(bufs.get(kind, 0.0), float(mib))
+        if kind == "compute":
+            compute.append(float(mib))
     off = _OFFLOAD.findall(text)
-    host = {}
-    for layer, tensor, buft in _OVERRIDE.findall(text):
-        if not buft.upper().startswith("CUDA") or "HOST" in buft.upper():
-            host.setdefault(int(layer), set()).add(tensor)
-    return {"cuda_buffers_mib": bufs, "offloaded": f"{off[-1][0]}/{off[-1][1]}" if off else None,
+    host, last = {}, {}  # overrides of the load under way / of the last finished load
+    for line in text.splitlines():
+        if _OFFLOAD.search(line):  # a load's override lines come before its "offloaded" line
+            last, host = host, {}
+            continue
+        m = _OVERRIDE.search(line)
+        if m and (not m.group(3).upper().startswith("CUDA") or "HOST" in m.group(3).upper()):
+            host.setdefault(int(m.group(1)), set()).add(m.group(2))
+    if off:
+        host = last
+    return {"cuda_buffers_mib": bufs, "cuda_compute_mib": compute,
+            "offloaded": f"{off[-1][0]}/{off[-1][1]}" if off else None,
             "host_expert_layers": {k: sorted(v) for k, v in sorted(host.items())}}
 
 
@@ -203,7 +213,7 @@ class Runner:
         raw = self.out / "raw"
         print(f"[{self.elapsed():6.0f}s] {name}: {' '.join(map(str, cmd))}", flush=True)
         with bc.VramPoller(self.a.gpu, trace_path=raw / f"{name}.vram.csv") as poll:
-            rc, secs = bc.run_logged(cmd, raw / f"{name}.json", raw / f"{name}.log")
+            rc, secs = bc.run_logged(cmd, raw / f"{name}.json", raw / f"{name}.log", timeout=self.a.run_timeout_s)
         peak = poll.peak_mib()
         log = (raw / f"{name}.log").read_text(errors="replace")
         rows = bc.load_json_rows((raw / f"{name}.json").read_text(errors="replace"))
@@ -233,14 +243,20 @@ class Runner:
                "-o", "json", "-v"]
         return self.measure(f"llama_ncmoe{n}", cmd, "llama_ncmoe", n_cpu_moe=n)
 
-    def llama_fit(self, case):
+    def llama_fit(self, case, part):
+        """llama.cpp's fit for one test (part "pp" or "tg"): llama-bench fits each test on its own,
+        with a context of that test's size, and the tg test's context also shrinks the batch and so
+        the compute buffer. The reserve puts back what a real context of case["ctx"] tokens with
+        -ub UB would add: the KV cache, and for tg the larger compute buffer (measured in the sweep)."""
         mem = bc.gpu_memory_mib(self.a.gpu)
         free = mem[1] if mem else self.meta["gpu_free_mib"]
-        margin = max(1, fit_margin_mib(free, case["budget"], case["kv_delta"]))
-        cmd = [self.a.llama_bench, "-m", self.a.model, "-fitt", margin, *self.common_test_args(self.a.llama_reps),
-               "-o", "json", "-v"]
-        rec = self.measure(f"llama_fit_{case['id']}", cmd, "llama_fit", case=case["id"], fit_margin_mib=margin)
-        return rec
+        reserve = case["kv_delta"] if part == "pp" else case["kv_delta_tg"] + self.meta.get("compute_delta", 0)
+        margin = max(1, fit_margin_mib(free, case["budget"], reserve))
+        test = ["-p", self.a.pp, "-n", 0] if part == "pp" else ["-p", 0, "-n", self.a.tg]
+        cmd = [self.a.llama_bench, "-m", self.a.model, "-fitt", margin, *test, "-ub", self.a.ub, "-b", self.a.ub,
+               "-t", self.a.threads, "-r", self.a.llama_reps, "-o", "json", "-v"]
+        return self.measure(f"llama_fit_{part}_{case['id']}", cmd, "llama_fit", case=case["id"], fit_part=part,
+                            fit_margin_mib=margin, reserve_bytes=reserve)
 
     def mox_plan(self, extra, name):
         """`mox plan ... --json` into raw/NAME.json; -ub dropped if this mox plan does not take it."""
@@ -275,14 +291,15 @@ class Runner:
         for e in a.extra.split():
             b, c = e.split(":")
             cases.append({"budget_gib": float(b), "ctx": int(c)})
-        test_ctx = max(a.pp, a.tg)
-        kv_test = self.kv_bytes(test_ctx)
+        test_ctx = max(a.pp, a.tg)  # llama-bench's context in the pp test, which sets the peak
+        kv_test, kv_tg = self.kv_bytes(test_ctx), self.kv_bytes(a.tg)
         for c in cases:
             c["id"] = f"{c['budget_gib']:g}g_c{c['ctx']}"
             c["budget"] = int(c["budget_gib"] * bc.GIB)
             kv_c = self.kv_bytes(c["ctx"])
-            c["kv_delta"] = kv_c - kv_test if kv_c is not None and kv_test is not None else 0
-            c["kv_delta_known"] = kv_c is not None and kv_test is not None
+            c["kv_delta_known"] = kv_c is not None and kv_test is not None and kv_tg is not None
+            c["kv_delta"] = kv_c - kv_test if c["kv_delta_known"] else 0
+            c["kv_delta_tg"] = kv_c - kv_tg if c["kv_delta_known"] else 0
         plan0 = self.mox_plan(["-ngl", 99], "plan_layers")
         _, n_layer = bc.find_key(plan0 or {}, ["n_layer"])
         n_max = a.n_layers or (int(n_layer) if isinstance(n_layer, int) else 40)
@@ -297,7 +314,7 @@ class Runner:
         measured = {}  # N -> VRAM bytes (None: the run failed)
         probes = {c["id"]: 0 for c in cases}
         initial = [0, n_max]
-        fit_queue = list(cases) if not a.no_fit else []
+        fit_queue = [(c, part) for c in cases for part in ("pp", "tg")] if not a.no_fit else []
         mox_queue = list(cases)
         grid = [int(x) for x in a.grid.split()]
         last_llama = "fit"
@@ -305,6 +322,11 @@ class Runner:
         def run_ncmoe(n):
             rec = self.llama_ncmoe(n)
             measured[n] = rec["vram_bytes"] if rec["rc"] == 0 else None
+            # llama-bench's pp test (-ub UB) and tg test (a context of TG tokens, so a batch of TG)
+            # reserve different compute buffers: the tg fit must leave room for the larger one.
+            comp = rec["llama_log"]["cuda_compute_mib"]
+            if "compute_delta" not in self.meta and rec["rc"] == 0 and len(comp) >= 2:
+                self.meta["compute_delta"] = int((max(comp) - min(comp)) * bc.MIB)
 
         def next_llama():
             nonlocal last_llama
@@ -321,7 +343,7 @@ class Runner:
                         break
             if fit_queue and (probe is None or last_llama == "probe"):
                 last_llama = "fit"
-                return lambda c=fit_queue.pop(0): self.llama_fit(c)
+                return lambda c=fit_queue.pop(0): self.llama_fit(*c)
             if probe:
                 last_llama = "probe"
                 probes[probe[0]["id"]] += 1
@@ -366,12 +388,14 @@ def case_summary(case, runs, test_pp, test_tg):
     kv = case["kv_delta"]
     sweep = [r for r in runs if r["kind"] == "llama_ncmoe" and r["rc"] == 0]
     ok_sweep = [r for r in sweep if fits(r["vram_bytes"], kv, case["budget"])]
-    fit = next((r for r in runs if r["kind"] == "llama_fit" and r.get("case") == case["id"]), None)
+    fit = {r.get("fit_part"): r for r in runs if r["kind"] == "llama_fit" and r.get("case") == case["id"]}
     mox = next((r for r in runs if r["kind"] == "mox_auto" and r.get("case") == case["id"]), None)
-    fit_ok = fit is not None and fit["rc"] == 0 and fits(fit["vram_bytes"], kv, case["budget"])
-    pool = ok_sweep + ([fit] if fit_ok else [])
+    fit_ok = {part: r["rc"] == 0 and fits(r["vram_bytes"], r.get("reserve_bytes", kv), case["budget"])
+              for part, r in fit.items()}
+    pool_tg = ok_sweep + ([fit["tg"]] if fit_ok.get("tg") else [])
+    pool_pp = ok_sweep + ([fit["pp"]] if fit_ok.get("pp") else [])
     s = {"case": case, "mox": mox, "fit": fit, "fit_within_budget": fit_ok,
-         "best_ncmoe": _best(ok_sweep, "tg_ts"), "best_tg": _best(pool, "tg_ts"), "best_pp": _best(pool, "pp_ts"),
+         "best_ncmoe": _best(ok_sweep, "tg_ts"), "best_tg": _best(pool_tg, "tg_ts"), "best_pp": _best(pool_pp, "pp_ts"),
          "checks": {}}
     if mox is None:
         return s
@@ -440,6 +464,10 @@ def render(doc):
          "mox the row's own `vram_bytes` where it has one. llama-bench's context is only the test's "
          f"({meta['test_ctx']} tokens), so its VRAM at a larger context adds that context's missing KV cache "
          "(from `mox plan -ngl 99 -c C`, shown as +KV).",
+         "- llama.cpp's fit: llama-bench --fit-target fits each test on its own, so tg and pp have their own "
+         "placement; the margin leaves the budget minus what the real context adds (KV; for tg, whose "
+         "llama-bench context of 512 tokens also shrinks the batch, the larger -ub compute buffer too, "
+         "measured in the sweep's log). +KV / +KV+compute: that correction.",
          "- llama.cpp best: the fastest measured configuration (swept --n-cpu-moe or its --fit-target fit) "
          "whose VRAM at the context fits the budget, per metric. Targets: decode >= 1.5x, prefill >= 3x, "
          "predicted VRAM within max(2%, 256 MiB), predicted decode within 10%, no OOM.\n"]
@@ -464,11 +492,12 @@ def render(doc):
                          "", ""])
 
         def llama_row(label, r):
-            v = r["vram_bytes"]
-            at = None if v is None else v + kv
-            ok = fits(v, kv, c["budget"])
+            v, corr = r["vram_bytes"], r.get("reserve_bytes", kv)
+            at = None if v is None else v + corr
+            ok = fits(v, corr, c["budget"])
             status = "" if r["rc"] == 0 else (" **OOM**" if r.get("oom") else f" failed rc {r['rc']}")
-            return [label + status, bc.fmt_gib(v), f"{bc.fmt_gib(at)} (+KV {kv / bc.GIB:.2f})",
+            plus = "KV" if corr == kv else "KV+compute"
+            return [label + status, bc.fmt_gib(v), f"{bc.fmt_gib(at)} (+{plus} {corr / bc.GIB:.2f})",
                     "yes" if ok else "no", bc.fmt_num(r.get("tg_ts")), bc.fmt_num(r.get("pp_ts")),
                     bc.fmt_ratio(mtg, r.get("tg_ts")), bc.fmt_ratio(mpp, r.get("pp_ts"))]
 
@@ -480,10 +509,12 @@ def render(doc):
         for r in runs:  # the best N by prefill, when another N
             if r is s["best_pp"] and r is not s["best_ncmoe"] and r["kind"] == "llama_ncmoe":
                 rows.append(llama_row(f"llama.cpp -ncmoe {r['n_cpu_moe']} (fastest fitting prefill)", r))
-        if s["fit"]:
-            r = s["fit"]
-            desc = describe_llama_log(r.get("llama_log") or {})
-            rows.append(llama_row(f"llama.cpp --fit-target {r.get('fit_margin_mib')} MiB ({desc})", r))
+        for part in ("tg", "pp"):
+            r = s["fit"].get(part)
+            if r:
+                desc = describe_llama_log(r.get("llama_log") or {})
+                test = test_tg if part == "tg" else test_pp
+                rows.append(llama_row(f"llama.cpp --fit-target {r.get('fit_margin_mib')} MiB, {test} test ({desc})", r))
         L.append(bc.md_table(hdr, rows))
         ch = s["checks"]
         lines = []
@@ -560,10 +591,10 @@ def summarize(out):
     slim = []
     for s in summaries:
         def pick(r):
-            return None if r is None else {k: r.get(k) for k in ("name", "n_cpu_moe", "fit_margin_mib", "vram_bytes",
-                                                                  "tg_ts", "pp_ts", "rc", "oom")}
+            return None if r is None else {k: r.get(k) for k in ("name", "n_cpu_moe", "fit_margin_mib", "reserve_bytes",
+                                                                  "vram_bytes", "tg_ts", "pp_ts", "rc", "oom")}
         slim.append({"case": s["case"], "mox": pick(s["mox"]), "best_ncmoe": pick(s["best_ncmoe"]),
-                     "fit": pick(s["fit"]), "best_tg": pick(s["best_tg"]), "best_pp": pick(s["best_pp"]),
+                     "fit": {part: pick(r) for part, r in s["fit"].items()}, "best_tg": pick(s["best_tg"]), "best_pp": pick(s["best_pp"]),
                      "checks": s["checks"]})
     (out / "summary.json").write_text(json.dumps(slim, indent=1))
     print(text)
@@ -590,6 +621,7 @@ def main(argv=None):
     r.add_argument("--grid", default="10 20 30", help="--n-cpu-moe values measured at the end if time remains")
     r.add_argument("--deadline-s", type=float, default=360,
                    help="after this, no more probes or grid points (mox runs and fits still run)")
+    r.add_argument("--run-timeout-s", type=float, default=240, help="one run killed after this (exit 124)")
     r.add_argument("--n-layers", type=int, default=0, help="MoE layers (default: from mox plan, else 40)")
     r.add_argument("--no-fit", action="store_true", help="skip llama.cpp's --fit-target runs")
     r.add_argument("--gpu", type=int, default=0)

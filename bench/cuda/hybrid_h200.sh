@@ -10,13 +10,14 @@
 # BUDGETS: GiB at context CTX (default "24 16 8"). Environment (defaults): CTX (32768),
 # EXTRA ("24:262144": more BUDGET:CTX cases), LLAMA_REPS (2), MOX_REPS (2), THREADS (all CPUs),
 # GRID ("10 20 30": sweep points measured at the end while time remains), DEADLINE_S (360: no new
-# llama.cpp probes after this), MAX_PROBES (3 per case).
+# llama.cpp probes after this), MAX_PROBES (3 per case), RUN_TIMEOUT_S (240: one run is killed
+# after this and recorded with exit 124).
 # Writes OUT/results.md, summary.json, runs.csv, runs.json (every run's command, rows, VRAM, log
 # digest), raw/ (each run's JSON, log and nvidia-smi trace), machine.txt.
-# Time on the H200 (20 GB file in the page cache): ~9-11 llama-bench runs x ~25 s + 4 mox runs,
-# about 6 minutes.
+# Time on the H200 (20 GB file in the page cache, ~10 s per llama-bench load): ~6-8 sweep runs
+# (~25 s) + 8 fit runs (one per test, ~15-22 s) + 4 mox runs: about 6-7 minutes; EXTRA="" saves ~1.
 set -euo pipefail
-if [ $# -lt 4 ]; then sed -n 2,19p "$0"; exit 2; fi
+if [ $# -lt 4 ]; then sed -n 2,18p "$0"; exit 2; fi
 mox="$1"; llama="$2"; model="$3"; out="$4"; budgets="${5:-24 16 8}"
 here="$(cd "$(dirname "$0")" && pwd)"
 # A llama-bench that cannot start (a missing CUDA library) would fail every run: say so first.
@@ -43,4 +44,5 @@ mkdir -p "$out"
 python3 "$here/../../tools/hybrid_bench.py" run --mox "$mox" --llama-bench "$llama" --model "$model" --out "$out" \
     --budgets "$budgets" --ctx "${CTX:-32768}" --extra "${EXTRA-24:262144}" \
     --llama-reps "${LLAMA_REPS:-2}" --mox-reps "${MOX_REPS:-2}" --threads "${THREADS:-$(nproc)}" \
-    --grid "${GRID-10 20 30}" --deadline-s "${DEADLINE_S:-360}" --max-probes "${MAX_PROBES:-3}"
+    --grid "${GRID-10 20 30}" --deadline-s "${DEADLINE_S:-360}" --max-probes "${MAX_PROBES:-3}" \
+    --run-timeout-s "${RUN_TIMEOUT_S:-240}"

@@ -10,7 +10,8 @@
 #   load; the row's vram_bytes is the driver's number for that configuration). ~3 minutes on the H200.
 # isolated: one invocation per configuration, so nvidia-smi's peak is that configuration alone too
 #   (a cross-check of the rows' numbers); ~2x longer.
-# Environment: REPS (2; the one -r applies to tg128 and pp512), THREADS (all CPUs).
+# Environment: REPS (2; the one -r applies to tg128 and pp512), THREADS (all CPUs), RUN_TIMEOUT_S
+# (240: a bench invocation killed after this is recorded with exit 124).
 set -uo pipefail
 if [ $# -lt 3 ]; then sed -n 2,14p "$0"; exit 2; fi
 mox="$1"; model="$2"; out="$3"; mode="${4:-grouped}"
@@ -40,7 +41,7 @@ bench() {
         > "$out/bench/$name.vram.csv" 2>/dev/null &
     local poller=$!
     local t0=$SECONDS
-    "${cmd[@]}" > "$out/bench/$name.json" 2> "$out/bench/$name.err"
+    timeout "${RUN_TIMEOUT_S:-240}" "${cmd[@]}" > "$out/bench/$name.json" 2> "$out/bench/$name.err"
     echo $? > "$out/bench/$name.rc"
     sleep 0.3
     kill "$poller" 2>/dev/null; wait "$poller" 2>/dev/null

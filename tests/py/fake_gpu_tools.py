@@ -5,7 +5,8 @@ the fake nvidia-smi reads it. Their JSON has the real programs' field names (lla
 `-o json`, `mox bench -o json`, `mox plan --json`) with made-up numbers from simple formulas the
 tests know:
 
-    llama.cpp VRAM(N) MiB = 2000 + 480 * (40 - N) + 60 * (N % 3)   (+ idle 500 on the counter)
+    llama.cpp VRAM(N) MiB = 2000 + 480 * (40 - N) + 60 * (N % 3)   (+ idle 500 on the counter;
+                            1519 less in a tg-only run: its compute buffer is 493 MiB, not 2012)
     llama.cpp tg = 200 - 3 N, pp = 4000 - 50 N;  mox: tg 1.7x, pp 3.2x of llama.cpp at the same N
     KV bytes = 20480 per context token on the GPU;  the fake mox plan moves ceil(needed) layers
 """
@@ -81,23 +82,31 @@ print(line())
 LLAMA_BENCH = _COMMON + '''
 n = int(arg("-ncmoe", "0"))
 pp, tg, reps = int(arg("-p", "512")), int(arg("-n", "128")), int(arg("-r", "5"))
+# A tg-only run has a context of tg tokens, so a batch of tg tokens: a smaller compute buffer.
+compute = 2012 if pp else 493
+def used(k):
+    return vram(k) - 2012 + compute
 fitt = arg("-fitt")
 if fitt is not None:
     # As common_fit_params: the smallest N whose projection leaves the margin free.
     free = TOTAL - get_used()
-    n = next((k for k in range(41) if vram(k) + int(fitt) <= free), 40)
+    n = next((k for k in range(41) if used(k) + int(fitt) <= free), 40)
 if os.environ.get("FAKE_LLAMA_FAIL_N") == str(n) and fitt is None:
     sys.stderr.write("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 123 MiB on device 0: "
                      "cudaMalloc failed: out of memory\\n")
     sys.exit(1)
-set_used(IDLE + vram(n))
-sys.stderr.write(f"load_tensors: offloaded 41/41 layers to GPU\\n")
+set_used(IDLE + used(n))
+# llama.cpp's order: the loader's override lines while it creates the tensors, then the summary.
 for layer in range(n):
     for t in ("ffn_gate_exps", "ffn_down_exps", "ffn_up_exps"):
         sys.stderr.write(f"tensor blk.{layer}.{t}.weight (120 MiB q4_K) buffer type overridden to CUDA_Host\\n")
-sys.stderr.write(f"load_tensors:        CUDA0 model buffer size = {vram(n) - 900:.2f} MiB\\n")
+sys.stderr.write(f"load_tensors: offloaded 41/41 layers to GPU\\n")
+sys.stderr.write(f"load_tensors:        CUDA0 model buffer size = {vram(n) - 2100:.2f} MiB\\n")
 sys.stderr.write("llama_kv_cache:        CUDA0 KV buffer size =    80.00 MiB\\n")
-sys.stderr.write("sched_reserve:      CUDA0 compute buffer size =   820.00 MiB\\n")
+if pp:
+    sys.stderr.write("sched_reserve:      CUDA0 compute buffer size =  2012.00 MiB\\n")
+if tg:
+    sys.stderr.write("sched_reserve:      CUDA0 compute buffer size =   493.00 MiB\\n")
 hold()
 set_used(IDLE)
 rows = []
