@@ -207,8 +207,19 @@ class Runner:
     def save(self):
         (self.out / "runs.json").write_text(json.dumps({"meta": self.meta, "runs": self.records}, indent=1))
 
-    def measure(self, name, cmd, kind, **fields):
+    def settled_memory(self):
+        """The driver's (used, free, total) once the previous run's memory is back: the baseline of
+        a run must not include what the last process had not released yet (waits up to 10 s)."""
+        idle = self.meta.get("gpu_used_mib") if hasattr(self, "meta") else None
         mem = bc.gpu_memory_mib(self.a.gpu)
+        t0 = time.monotonic()
+        while mem and idle is not None and mem[0] > idle + 64 and time.monotonic() - t0 < 10:
+            time.sleep(0.25)
+            mem = bc.gpu_memory_mib(self.a.gpu)
+        return mem
+
+    def measure(self, name, cmd, kind, **fields):
+        mem = self.settled_memory()
         base = mem[0] if mem else None
         raw = self.out / "raw"
         print(f"[{self.elapsed():6.0f}s] {name}: {' '.join(map(str, cmd))}", flush=True)
@@ -248,7 +259,7 @@ class Runner:
         with a context of that test's size, and the tg test's context also shrinks the batch and so
         the compute buffer. The reserve puts back what a real context of case["ctx"] tokens with
         -ub UB would add: the KV cache, and for tg the larger compute buffer (measured in the sweep)."""
-        mem = bc.gpu_memory_mib(self.a.gpu)
+        mem = self.settled_memory()
         free = mem[1] if mem else self.meta["gpu_free_mib"]
         reserve = case["kv_delta"] if part == "pp" else case["kv_delta_tg"] + self.meta.get("compute_delta", 0)
         margin = max(1, fit_margin_mib(free, case["budget"], reserve))
@@ -466,8 +477,10 @@ def render(doc):
          "(from `mox plan -ngl 99 -c C`, shown as +KV).",
          "- llama.cpp's fit: llama-bench --fit-target fits each test on its own, so tg and pp have their own "
          "placement; the margin leaves the budget minus what the real context adds (KV; for tg, whose "
-         "llama-bench context of 512 tokens also shrinks the batch, the larger -ub compute buffer too, "
-         "measured in the sweep's log). +KV / +KV+compute: that correction.",
+         "llama-bench context of " + str(meta["tg"]) + " tokens also shrinks the batch, the larger -ub compute buffer too, "
+         "measured in the sweep's log: "
+         + (f"{meta['compute_delta'] / bc.MIB:.0f} MiB" if meta.get("compute_delta") is not None
+            else "**not found, 0 used**") + "). +KV / +KV+compute: that correction.",
          "- llama.cpp best: the fastest measured configuration (swept --n-cpu-moe or its --fit-target fit) "
          "whose VRAM at the context fits the budget, per metric. Targets: decode >= 1.5x, prefill >= 3x, "
          "predicted VRAM within max(2%, 256 MiB), predicted decode within 10%, no OOM.\n"]

@@ -203,6 +203,7 @@ def render(results):
     vram_scored = [r for r in results if "vram_pass" in r]
     tg_scored = [r for r in results if "tg_pass" in r]
     ooms = sum(1 for r in results if r["oom"])
+    oom_runs = len({r["group"] for r in results if r["oom"]})
     failed = sum(1 for r in results if r["rc"] not in (0, None))
     worst_v = max((abs(r["vram_err"]) for r in vram_scored), default=None)
     worst_t = max((abs(r["tg_err_rel"]) for r in tg_scored), default=None)
@@ -210,7 +211,7 @@ def render(results):
         "configurations": n,
         "vram_scored": len(vram_scored), "vram_pass": sum(r["vram_pass"] for r in vram_scored),
         "tg_scored": len(tg_scored), "tg_pass": sum(r["tg_pass"] for r in tg_scored),
-        "oom": ooms, "failed": failed,
+        "oom": ooms, "oom_invocations": oom_runs, "failed": failed,
         "worst_vram_err_mib": None if worst_v is None else worst_v / bc.MIB,
         "worst_tg_err_rel": worst_t,
     }
@@ -219,7 +220,8 @@ def render(results):
             + (f" (worst {summary['worst_vram_err_mib']:.0f} MiB)" if worst_v is not None else "")
             + f"; decode within 10%: **{summary['tg_pass']}/{summary['tg_scored']}**"
             + (f" (worst {100 * worst_t:.1f}%)" if worst_t is not None else "")
-            + f"; OOM: **{ooms}** (target 0); bench runs failed: {failed} configurations.\n",
+            + f"; OOM: **{oom_runs}** bench invocations (target 0), holding {ooms} configurations"
+            + f"; configurations whose bench failed: {failed}.\n",
             "Errors are predicted minus measured. Measured VRAM: the row's `vram_bytes` (driver); "
             "\"poll\": nvidia-smi's peak minus idle when the configuration ran alone.\n",
             bc.md_table(hdr, rows)]

@@ -146,6 +146,9 @@ def values(flag, alt, default):
     return [None] if v is None else [v] if flag == "--moe-cpu-layers" else v.split(",")
 cmd = sys.argv[1]
 if cmd == "plan":
+    if os.environ.get("FAKE_MOX_PLAN_NO_UB") and "-ub" in sys.argv:  # as a mox plan without -ub
+        sys.stderr.write("The following argument was not expected: -ub\\n")
+        sys.exit(109)
     ctx = int(arg("-c", "4096"))
     n = plan_n(arg("--vram-budget"), arg("--n-cpu-moe", arg("-ncmoe")), arg("--moe-cpu-layers"), ctx)
     layers = [{"layer": l, "kind": "deltanet", "experts": {"gpu": 0 if l < n else 256, "pinned_host": 256 if l < n else 0,

@@ -96,7 +96,7 @@ def test_join_fixture(tmp_path):
     assert c["oom"] and c["vram_measured"] is None and c["vram_predicted"] == 13 * GIB
     text, summary = pa.render(list(res.values()))
     assert summary == {"configurations": 3, "vram_scored": 2, "vram_pass": 1, "tg_scored": 2, "tg_pass": 1,
-                       "oom": 1, "failed": 1, "worst_vram_err_mib": 500.0,
+                       "oom": 1, "oom_invocations": 1, "failed": 1, "worst_vram_err_mib": 500.0,
                        "worst_tg_err_rel": pytest.approx(0.15)}
     assert "**OOM**" in text and "| ncmoe.1 |" in text
 
@@ -104,6 +104,7 @@ def test_join_fixture(tmp_path):
 def test_script_with_fakes(tmp_path):
     env = fake_gpu_tools.install(tmp_path / "bin")
     env["FAKE_MOX_VRAM_ERR_MIB"] = "300"  # measured = predicted + 300 MiB
+    env["FAKE_MOX_PLAN_NO_UB"] = "1"  # the script asks again without -ub
     out = tmp_path / "out"
     r = subprocess.run(["bash", str(ROOT / "bench" / "cuda" / "plan_accuracy.sh"), "mox", "/fake/model.gguf", str(out)],
                        env=env, capture_output=True, text=True, timeout=600)
@@ -117,5 +118,6 @@ def test_script_with_fakes(tmp_path):
         assert c["vram_err"] == -300 * MIB
         # 300 MiB passes only where 2% of the measured VRAM is at least that.
         assert c["vram_pass"] == (0.02 * c["vram_measured"] >= 300 * MIB)
+    assert json.loads((out / "plan" / "ub4k.1.json").read_text())["n_layer"] == 40
     assert (out / "accuracy.md").read_text().startswith("# Planner accuracy")
     assert "--moe-cpu-layers" in (out / "commands.txt").read_text()
