@@ -640,9 +640,14 @@ def main(argv=None):
     r.add_argument("--gpu", type=int, default=0)
     s = sub.add_parser("summarize")
     s.add_argument("out")
+    c = sub.add_parser("commits", help="print the binaries' commits from OUT/runs.json (their rows' build_commit)")
+    c.add_argument("out")
     a = ap.parse_args(argv)
     if a.cmd == "run":
         Runner(a).run()
+    elif a.cmd == "commits":
+        runs = json.loads((Path(a.out) / "runs.json").read_text())["runs"]
+        print(f"mox commit: {_commit(runs, 'mox')}\nllama.cpp commit: {_commit(runs, 'llama')}")
     else:
         summarize(a.out)
 

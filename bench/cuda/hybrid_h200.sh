@@ -46,3 +46,5 @@ python3 "$here/../../tools/hybrid_bench.py" run --mox "$mox" --llama-bench "$lla
     --llama-reps "${LLAMA_REPS:-2}" --mox-reps "${MOX_REPS:-2}" --threads "${THREADS:-$(nproc)}" \
     --grid "${GRID-10 20 30}" --deadline-s "${DEADLINE_S:-360}" --max-probes "${MAX_PROBES:-3}" \
     --run-timeout-s "${RUN_TIMEOUT_S:-240}"
+# The commits the binaries report (build_commit of their rows), next to the machine.
+python3 "$here/../../tools/hybrid_bench.py" commits "$out" >> "$out/machine.txt"

@@ -62,12 +62,16 @@ def vram(n):
 '''
 
 NVIDIA_SMI = _COMMON + '''
-q = [x for x in sys.argv if x.startswith("--query-gpu=")][0].split("=", 1)[1].split(",")
+q = [x.split("=", 1)[1].split(",") for x in sys.argv if x.startswith("--query-gpu=")]
+if not q:
+    print("Fake NVIDIA-SMI (no GPU)")
+    sys.exit(0)
+q = q[0]
 def line():
     used = get_used()
     vals = {"memory.used": used, "memory.free": TOTAL - used, "memory.total": TOTAL,
             "name": "Fake H200", "driver_version": "0.0"}
-    return ", ".join(str(vals[k]) for k in q)
+    return ", ".join(str(vals.get(k, "[N/A]")) for k in q)
 if "-lms" in sys.argv:
     period = int(arg("-lms")) / 1000.0
     while True:

@@ -196,3 +196,21 @@ def test_run_with_fakes_reports_failures(tmp_path):
     md = (out / "results.md").read_text()
     assert "**OOM**" in md and "OOM 1 (target 0)" in md and "## Errors" in md
     assert math.isfinite(by_case[16]["checks"]["decode_ratio"])
+
+
+def test_shell_script_with_fakes(tmp_path):
+    env = fake_gpu_tools.install(tmp_path / "bin")
+    env.update({"EXTRA": "", "GRID": "", "LLAMA_REPS": "1", "MOX_REPS": "1"})
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(ROOT / "bench" / "cuda" / "hybrid_h200.sh"), "mox", "llama-bench", str(model),
+                        str(out), "16"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    machine = (out / "machine.txt").read_text()
+    assert "mox commit: abc1234" in machine and "llama.cpp commit: 0c1e57098" in machine
+    assert "Fake H200" in machine
+    md = (out / "results.md").read_text()
+    assert "## Budget 16 GiB, context 32768" in md and "262144" not in md
+    runs = json.loads((out / "runs.json").read_text())["runs"]
+    assert all(r["cmd"][r["cmd"].index("-r") + 1] == "1" for r in runs)
