@@ -77,7 +77,9 @@ TEST(CudaProbe, MatvecAndMatmulRates) {
         EXPECT_TRUE(finite_positive(gbps)) << quant::type_name(t);
         EXPECT_TRUE(finite_positive(tflops)) << quant::type_name(t);
         // 128 MiB streams from HBM (larger than any L2), so it cannot beat the memory's peak by much.
-        if (peak_gbps > 0) EXPECT_LT(gbps, 1.5 * peak_gbps) << quant::type_name(t);
+        if (peak_gbps > 0) {
+            EXPECT_LT(gbps, 1.5 * peak_gbps) << quant::type_name(t);
+        }
         EXPECT_LT(tflops, 5000.0) << quant::type_name(t);  // beyond any GPU's fp16 tensor cores
     }
     EXPECT_THROW(probe_matvec_gbps(TypeId::q8_k, size_t{1} << 20, 1), Error);
