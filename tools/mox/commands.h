@@ -17,5 +17,6 @@ void register_perplexity(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_plan(CLI::App& app);
+void register_calibrate(CLI::App& app);
 
 }  // namespace mox::cli

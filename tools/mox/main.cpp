@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     mox::cli::register_convert(app);
     mox::cli::register_bench(app);
     mox::cli::register_plan(app);
+    mox::cli::register_calibrate(app);
     try {
         std::vector<std::string> args = expand_llama_style_options(argc, argv);
         std::vector<char*> ptrs;

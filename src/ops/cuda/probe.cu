@@ -1,0 +1,240 @@
+// The measurements behind `mox calibrate`'s GPU profile (ops/cuda_probe.h).
+#include "ops/cuda_memory.h"
+#include "ops/cuda_probe.h"
+#include "quant/cuda/check.cuh"
+#include "quant/cuda_matmul.h"
+#include "quant/cuda_matvec.h"
+#include "quant/random_blocks.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace mox::cuda {
+
+namespace {
+
+// The smallest kernel there is: one warp bumps a counter. Consecutive launches touch the same word,
+// so they also depend on each other through memory, as a decode graph's kernels do.
+__global__ void tick_kernel(int* counter) {
+    if (threadIdx.x == 0) counter[0] += 1;
+}
+
+void tick(int* counter, cudaStream_t stream) {
+    tick_kernel<<<1, 32, 0, stream>>>(counter);
+    MOX_CUDA_CHECK_LAUNCH("tick_kernel");
+}
+
+// Host callback with nothing to do: its cost is the hand-off itself (driver thread wake-up and the
+// stream waiting for it), which is what a CPU-expert layer adds to a decode step beyond its work.
+void CUDART_CB empty_host_fn(void*) {}
+
+float median(std::vector<float> v) {
+    MOX_CHECK(!v.empty());
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// Median milliseconds of `reps` timed calls of fn on `stream`, after `warmup` untimed ones.
+template <typename Fn>
+float time_ms(cudaStream_t stream, int warmup, int reps, Fn&& fn) {
+    MOX_CHECK(reps >= 1, "{} repetitions", reps);
+    for (int i = 0; i < warmup; ++i) fn();
+    MOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    Event a, b;
+    std::vector<float> ms;
+    ms.reserve(static_cast<size_t>(reps));
+    for (int i = 0; i < reps; ++i) {
+        a.record(stream);
+        fn();
+        b.record(stream);
+        b.synchronize();
+        ms.push_back(Event::elapsed_ms(a, b));
+    }
+    return median(std::move(ms));
+}
+
+// Captures whatever `body` enqueues on `stream` into a graph (leaving capture mode if it throws).
+template <typename Fn>
+Graph capture(cudaStream_t stream, Fn&& body) {
+    Graph::begin_capture(stream);
+    try {
+        body();
+    } catch (...) {
+        Graph::abort_capture(stream);
+        throw;
+    }
+    return Graph::end_capture(stream);
+}
+
+// A device weight of n_out rows x row_bytes filled with random valid blocks of `type`: a pool of up
+// to 64 rows is made on the host and uploaded once, then repeated by device copies that double the
+// filled part each time (the kernels' speed depends on addresses, not on the values repeating).
+// The 16 bytes after the last row are zeroed (cuda_matvec.h: vector loads may touch them).
+DeviceBuffer random_weight(quant::TypeId type, int64_t n_in, int64_t n_out, cudaStream_t stream) {
+    const quant::TypeTraits& tr = quant::traits(type);
+    const size_t rb = quant::row_bytes(type, n_in);
+    const size_t bytes = rb * static_cast<size_t>(n_out);
+    const int64_t pool_rows = std::min<int64_t>(64, n_out);
+    const std::vector<uint8_t> pool =
+        quant::random_valid_blocks(type, pool_rows * (n_in / tr.block_elems), 17);
+    DeviceBuffer w(bytes + 16);
+    w.upload(pool.data(), pool.size(), 0, stream);
+    size_t filled = pool.size();
+    while (filled < bytes) {
+        const size_t n = std::min(filled, bytes - filled);  // [0, n) -> [filled, filled + n): disjoint
+        MOX_CUDA_CHECK(
+            cudaMemcpyAsync(w.as<uint8_t>() + filled, w.data(), n, cudaMemcpyDeviceToDevice, stream));
+        filled += n;
+    }
+    MOX_CUDA_CHECK(cudaMemsetAsync(w.as<uint8_t>() + bytes, 0, 16, stream));
+    MOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return w;
+}
+
+DeviceBuffer random_floats(size_t n, uint32_t seed, cudaStream_t stream) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> host(n);
+    for (float& v : host) v = dist(rng);
+    DeviceBuffer d(n * sizeof(float));
+    d.upload(host.data(), n * sizeof(float), 0, stream);
+    MOX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return d;
+}
+
+}  // namespace
+
+DeviceMemoryUse probe_memory_use() {
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    // cudaFree(nullptr) is the documented no-op that forces the primary context into existence.
+    MOX_CUDA_CHECK(cudaFree(nullptr));
+    size_t free_b = 0, total_b = 0;
+    MOX_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    cudaDeviceProp prop{};
+    MOX_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    DeviceMemoryUse out;
+    out.name = prop.name;
+    out.total_bytes = total_b;
+    out.used_bytes = total_b - std::min(free_b, total_b);
+    return out;
+}
+
+double probe_h2d_gbps(bool pinned, size_t bytes, int reps) {
+    MOX_CHECK(bytes >= 4096, "copy of {} bytes", bytes);
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    PinnedBuffer pinned_src;
+    std::unique_ptr<uint8_t[]> pageable_src;
+    const void* src = nullptr;
+    if (pinned) {
+        std::string why;
+        for (size_t n = bytes;; n /= 2) {
+            pinned_src = PinnedBuffer::try_alloc(n, &why);
+            if (!pinned_src.empty() || n / 2 < (size_t{16} << 20)) break;
+        }
+        if (pinned_src.empty()) fail("h2d probe: cannot page-lock a copy buffer: {}", why);
+        bytes = pinned_src.size();
+        std::memset(pinned_src.data(), 0x5a, bytes);
+        src = pinned_src.data();
+    } else {
+        pageable_src.reset(new uint8_t[bytes]);
+        std::memset(pageable_src.get(), 0x5a, bytes);  // fault the pages in before timing
+        src = pageable_src.get();
+    }
+    Stream stream;
+    DeviceBuffer dst(bytes);
+    const float ms = time_ms(stream.handle(), 1, reps, [&] {
+        MOX_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream.handle()));
+    });
+    return static_cast<double>(bytes) / (static_cast<double>(ms) * 1e-3) / 1e9;
+}
+
+double probe_host_roundtrip_s(int iterations, int reps) {
+    MOX_CHECK(iterations >= 1, "{} iterations", iterations);
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr size_t kBytes = 8 << 10;
+    std::string why;
+    PinnedBuffer host = PinnedBuffer::try_alloc(kBytes, &why);
+    if (host.empty()) fail("host round-trip probe: cannot page-lock {} bytes: {}", kBytes, why);
+    std::memset(host.data(), 0, kBytes);
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    DeviceBuffer counter(sizeof(int)), dev(kBytes);
+    counter.zero(s);
+    dev.zero(s);
+    MOX_CUDA_CHECK(cudaStreamSynchronize(s));
+    int* c = counter.as<int>();
+    const Graph with_host = capture(s, [&] {
+        for (int i = 0; i < iterations; ++i) {
+            tick(c, s);
+            MOX_CUDA_CHECK(cudaMemcpyAsync(host.data(), dev.data(), kBytes, cudaMemcpyDeviceToHost, s));
+            MOX_CUDA_CHECK(cudaLaunchHostFunc(s, empty_host_fn, nullptr));
+            MOX_CUDA_CHECK(cudaMemcpyAsync(dev.data(), host.data(), kBytes, cudaMemcpyHostToDevice, s));
+            tick(c, s);
+        }
+    });
+    const Graph kernels_only = capture(s, [&] {
+        for (int i = 0; i < iterations; ++i) {
+            tick(c, s);
+            tick(c, s);
+        }
+    });
+    const float ms_with = time_ms(s, 2, reps, [&] { with_host.launch(s); });
+    const float ms_without = time_ms(s, 2, reps, [&] { kernels_only.launch(s); });
+    return (static_cast<double>(ms_with) - static_cast<double>(ms_without)) * 1e-3 / iterations;
+}
+
+double probe_launch_gap_s(int kernels, int reps) {
+    MOX_CHECK(kernels >= 1, "{} kernels", kernels);
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    DeviceBuffer counter(sizeof(int));
+    counter.zero(s);
+    MOX_CUDA_CHECK(cudaStreamSynchronize(s));
+    int* c = counter.as<int>();
+    const Graph graph = capture(s, [&] {
+        for (int i = 0; i < kernels; ++i) tick(c, s);
+    });
+    const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
+    return static_cast<double>(ms) * 1e-3 / kernels;
+}
+
+double probe_matvec_gbps(quant::TypeId type, size_t min_bytes, int reps) {
+    if (!matvec_supported(type)) fail("matvec probe: no CUDA matvec kernel for {}", quant::type_name(type));
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t kIn = 2048;  // the model's n_embd: decode matvecs read rows of this length
+    const size_t rb = quant::row_bytes(type, kIn);
+    const int64_t n_out = std::max<int64_t>(1, static_cast<int64_t>((min_bytes + rb - 1) / rb));
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    const DeviceBuffer w = random_weight(type, kIn, n_out, s);
+    const DeviceBuffer x = random_floats(kIn, 3, s);
+    DeviceBuffer y(static_cast<size_t>(n_out) * sizeof(float));
+    const float ms = time_ms(
+        s, 2, reps, [&] { matvec(type, w.data(), rb, kIn, n_out, x.as<float>(), 1, y.as<float>(), s); });
+    return static_cast<double>(rb) * static_cast<double>(n_out) / (static_cast<double>(ms) * 1e-3) / 1e9;
+}
+
+double probe_matmul_tflops(quant::TypeId type, int64_t n_tokens, int reps) {
+    if (!matmul_supported(type)) fail("matmul probe: no CUDA matmul kernel for {}", quant::type_name(type));
+    MOX_CHECK(n_tokens >= 1, "{} tokens", n_tokens);
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t kIn = 2048, kOut = 8192;
+    const size_t rb = quant::row_bytes(type, kIn);
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    const DeviceBuffer w = random_weight(type, kIn, kOut, s);
+    const DeviceBuffer x = random_floats(static_cast<size_t>(n_tokens * kIn), 5, s);
+    DeviceBuffer y(static_cast<size_t>(n_tokens * kOut) * sizeof(float));
+    DeviceBuffer workspace(matmul_workspace_bytes(type, kIn, kOut, n_tokens));
+    const float ms = time_ms(s, 2, reps, [&] {
+        matmul(type, w.data(), rb, kIn, kOut, x.as<float>(), n_tokens, y.as<float>(), workspace.data(), s);
+    });
+    const double flops = 2.0 * static_cast<double>(n_tokens) * kIn * kOut;
+    return flops / (static_cast<double>(ms) * 1e-3) / 1e12;
+}
+
+}  // namespace mox::cuda

@@ -1,0 +1,55 @@
+// Short measurements of CUDA device 0 for `mox calibrate` (issue 6: the hardware profile the planner's
+// speed model reads, plan/hardware.h). Plain C++ (no CUDA headers, STYLE.md #8); the implementation
+// is ops/cuda/probe.cu, linked only with -DMOX_CUDA=ON. Every call makes device 0 current, checks
+// every CUDA call (mox::Error on failure), times with CUDA events after warm-up runs, and returns the
+// median of its repetitions. Rates use decimal units: GB/s = 1e9 bytes/s, TFLOP/s = 1e12 FLOP/s,
+// with one multiply-add counted as 2 FLOPs.
+#pragma once
+
+#include "quant/types.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace mox::cuda {
+
+struct DeviceMemoryUse {
+    std::string name;          // "NVIDIA H200"
+    uint64_t total_bytes = 0;  // cudaMemGetInfo's total
+    // total - free at the time of the call. This is everything in use on the device, including
+    // other processes' contexts and allocations: on a shared GPU it overstates mox's own cost.
+    uint64_t used_bytes = 0;
+};
+
+// Creates the CUDA context on device 0 if the process has none yet and reads the device's memory
+// use. Called first thing in a process (before any allocation) it is the context's own footprint;
+// called again after the other probes freed their buffers it also counts the kernels they loaded
+// (CUDA loads modules lazily, at first launch).
+DeviceMemoryUse probe_memory_use();
+
+// cudaMemcpyAsync host -> device of `bytes` on a non-blocking stream, GB/s. pinned: from page-locked
+// memory (cudaHostAlloc; halved down to 16 MiB where the driver refuses the size, an error below
+// that); otherwise from ordinary malloc'ed memory, touched first so no page fault is timed.
+double probe_h2d_gbps(bool pinned, size_t bytes = size_t{256} << 20, int reps = 5);
+
+// The fixed cost of one hybrid hand-off inside a CUDA graph, in seconds: a graph of `iterations`
+// repetitions of [tiny kernel -> 8 KiB device->host copy into pinned memory -> empty host callback ->
+// 8 KiB host->device copy -> tiny kernel], minus the same graph with only the two kernels, per
+// iteration.
+double probe_host_roundtrip_s(int iterations = 50, int reps = 10);
+
+// Seconds per kernel of a replayed graph of `kernels` tiny dependent kernels (one warp each): what
+// every launch of a decode graph costs beyond its memory traffic.
+double probe_launch_gap_s(int kernels = 400, int reps = 10);
+
+// cuda::matvec with 1 column over one 2048-column matrix of at least `min_bytes` of `type` (far
+// larger than L2 at the default, so the weight streams from HBM), from random valid blocks: weight
+// bytes per second, GB/s. Throws mox::Error for a type without a matvec kernel.
+double probe_matvec_gbps(quant::TypeId type, size_t min_bytes = size_t{256} << 20, int reps = 20);
+
+// cuda::matmul of `n_tokens` fp32 tokens through a 2048 -> 8192 weight of `type` (random valid
+// blocks): TFLOP/s (2 * n_tokens * 2048 * 8192 FLOPs per call).
+double probe_matmul_tflops(quant::TypeId type, int64_t n_tokens = 512, int reps = 10);
+
+}  // namespace mox::cuda

@@ -1,0 +1,76 @@
+// `mox calibrate`: measures the numbers of a HardwareProfile (plan/hardware.h) on this machine. The
+// CPU side runs mox's own operators (ops::moe_ffn on expert stacks of the real model's shape) on a
+// mox ThreadPool; the GPU side (builds with CUDA, device 0) runs the probes of ops/cuda_probe.h.
+// Every measurement is the median of its repetitions after warm-up. Units: GB/s = 1e9 bytes/s,
+// GFLOP/s = 1e9 FLOP/s, a multiply-add counted as 2 FLOPs (as the GPU's TFLOP/s).
+#pragma once
+
+#include "plan/hardware.h"
+#include "quant/types.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mox::plan {
+
+// The weight types measured when none are asked for: what Qwen3.5/3.6-MoE GGUFs store experts in.
+std::vector<quant::TypeId> default_calibration_types();
+
+struct CalibrateOptions {
+    int threads = 0;  // <= 0: one per physical core (mox's default)
+    std::vector<quant::TypeId> types = default_calibration_types();
+
+    // DRAM: every thread streams its share of a buffer of this size, `dram_reps` times.
+    uint64_t dram_bytes = uint64_t{1} << 30;
+    int dram_reps = 5;
+
+    // Experts: a stack of the model's expert shape (n_embd 2048, n_ff 512) with at least this many
+    // bytes of one type, so that random experts come from DRAM, not from the caches. 0: four times
+    // the last-level cache (1 GiB when unknown), at most a quarter of RAM.
+    uint64_t expert_stack_bytes = 0;
+    int expert_k = 8;      // experts per token (the model's top-k)
+    int decode_reps = 40;  // batch-1 calls, each with k fresh random experts
+    int64_t prefill_tokens = 256;
+    int prefill_reps = 3;
+
+    bool gpu = true;  // run the GPU probes (builds with CUDA and a device present)
+    // GPU probe sizes (ops/cuda_probe.h).
+    uint64_t gpu_copy_bytes = uint64_t{256} << 20;
+    uint64_t gpu_matvec_bytes = uint64_t{256} << 20;
+    int gpu_reps = 10;
+    int64_t gpu_matmul_tokens = 512;
+
+    std::string mox_commit;  // recorded in the profile
+
+    // Called before each step with a short description ("DRAM read", "CPU experts Q4_K"...).
+    std::function<void(const std::string&)> progress;
+};
+
+// Smaller sizes and fewer repetitions (a few seconds): for tests and a first look.
+CalibrateOptions quick_calibrate_options();
+
+// MemTotal of /proc/meminfo in bytes (0 when it cannot be read).
+uint64_t host_ram_bytes();
+// RLIMIT_MEMLOCK's soft limit, or `ram` where it is unlimited: how much host memory may be pinned.
+uint64_t host_lockable_bytes(uint64_t ram);
+
+// All threads of a ThreadPool of `threads` (<= 0: physical cores) read a buffer of `bytes`; GB/s.
+double measure_dram_gbps(int threads, uint64_t bytes, int reps);
+
+struct ExpertRates {
+    double gbps = 0;    // batch 1: expert weight bytes read per second, GB/s
+    double gflops = 0;  // prefill_tokens tokens: GFLOP/s
+};
+// ops::moe_ffn on a stack of `type` experts (see CalibrateOptions), batch 1 and a prefill batch.
+ExpertRates measure_expert_rates(quant::TypeId type, const CalibrateOptions& o);
+
+// The CPU part of the profile.
+CpuProfile calibrate_cpu(const CalibrateOptions& o);
+
+// The whole profile: host facts, CPU and (when there is one and o.gpu) the GPU. `notes` receives
+// remarks for the user (e.g. that the GPU's memory use includes other processes).
+HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* notes = nullptr);
+
+}  // namespace mox::plan

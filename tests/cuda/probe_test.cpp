@@ -1,0 +1,89 @@
+// The calibration probes (ops/cuda_probe.h) on the real device: each returns a finite, positive
+// number, and the numbers relate as the hardware must (pinned copies are not slower than pageable
+// ones, no rate exceeds what the device or the bus could physically do). The probes' values are
+// printed for the record; the timing-dependent checks are loose properties, not expected numbers.
+#include "cuda_test_util.h"
+
+#include "core/error.h"
+#include "ops/cuda_device.h"
+#include "ops/cuda_probe.h"
+#include "quant/types.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace mox::cuda {
+namespace {
+
+using quant::TypeId;
+
+bool finite_positive(double v) {
+    return std::isfinite(v) && v > 0;
+}
+
+TEST(CudaProbe, MemoryUse) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const DeviceMemoryUse m = probe_memory_use();
+    std::printf("[probe] %s: %.1f MiB of %.1f GiB in use (all processes)\n", m.name.c_str(),
+                m.used_bytes / 1048576.0, m.total_bytes / 1073741824.0);
+    EXPECT_FALSE(m.name.empty());
+    EXPECT_GT(m.total_bytes, uint64_t{1} << 30);
+    EXPECT_GT(m.used_bytes, 0u);  // a context always costs something
+    EXPECT_LT(m.used_bytes, m.total_bytes);
+    // An allocation of ours shows up in the next reading (other processes may change it too, so only
+    // a lower bound of half of it is asserted).
+    const uint64_t before = m.used_bytes;
+    DeviceBuffer b(size_t{256} << 20);
+    b.zero();
+    device_synchronize();
+    EXPECT_GE(probe_memory_use().used_bytes, before + (uint64_t{128} << 20));
+}
+
+TEST(CudaProbe, HostToDeviceCopies) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const double pinned = probe_h2d_gbps(true, size_t{64} << 20, 3);
+    const double pageable = probe_h2d_gbps(false, size_t{64} << 20, 3);
+    std::printf("[probe] host->device: pinned %.1f GB/s, pageable %.1f GB/s\n", pinned, pageable);
+    EXPECT_TRUE(finite_positive(pinned));
+    EXPECT_TRUE(finite_positive(pageable));
+    EXPECT_GE(pinned, 0.5 * pageable);
+    EXPECT_LT(pinned, 1000.0);  // beyond any PCIe or NVLink-C2C link
+}
+
+TEST(CudaProbe, LaunchGapAndHostRoundTrip) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const double gap = probe_launch_gap_s(400, 5);
+    const double rt = probe_host_roundtrip_s(20, 5);
+    std::printf("[probe] graph launch gap %.2f us per kernel, host round trip %.2f us\n", gap * 1e6,
+                rt * 1e6);
+    EXPECT_TRUE(finite_positive(gap));
+    EXPECT_TRUE(finite_positive(rt));
+    EXPECT_LT(gap, 1e-3);  // a kernel node costs microseconds, never a millisecond
+    // Two copies and a host callback cost more than the launch of one kernel node.
+    EXPECT_GT(rt, gap);
+    EXPECT_LT(rt, 0.1);
+}
+
+TEST(CudaProbe, MatvecAndMatmulRates) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const auto devs = ops::cuda_devices();
+    ASSERT_FALSE(devs.empty());
+    const double peak_gbps = devs[0].peak_bandwidth / 1e9;
+    for (const TypeId t : {TypeId::q4_k, TypeId::q8_0, TypeId::iq2_xxs, TypeId::mxfp4}) {
+        const double gbps = probe_matvec_gbps(t, size_t{128} << 20, 5);
+        const double tflops = probe_matmul_tflops(t, 512, 3);
+        std::printf("[probe] %-8s matvec %.1f GB/s (peak %.0f), matmul 512 tokens %.2f TFLOP/s\n",
+                    std::string(quant::type_name(t)).c_str(), gbps, peak_gbps, tflops);
+        EXPECT_TRUE(finite_positive(gbps)) << quant::type_name(t);
+        EXPECT_TRUE(finite_positive(tflops)) << quant::type_name(t);
+        // 128 MiB streams from HBM (larger than any L2), so it cannot beat the memory's peak by much.
+        if (peak_gbps > 0) {
+            EXPECT_LT(gbps, 1.5 * peak_gbps) << quant::type_name(t);
+        }
+        EXPECT_LT(tflops, 5000.0) << quant::type_name(t);  // beyond any GPU's fp16 tensor cores
+    }
+    EXPECT_THROW(probe_matvec_gbps(TypeId::q8_k, size_t{1} << 20, 1), Error);
+}
+
+}  // namespace
+}  // namespace mox::cuda

@@ -1,0 +1,71 @@
+// The CPU calibration on small sizes (the CI has 2 cores and runs this under ASan): every number is
+// finite and positive, DRAM bandwidth is within what any machine can do, the per-type tables hold
+// exactly the types asked for, and the host facts are read.
+#include "plan/calibrate.h"
+#include "core/error.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace mox::plan {
+namespace {
+
+CalibrateOptions small_options() {
+    CalibrateOptions o = quick_calibrate_options();
+    o.threads = 2;
+    o.types = {quant::TypeId::q4_k};
+    o.dram_bytes = uint64_t{32} << 20;
+    o.dram_reps = 2;
+    o.expert_stack_bytes = uint64_t{8} << 20;  // the minimum of 2k = 16 experts applies (~27 MB)
+    o.decode_reps = 3;
+    o.prefill_tokens = 16;
+    o.prefill_reps = 1;
+    o.gpu = false;
+    return o;
+}
+
+TEST(Calibrate, CpuNumbersAreFiniteAndPositive) {
+    std::vector<std::string> steps;
+    CalibrateOptions o = small_options();
+    o.progress = [&](const std::string& s) { steps.push_back(s); };
+    const CpuProfile cpu = calibrate_cpu(o);
+    EXPECT_EQ(cpu.threads, 2);
+    EXPECT_TRUE(std::isfinite(cpu.dram_gbps));
+    EXPECT_GT(cpu.dram_gbps, 0.1);
+    EXPECT_LT(cpu.dram_gbps, 10000.0);
+    ASSERT_EQ(cpu.expert_gbps.size(), 1u);
+    ASSERT_EQ(cpu.expert_gflops.size(), 1u);
+    for (const auto* m : {&cpu.expert_gbps, &cpu.expert_gflops}) {
+        ASSERT_EQ(m->count("Q4_K"), 1u);
+        EXPECT_TRUE(std::isfinite(m->at("Q4_K")));
+        EXPECT_GT(m->at("Q4_K"), 0.0);
+    }
+    EXPECT_EQ(steps.size(), 2u);  // DRAM, then one type
+}
+
+TEST(Calibrate, WholeProfileWithoutGpu) {
+    const HardwareProfile p = calibrate(small_options());
+    EXPECT_TRUE(p.measured);
+    EXPECT_FALSE(p.machine.empty());
+    EXPECT_EQ(p.created.size(), 20u);  // 2026-11-29T19:00:00Z
+    EXPECT_GT(p.host_ram_bytes, uint64_t{64} << 20);
+    EXPECT_GT(p.host_lockable_bytes, 0u);
+    EXPECT_LE(p.host_lockable_bytes, p.host_ram_bytes);
+    EXPECT_FALSE(p.gpu.has_value());
+    EXPECT_EQ(p.cpu.expert_gbps.size(), 1u);
+}
+
+TEST(Calibrate, HostLockableIsCappedByRam) {
+    EXPECT_LE(host_lockable_bytes(4096), 4096u);
+    EXPECT_GT(host_ram_bytes(), 0u);
+}
+
+TEST(Calibrate, RefusesTypesThatCannotBeExperts) {
+    CalibrateOptions o = small_options();
+    EXPECT_THROW(measure_expert_rates(quant::TypeId::i32, o), Error);
+    EXPECT_THROW(measure_expert_rates(quant::TypeId::q8_k, o), Error);
+}
+
+}  // namespace
+}  // namespace mox::plan
