@@ -78,8 +78,9 @@ PlanConstraints constraints_from_flags(const gguf::File& file, const place::Plac
     for (const place::TensorEntry& e : p_all.tensors()) {
         if (e.part != place::ExpertPart::none || e.layer >= n_trunk) continue;
         if (e.cls == models::TensorClass::embedding) {
+            // place_from_flags keeps it mapped unless a rule says otherwise (llama.cpp's input layer).
             if (p_none.tensor(e.name).tier == place::Tier::gpu) c.token_embd = place::Tier::gpu;
-            else if (e.tier != place::Tier::gpu) c.token_embd = e.tier;
+            else if (e.tier != place::Tier::mmap_host) c.token_embd = e.tier;
             continue;
         }
         if (e.tier != place::Tier::gpu)
