@@ -58,14 +58,14 @@ uint64_t default_margin(uint64_t budget);
 // What manual flags pin down; everything left open is searched.
 struct PlanConstraints {
     // Trunk layer -> the tier its routed experts must have (gpu, pinned_host or mmap_host).
-    std::map<int64_t, place::Tier> layer_experts;
+    std::map<int64_t, place::Tier> layer_experts{};
     // The tier of the host layers the search chooses; nullopt: pinned_host when it fits the
     // locked-memory and RAM budgets, else mmap_host.
-    std::optional<place::Tier> host_tier;
-    std::optional<quant::TypeId> k_type, v_type;  // fixed KV cache types
-    std::optional<int64_t> n_ubatch;
-    std::optional<bool> stream_experts;  // default true: prefill streams host layers' experts
-    std::optional<place::Tier> token_embd;  // default mmap_host (gpu when the file has no output.weight)
+    std::optional<place::Tier> host_tier{};
+    std::optional<quant::TypeId> k_type{}, v_type{};  // fixed KV cache types
+    std::optional<int64_t> n_ubatch{};
+    std::optional<bool> stream_experts{};  // default true: prefill streams host layers' experts
+    std::optional<place::Tier> token_embd{};  // default mmap_host (gpu when the file has no output.weight)
 };
 
 // The constraints that llama.cpp-style placement flags express (flags.h), for a searched plan:
@@ -79,15 +79,15 @@ struct PlanRequest {
     place::Placement base;  // the file's tensors (Placement::uniform(file, Tier::gpu)); tiers are reset
     models::Qwen35MoeHparams hparams;
     HardwareProfile profile;
-    std::optional<uint64_t> vram_budget;  // default: the profile's GPU memory (a larger one is clipped)
-    std::optional<uint64_t> ram_budget;   // default: the profile's host RAM (0 there: not checked)
-    std::optional<uint64_t> vram_margin;  // default: default_margin(vram budget)
-    std::optional<uint64_t> ram_margin;   // default: default_margin(ram budget)
-    std::optional<int64_t> n_ctx;         // nullopt: the largest context that fits (`--ctx max`)
+    std::optional<uint64_t> vram_budget{};  // default: the profile's GPU memory (a larger one is clipped)
+    std::optional<uint64_t> ram_budget{};   // default: the profile's host RAM (0 there: not checked)
+    std::optional<uint64_t> vram_margin{};  // default: default_margin(vram budget)
+    std::optional<uint64_t> ram_margin{};   // default: default_margin(ram budget)
+    std::optional<int64_t> n_ctx{};         // nullopt: the largest context that fits (`--ctx max`)
     int64_t n_seq = 1;                    // sequences whose KV/state the cache holds
     Goal goal = Goal::decode;
     int64_t prompt_tokens = 0;  // prefill is predicted for this prompt; 0: min(n_ctx, 4096)
-    PlanConstraints constraints;
+    PlanConstraints constraints{};
 };
 
 // One evaluated configuration: a row of the table `mox plan` prints.
