@@ -46,6 +46,10 @@ uint64_t default_margin(uint64_t budget) {
     return std::max<uint64_t>(budget / 50, 256ull << 20);
 }
 
+uint64_t default_ram_margin(uint64_t budget) {
+    return std::max<uint64_t>(budget / 10, 2ull << 30);
+}
+
 place::Allowance allowance_from_profile(const HardwareProfile& p) {
     place::Allowance a;
     if (p.gpu && p.gpu->context_bytes > 0) {
@@ -60,12 +64,15 @@ place::Allowance allowance_from_profile(const HardwareProfile& p) {
 PlanConstraints constraints_from_flags(const gguf::File& file, const place::PlacementFlags& flags) {
     // Every tensor on the GPU unless a rule says otherwise (p_all), and nothing on the GPU unless a
     // rule says so (p_none): a tier that differs from the default in either came from a rule.
-    const place::Placement p_all = place::place_from_flags(file, {.n_gpu_layers = -1, .overrides = flags.overrides});
-    const place::Placement p_none = place::place_from_flags(file, {.n_gpu_layers = 0, .overrides = flags.overrides});
+    const place::Placement p_all =
+        place::place_from_flags(file, {.n_gpu_layers = -1, .overrides = flags.overrides});
+    const place::Placement p_none =
+        place::place_from_flags(file, {.n_gpu_layers = 0, .overrides = flags.overrides});
     if (flags.n_gpu_layers != 0 && flags.n_gpu_layers != -1 && flags.n_gpu_layers <= p_all.n_layer())
-        fail("-ngl {}: a searched plan keeps every non-expert weight on the GPU; leave -ngl out (or all) and "
-             "constrain the experts with --n-cpu-moe, --moe-cpu-layers or -ot",
-             flags.n_gpu_layers);
+        fail(
+            "-ngl {}: a searched plan keeps every non-expert weight on the GPU; leave -ngl out (or all) and "
+            "constrain the experts with --n-cpu-moe, --moe-cpu-layers or -ot",
+            flags.n_gpu_layers);
     const std::string arch = file.get_string_or("general.architecture", "");
     const auto n_nextn = static_cast<int64_t>(file.get_uint_or(arch + ".nextn_predict_layers", 0));
     const int64_t n_trunk = p_all.n_layer() - n_nextn;
@@ -79,20 +86,26 @@ PlanConstraints constraints_from_flags(const gguf::File& file, const place::Plac
         if (e.part != place::ExpertPart::none || e.layer >= n_trunk) continue;
         if (e.cls == models::TensorClass::embedding) {
             // place_from_flags keeps it mapped unless a rule says otherwise (llama.cpp's input layer).
-            if (p_none.tensor(e.name).tier == place::Tier::gpu) c.token_embd = place::Tier::gpu;
-            else if (e.tier != place::Tier::mmap_host) c.token_embd = e.tier;
+            if (p_none.tensor(e.name).tier == place::Tier::gpu)
+                c.token_embd = place::Tier::gpu;
+            else if (e.tier != place::Tier::mmap_host)
+                c.token_embd = e.tier;
             continue;
         }
         if (e.tier != place::Tier::gpu)
-            fail("{} moves {} to {}: a searched plan keeps every non-expert weight of the trunk and the output "
-                 "head on the GPU (only routed experts and token_embd may live on the host)",
-                 origin_of(e.name), e.name, place::tier_name(e.tier));
+            fail(
+                "{} moves {} to {}: a searched plan keeps every non-expert weight of the trunk and the "
+                "output "
+                "head on the GPU (only routed experts and token_embd may live on the host)",
+                origin_of(e.name), e.name, place::tier_name(e.tier));
     }
     for (int64_t l = 0; l < n_trunk; ++l) {
         if (!p_all.has_experts(l)) continue;
         const place::Tier host = p_all.expert_tier(l, 0);
-        if (host != place::Tier::gpu) c.layer_experts[l] = host;
-        else if (p_none.expert_tier(l, 0) == place::Tier::gpu) c.layer_experts[l] = place::Tier::gpu;
+        if (host != place::Tier::gpu)
+            c.layer_experts[l] = host;
+        else if (p_none.expert_tier(l, 0) == place::Tier::gpu)
+            c.layer_experts[l] = place::Tier::gpu;
     }
     return c;
 }
@@ -146,7 +159,7 @@ struct Search {
     bool has_gpu = false;
     uint64_t vram_budget = 0, vram_margin = 0, ram_budget = 0, ram_margin = 0;
     place::Allowance allowance;
-    place::Placement work;            // everything in its fixed place; free expert layers on the GPU
+    place::Placement work;             // everything in its fixed place; free expert layers on the GPU
     std::vector<int64_t> forced_host;  // layers whose experts the constraints put on the host
     std::vector<int64_t> order;        // free layers, the first to move to the host first
     std::vector<KvOption> kv_options;
@@ -176,8 +189,10 @@ struct Search {
     place::CacheOptions cache(const KvOption& kv, int64_t n_ctx) const {
         return {.n_ctx = n_ctx, .k_type = kv.k, .v_type = kv.v, .n_seq = req.n_seq};
     }
-    place::MemoryPrediction memory(const place::Placement& p, const place::CacheOptions& c, int64_t ub) const {
-        return place::predict_memory(p, hp, c, allowance, place::RunShape{.n_ubatch = ub, .stream_experts = stream});
+    place::MemoryPrediction memory(const place::Placement& p, const place::CacheOptions& c,
+                                   int64_t ub) const {
+        return place::predict_memory(p, hp, c, allowance,
+                                     place::RunShape{.n_ubatch = ub, .stream_experts = stream});
     }
     // Empty when the prediction fits both budgets with their margins; else why not.
     std::string misfit(const place::MemoryPrediction& m) const {
@@ -219,7 +234,7 @@ void Search::resolve_budgets() {
         ram_budget = prof.host_ram_bytes;
     }
     if (ram_budget == 0) notes.push_back("host RAM unknown (profile host_ram_bytes = 0): RAM is not checked");
-    ram_margin = ram_budget > 0 ? req.ram_margin.value_or(default_margin(ram_budget)) : 0;
+    ram_margin = ram_budget > 0 ? req.ram_margin.value_or(default_ram_margin(ram_budget)) : 0;
     allowance = allowance_from_profile(prof);
 }
 
@@ -235,7 +250,8 @@ void Search::build_work() {
     for (const place::TensorEntry& e : work.tensors()) {
         if (e.part != place::ExpertPart::none) continue;
         place::Tier t = place::Tier::gpu;
-        if (!has_gpu || e.layer >= hp.n_trunk() || e.cls == models::TensorClass::mtp) t = place::Tier::mmap_host;
+        if (!has_gpu || e.layer >= hp.n_trunk() || e.cls == models::TensorClass::mtp)
+            t = place::Tier::mmap_host;
         else if (e.cls == models::TensorClass::embedding)
             t = c.token_embd.value_or(has_output ? place::Tier::mmap_host : place::Tier::gpu);
         work.set_tier(e.name, t);
@@ -247,8 +263,10 @@ void Search::build_work() {
     for (int64_t l = 0; l < hp.n_layer; ++l) {
         if (!work.has_experts(l)) continue;
         place::Tier t = has_gpu ? place::Tier::gpu : place::Tier::mmap_host;
-        if (l >= hp.n_trunk()) t = place::Tier::mmap_host;
-        else if (auto it = c.layer_experts.find(l); it != c.layer_experts.end() && has_gpu) t = it->second;
+        if (l >= hp.n_trunk())
+            t = place::Tier::mmap_host;
+        else if (auto it = c.layer_experts.find(l); it != c.layer_experts.end() && has_gpu)
+            t = it->second;
         work.set_layer_experts(l, t);
         if (l < hp.n_trunk() && t != place::Tier::gpu && has_gpu) forced_host.push_back(l);
     }
@@ -296,7 +314,8 @@ void Search::resolve_options() {
                 place::validate_cache_options(hp, {.n_ctx = 1, .k_type = k, .v_type = v, .n_seq = req.n_seq});
             } catch (const Error& e) {
                 if (c.k_type && c.v_type) throw;
-                notes.push_back(fmt::format("KV {}/{} skipped: {}", quant::type_name(k), quant::type_name(v), e.what()));
+                notes.push_back(
+                    fmt::format("KV {}/{} skipped: {}", quant::type_name(k), quant::type_name(v), e.what()));
                 continue;
             }
             kv_options.push_back({k, v});
@@ -365,7 +384,8 @@ size_t choose(Goal g, const std::vector<PlanCandidate>& rows) {
     for (size_t i : fit) best = std::max(best, objective(g, rows[i]));
     std::pair<int, int> cls{-1, -1};
     for (size_t i : fit)
-        if (g == Goal::context || objective(g, rows[i]) >= (1.0 - kKvTolerance) * best) cls = std::max(cls, quality(i));
+        if (g == Goal::context || objective(g, rows[i]) >= (1.0 - kKvTolerance) * best)
+            cls = std::max(cls, quality(i));
     size_t pick = rows.size();
     for (size_t i : fit) {
         if (quality(i) != cls) continue;
@@ -406,12 +426,14 @@ PlanResult plan_auto(const PlanRequest& req) {
     } else {
         n_ctx = s.max_context();
         if (n_ctx == 0) {
-            const place::MemoryPrediction m = s.memory(s.with_host(s.host_tiers.back(), s.order.size()),
-                                                       s.cache(s.kv_options.back(), kCtxStep), s.ubatches.front());
-            fail("nothing fits, not even {} tokens of context: the smallest configuration (every expert layer "
-                 "the constraints allow on the host, KV {}/{}, n_ubatch {}) fails: {}",
-                 kCtxStep, quant::type_name(s.kv_options.back().k), quant::type_name(s.kv_options.back().v),
-                 s.ubatches.front(), s.misfit(m));
+            const place::MemoryPrediction m =
+                s.memory(s.with_host(s.host_tiers.back(), s.order.size()),
+                         s.cache(s.kv_options.back(), kCtxStep), s.ubatches.front());
+            fail(
+                "nothing fits, not even {} tokens of context: the smallest configuration (every expert layer "
+                "the constraints allow on the host, KV {}/{}, n_ubatch {}) fails: {}",
+                kCtxStep, quant::type_name(s.kv_options.back().k), quant::type_name(s.kv_options.back().v),
+                s.ubatches.front(), s.misfit(m));
         }
     }
 
@@ -484,10 +506,12 @@ PlanResult plan_auto(const PlanRequest& req) {
             r.table.push_back(std::move(**row));
         }
     if (std::none_of(r.table.begin(), r.table.end(), [](const PlanCandidate& c) { return c.fits; }))
-        fail("nothing fits: the smallest configuration ({} expert layers of {} on the host, KV {}/{}, context {}, "
-             "n_ubatch {}) fails: {}",
-             smallest.host_layers.size(), hp.n_trunk(), quant::type_name(smallest.k_type),
-             quant::type_name(smallest.v_type), smallest.n_ctx, smallest.n_ubatch, smallest.why_not);
+        fail(
+            "nothing fits: the smallest configuration ({} expert layers of {} on the host, KV {}/{}, context "
+            "{}, "
+            "n_ubatch {}) fails: {}",
+            smallest.host_layers.size(), hp.n_trunk(), quant::type_name(smallest.k_type),
+            quant::type_name(smallest.v_type), smallest.n_ctx, smallest.n_ubatch, smallest.why_not);
     const size_t pick = choose(req.goal, r.table);
     PlanCandidate& chosen = r.table[pick];
     chosen.chosen = true;
@@ -503,7 +527,8 @@ PlanResult plan_auto(const PlanRequest& req) {
     r.memory = place::predict_memory(r.placement, hp, r.cache, r.allowance, r.run);
     MOX_CHECK(s.misfit(r.memory).empty(), "the chosen plan does not fit: {}", s.misfit(r.memory));
     r.speed = predict_speed(r.placement, hp, r.cache,
-                            {.run = r.run, .stream_min_tokens = 0, .prompt_tokens = req.prompt_tokens}, req.profile);
+                            {.run = r.run, .stream_min_tokens = 0, .prompt_tokens = req.prompt_tokens},
+                            req.profile);
     r.stream_min_tokens = r.speed.prefill.stream_min_tokens;
     r.host_layers = chosen.host_layers;
     r.host_tier = chosen.host_tier;
@@ -513,9 +538,10 @@ PlanResult plan_auto(const PlanRequest& req) {
     r.ram_margin = s.ram_margin;
     r.notes = std::move(s.notes);
     if (s.ram_budget > 0 && r.memory.host_total() > s.ram_budget)
-        r.notes.push_back(fmt::format("the mapped host weights ({}) do not all fit in the RAM budget {}: the CPU "
-                                      "will read some experts from disk (slower than predicted)",
-                                      format_bytes(r.memory.host_page_cache()), format_bytes(s.ram_budget)));
+        r.notes.push_back(
+            fmt::format("the mapped host weights ({}) do not all fit in the RAM budget {}: the CPU "
+                        "will read some experts from disk (slower than predicted)",
+                        format_bytes(r.memory.host_page_cache()), format_bytes(s.ram_budget)));
     for (const std::string& n : r.speed.notes) r.notes.push_back(n);
     return r;
 }

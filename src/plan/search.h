@@ -39,7 +39,7 @@ enum class Goal {
     prefill,  // fastest predicted prefill of the request's prompt
     context,  // the largest context; then the best KV precision that reaches it; then decode
 };
-const char* goal_name(Goal g);                        // "decode", "prefill", "context"
+const char* goal_name(Goal g);                           // "decode", "prefill", "context"
 std::optional<Goal> goal_from_name(std::string_view s);  // the names above
 
 // A --vram-budget / --ram-budget value: "24GiB", "16G", "8000MiB" (binary units), "24GB"
@@ -52,8 +52,12 @@ inline constexpr int64_t kCtxStep = 256;
 // A less precise KV cache type is chosen only when it predicts a goal this much better than the
 // best plan with a more precise one (quantized KV costs accuracy the speed model cannot see).
 inline constexpr double kKvTolerance = 0.03;
-// The default safety margin: max(2% of the budget, 256 MiB).
+// The default VRAM safety margin: max(2% of the budget, 256 MiB).
 uint64_t default_margin(uint64_t budget);
+// The default RAM margin: max(10% of the budget, 2 GiB). Larger than the VRAM one: the OS, the page
+// cache that feeds mmap_host experts and other processes live there, and pinned pages cannot be
+// swapped out to make room.
+uint64_t default_ram_margin(uint64_t budget);
 
 // What manual flags pin down; everything left open is searched.
 struct PlanConstraints {
@@ -64,7 +68,7 @@ struct PlanConstraints {
     std::optional<place::Tier> host_tier{};
     std::optional<quant::TypeId> k_type{}, v_type{};  // fixed KV cache types
     std::optional<int64_t> n_ubatch{};
-    std::optional<bool> stream_experts{};  // default true: prefill streams host layers' experts
+    std::optional<bool> stream_experts{};     // default true: prefill streams host layers' experts
     std::optional<place::Tier> token_embd{};  // default mmap_host (gpu when the file has no output.weight)
 };
 
@@ -82,9 +86,9 @@ struct PlanRequest {
     std::optional<uint64_t> vram_budget{};  // default: the profile's GPU memory (a larger one is clipped)
     std::optional<uint64_t> ram_budget{};   // default: the profile's host RAM (0 there: not checked)
     std::optional<uint64_t> vram_margin{};  // default: default_margin(vram budget)
-    std::optional<uint64_t> ram_margin{};   // default: default_margin(ram budget)
+    std::optional<uint64_t> ram_margin{};   // default: default_ram_margin(ram budget)
     std::optional<int64_t> n_ctx{};         // nullopt: the largest context that fits (`--ctx max`)
-    int64_t n_seq = 1;                    // sequences whose KV/state the cache holds
+    int64_t n_seq = 1;                      // sequences whose KV/state the cache holds
     Goal goal = Goal::decode;
     int64_t prompt_tokens = 0;  // prefill is predicted for this prompt; 0: min(n_ctx, 4096)
     PlanConstraints constraints{};
@@ -102,7 +106,7 @@ struct PlanCandidate {
     uint64_t host_bytes = 0;           // locked + anonymous RAM (the hard part)
     uint64_t page_cache_bytes = 0;     // mmap_host weights (evictable)
     bool fits = false;
-    std::string why_not;               // when !fits: which budget, by how much
+    std::string why_not;  // when !fits: which budget, by how much
     // Predictions (0 when the candidate does not fit: not evaluated).
     double decode_tps = 0, decode_half_tps = 0, prefill_tps = 0;
     int64_t stream_min_tokens = 0;

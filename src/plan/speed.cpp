@@ -49,8 +49,12 @@ public:
     bool has_gpu() const { return p_.gpu.has_value(); }
     const GpuProfile& gpu() const { return *p_.gpu; }
 
-    double gpu_matvec(quant::TypeId t) { return need(has_gpu() ? &gpu().matvec_gbps : nullptr, t, "GPU matvec", kGiga); }
-    double gpu_matmul(quant::TypeId t) { return need(has_gpu() ? &gpu().matmul_tflops : nullptr, t, "GPU matmul", kTera); }
+    double gpu_matvec(quant::TypeId t) {
+        return need(has_gpu() ? &gpu().matvec_gbps : nullptr, t, "GPU matvec", kGiga);
+    }
+    double gpu_matmul(quant::TypeId t) {
+        return need(has_gpu() ? &gpu().matmul_tflops : nullptr, t, "GPU matmul", kTera);
+    }
     double cpu_expert(quant::TypeId t) { return need(&p_.cpu.expert_gbps, t, "CPU expert", kGiga); }
     double cpu_flops(quant::TypeId t) { return need(&p_.cpu.expert_gflops, t, "CPU expert GFLOP/s", kGiga); }
 
@@ -72,7 +76,8 @@ public:
     }
     // Attention scores and weighted sums at prefill run in fp16 on the tensor cores.
     double gpu_attention_flops() {
-        if (auto r = has_gpu() ? lookup(gpu().matmul_tflops, quant::TypeId::f16) : std::nullopt) return *r * kTera;
+        if (auto r = has_gpu() ? lookup(gpu().matmul_tflops, quant::TypeId::f16) : std::nullopt)
+            return *r * kTera;
         const double b = has_gpu() ? best_of(gpu().matmul_tflops) : 0;
         if (b <= 0) {
             missing_["GPU matmul"].insert("F16");
@@ -97,7 +102,9 @@ public:
     double roundtrip() const { return has_gpu() ? gpu().host_roundtrip_s : 0; }
     double launch_gap() const { return has_gpu() ? gpu().launch_gap_s : 0; }
     double h2d(place::Tier t) {
-        const double r = !has_gpu() ? 0 : t == place::Tier::pinned_host ? gpu().h2d_pinned_gbps : gpu().h2d_pageable_gbps;
+        const double r = !has_gpu()                      ? 0
+                         : t == place::Tier::pinned_host ? gpu().h2d_pinned_gbps
+                                                         : gpu().h2d_pageable_gbps;
         if (r <= 0) missing_["GPU host-to-device copy"].insert(place::tier_name(t));
         return r > 0 ? r * kGiga : 1;
     }
@@ -197,20 +204,22 @@ Model analyse(const place::Placement& p, const models::Qwen35MoeHparams& hp) {
                 ++tiers;
             }
         if (tiers != 1)
-            fail("layer {}: its experts are split across tiers ({} gpu, {} pinned_host, {} mmap_host); the "
-                 "runtime places a layer's routed experts all on the GPU or all on the host",
-                 l, counts[0], counts[1], counts[2]);
+            fail(
+                "layer {}: its experts are split across tiers ({} gpu, {} pinned_host, {} mmap_host); the "
+                "runtime places a layer's routed experts all on the GPU or all on the host",
+                l, counts[0], counts[1], counts[2]);
     }
-    const bool has_output = std::any_of(p.tensors().begin(), p.tensors().end(),
-                                        [](const place::TensorEntry& e) { return e.cls == models::TensorClass::output; });
+    const bool has_output =
+        std::any_of(p.tensors().begin(), p.tensors().end(),
+                    [](const place::TensorEntry& e) { return e.cls == models::TensorClass::output; });
     for (const place::TensorEntry& e : p.tensors()) {
         if (e.layer >= hp.n_trunk() || e.cls == models::TensorClass::mtp) continue;  // MTP blocks: not run
         if (e.cls == models::TensorClass::embedding && has_output) continue;  // a row lookup: negligible
         const bool on_gpu = e.tier == place::Tier::gpu;
         if (e.layer < 0) {
             if (!m.cpu_only && !on_gpu)
-                fail("{} is on {}: the runtime runs the output head on the GPU when anything is there", e.name,
-                     place::tier_name(e.tier));
+                fail("{} is on {}: the runtime runs the output head on the GPU when anything is there",
+                     e.name, place::tier_name(e.tier));
             m.head.push_back(matrix_of(e));
             continue;
         }
@@ -225,9 +234,10 @@ Model analyse(const place::Placement& p, const models::Qwen35MoeHparams& hp) {
             continue;
         }
         if (!m.cpu_only && !on_gpu)
-            fail("{} is on {}: the runtime keeps every non-expert weight of the trunk on the GPU (only routed "
-                 "experts and token_embd may live on the host)",
-                 e.name, place::tier_name(e.tier));
+            fail(
+                "{} is on {}: the runtime keeps every non-expert weight of the trunk on the GPU (only routed "
+                "experts and token_embd may live on the host)",
+                e.name, place::tier_name(e.tier));
         L.dense.push_back(matrix_of(e));
         if (e.cls == models::TensorClass::shared_expert) L.shexp.push_back(matrix_of(e));
     }
@@ -266,7 +276,8 @@ double experts_gpu_s(Rates& r, const Layer& L, const models::Qwen35MoeHparams& h
             s += k * x.bytes / r.gpu_matvec(x.type);
         } else {
             const double used = distinct_experts(tokens, k, static_cast<double>(hp.n_expert));
-            s += std::max(2.0 * tokens * k * x.params / r.gpu_matmul(x.type), used * x.bytes / r.gpu_matvec(x.type));
+            s += std::max(2.0 * tokens * k * x.params / r.gpu_matmul(x.type),
+                          used * x.bytes / r.gpu_matvec(x.type));
         }
     }
     return s;
@@ -286,7 +297,8 @@ CpuExperts experts_cpu(Rates& r, const Layer& L, const models::Qwen35MoeHparams&
             c.bytes += k * x.bytes;
         } else {
             const double used = distinct_experts(tokens, k, static_cast<double>(hp.n_expert));
-            c.s += std::max(2.0 * tokens * k * x.params / r.cpu_flops(x.type), used * x.bytes / r.cpu_expert(x.type));
+            c.s += std::max(2.0 * tokens * k * x.params / r.cpu_flops(x.type),
+                            used * x.bytes / r.cpu_expert(x.type));
             c.bytes += used * x.bytes;
         }
     }
@@ -378,10 +390,10 @@ PrefillPrediction prefill_run(Rates& r, const Model& m, const models::Qwen35MoeH
     p.n_ubatch = n_ubatch;
     p.streaming = streaming;
     p.stream_min_tokens = stream_min;
-    double gpu_t = 0;           // when the GPU finishes the work issued so far
-    double copy_free = 0;       // when the copy engine is free
+    double gpu_t = 0;                         // when the GPU finishes the work issued so far
+    double copy_free = 0;                     // when the copy engine is free
     std::array<double, 2> buffer_free{0, 0};  // when each staging buffer's last layer is computed
-    int64_t staged = 0;         // host layers streamed so far (they alternate between the buffers)
+    int64_t staged = 0;  // host layers streamed so far (they alternate between the buffers)
     const double rt = r.roundtrip();
     for (int64_t done = 0; done < prompt; done += n_ubatch) {
         const auto tokens = static_cast<double>(std::min(n_ubatch, prompt - done));
@@ -404,7 +416,8 @@ PrefillPrediction prefill_run(Rates& r, const Model& m, const models::Qwen35MoeH
         for (const Layer& L : m.layers) {
             double dense = 0;
             for (const Matrix& x : L.dense) dense += gpu_product_s(r, x, tokens);
-            if (!L.recurrent) dense += attention_flops(hp, tokens, static_cast<double>(done)) / r.gpu_attention_flops();
+            if (!L.recurrent)
+                dense += attention_flops(hp, tokens, static_cast<double>(done)) / r.gpu_attention_flops();
             gpu_t += dense;
             p.gpu_compute_s += dense;
             if (!L.has_experts) continue;
@@ -436,9 +449,9 @@ PrefillPrediction prefill_run(Rates& r, const Model& m, const models::Qwen35MoeH
                 p.handoffs++;
             }
         }
-        const double launch = static_cast<double>(static_cast<int64_t>(m.layers.size()) * kKernelsPerLayer +
-                                                  kKernelsOutput) *
-                              r.launch_gap();
+        const double launch =
+            static_cast<double>(static_cast<int64_t>(m.layers.size()) * kKernelsPerLayer + kKernelsOutput) *
+            r.launch_gap();
         gpu_t += launch;
         p.launch_s += launch;
     }
@@ -491,7 +504,8 @@ SpeedPrediction predict_speed(const place::Placement& p, const models::Qwen35Moe
     for (const Layer& L : m.layers) s.host_layers += L.has_experts && L.tier != place::Tier::gpu;
     s.decode = decode_at(r, m, hp, cache, 0);
     s.decode_half = decode_at(r, m, hp, cache, cache.n_ctx / 2);
-    const int64_t prompt = options.prompt_tokens > 0 ? options.prompt_tokens : std::min<int64_t>(cache.n_ctx, 4096);
+    const int64_t prompt =
+        options.prompt_tokens > 0 ? options.prompt_tokens : std::min<int64_t>(cache.n_ctx, 4096);
     const bool streaming = options.run.stream_experts && !m.cpu_only && any_host_layer(m);
     const int64_t stream_min =
         options.stream_min_tokens > 0 ? options.stream_min_tokens : crossover(r, m, hp, options.run.n_ubatch);

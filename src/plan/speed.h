@@ -67,10 +67,10 @@ struct PrefillPrediction {
     int64_t prompt_tokens = 0;
     int64_t n_ubatch = 0;
     int64_t micro_batches = 0;
-    bool streaming = false;          // host layers' experts may be streamed (staging buffers exist)
-    int64_t stream_min_tokens = 0;   // the threshold used
-    double copy_bytes = 0;           // host -> device expert copies, whole prompt
-    double cpu_bytes = 0;            // expert bytes the CPU reads (batches below the threshold)
+    bool streaming = false;         // host layers' experts may be streamed (staging buffers exist)
+    int64_t stream_min_tokens = 0;  // the threshold used
+    double copy_bytes = 0;          // host -> device expert copies, whole prompt
+    double cpu_bytes = 0;           // expert bytes the CPU reads (batches below the threshold)
     int64_t handoffs = 0;
     // Seconds: total = gpu_compute + copy_stall + cpu + handoff + launch. copy_s is the time the
     // copy engine is busy (mostly hidden under compute); copy_stall_s the part the GPU waited for.
@@ -80,9 +80,9 @@ struct PrefillPrediction {
 };
 
 struct SpeedPrediction {
-    bool cpu_only = false;       // nothing on the GPU: the CPU forward
-    int64_t host_layers = 0;     // trunk layers whose experts live on the host
-    DecodePrediction decode;     // at depth 0
+    bool cpu_only = false;         // nothing on the GPU: the CPU forward
+    int64_t host_layers = 0;       // trunk layers whose experts live on the host
+    DecodePrediction decode;       // at depth 0
     DecodePrediction decode_half;  // at depth n_ctx / 2
     PrefillPrediction prefill;
     std::vector<std::string> notes;  // approximations taken (e.g. a rate borrowed from another type)

@@ -40,12 +40,14 @@ inline HardwareProfile h200_like() {
     p.cpu.threads = 16;
     p.cpu.dram_gbps = 80;
     p.cpu.expert_gbps = {{"F32", 40}, {"F16", 45}, {"Q4_K", 55}, {"Q6_K", 50}, {"Q8_0", 60}, {"Q4_0", 55}};
-    p.cpu.expert_gflops = {{"F32", 300}, {"F16", 500}, {"Q4_K", 900}, {"Q6_K", 800}, {"Q8_0", 1000}, {"Q4_0", 900}};
+    p.cpu.expert_gflops = {{"F32", 300},  {"F16", 500},   {"Q4_K", 900},
+                           {"Q6_K", 800}, {"Q8_0", 1000}, {"Q4_0", 900}};
     GpuProfile g;
     g.name = "made-up H200-like";
     g.total_bytes = 140 * kGiB;
     g.context_bytes = 600 * kMiB;
-    g.matvec_gbps = {{"F32", 3500}, {"F16", 3400}, {"Q4_K", 3000}, {"Q6_K", 2800}, {"Q8_0", 3300}, {"Q4_0", 3100}};
+    g.matvec_gbps = {{"F32", 3500},  {"F16", 3400},  {"Q4_K", 3000},
+                     {"Q6_K", 2800}, {"Q8_0", 3300}, {"Q4_0", 3100}};
     g.matmul_tflops = {{"F32", 50}, {"F16", 400}, {"Q4_K", 250}, {"Q6_K", 230}, {"Q8_0", 300}, {"Q4_0", 260}};
     g.launch_gap_s = 3e-6;
     g.h2d_pinned_gbps = 50;
@@ -65,7 +67,8 @@ inline HardwareProfile rtx3090_like() {
     p.cpu.threads = 8;
     p.cpu.dram_gbps = 45;
     p.cpu.expert_gbps = {{"F32", 25}, {"F16", 28}, {"Q4_K", 33}, {"Q6_K", 30}, {"Q8_0", 35}, {"Q4_0", 33}};
-    p.cpu.expert_gflops = {{"F32", 150}, {"F16", 250}, {"Q4_K", 400}, {"Q6_K", 350}, {"Q8_0", 450}, {"Q4_0", 400}};
+    p.cpu.expert_gflops = {{"F32", 150},  {"F16", 250},  {"Q4_K", 400},
+                           {"Q6_K", 350}, {"Q8_0", 450}, {"Q4_0", 400}};
     GpuProfile g;
     g.name = "made-up 3090-like";
     g.total_bytes = 24 * kGiB;
@@ -93,7 +96,8 @@ using TypeOf = std::function<quant::TypeId(const models::TensorSpec&)>;
 // A qwen35moe GGUF whose data section is a hole: the header comes from gguf::Writer, which removes
 // an unfinished file when destroyed, so a hard link taken before that keeps the header; the file
 // is then extended to its full size without writing (a sparse file).
-inline void write_sparse_model(const std::string& path, const models::Qwen35MoeHparams& hp, const TypeOf& type_of) {
+inline void write_sparse_model(const std::string& path, const models::Qwen35MoeHparams& hp,
+                               const TypeOf& type_of) {
     const std::string partial = path + ".header";
     constexpr uint64_t kAlign = 32;
     uint64_t data_bytes = 0;
@@ -116,23 +120,25 @@ struct SparseModel {
     models::Qwen35MoeHparams hp;
     gguf::File file;
     SparseModel(std::string p, const models::Qwen35MoeHparams& h, const TypeOf& type_of)
-        : path((write_sparse_model(p, h, type_of), p)), hp(models::read_qwen35moe_hparams(gguf::File::open(path))),
+        : path((write_sparse_model(p, h, type_of), p)),
+          hp(models::read_qwen35moe_hparams(gguf::File::open(path))),
           file(gguf::File::open(path)) {}
     ~SparseModel() { std::filesystem::remove(path); }
     place::Placement all_gpu() const { return place::Placement::uniform(file, place::Tier::gpu); }
 };
 
 inline std::string temp_path(const std::string& tag) {
-    return (std::filesystem::temp_directory_path() / fmt::format("mox_plan_test_{}_{}.gguf", tag, getpid())).string();
+    return (std::filesystem::temp_directory_path() / fmt::format("mox_plan_test_{}_{}.gguf", tag, getpid()))
+        .string();
 }
 
 // Full-size Qwen3.6-35B-A3B with llama-quantize's Q4_K_M types (some layers' ffn_down in Q6_K).
 inline const SparseModel& q36_q4km() {
-    static const SparseModel m(temp_path("q36"), models::synth_preset("qwen3.6-35b-a3b"),
-                               [](const models::TensorSpec& t) {
-                                   static const models::Qwen35MoeHparams hp = models::synth_preset("qwen3.6-35b-a3b");
-                                   return models::choose_tensor_type(t, models::QuantMix::q4_k_m, hp);
-                               });
+    static const SparseModel m(
+        temp_path("q36"), models::synth_preset("qwen3.6-35b-a3b"), [](const models::TensorSpec& t) {
+            static const models::Qwen35MoeHparams hp = models::synth_preset("qwen3.6-35b-a3b");
+            return models::choose_tensor_type(t, models::QuantMix::q4_k_m, hp);
+        });
     return m;
 }
 
@@ -140,13 +146,13 @@ inline const SparseModel& q36_q4km() {
 // other weight as Q4_K_M.
 inline constexpr int64_t kFatLayers = 4;
 inline const SparseModel& q36_ud_like() {
-    static const SparseModel m(temp_path("q36ud"), models::synth_preset("qwen3.6-35b-a3b"),
-                               [](const models::TensorSpec& t) {
-                                   static const models::Qwen35MoeHparams hp = models::synth_preset("qwen3.6-35b-a3b");
-                                   if (t.name.find("_exps") != std::string::npos)
-                                       return t.layer < kFatLayers ? quant::TypeId::q8_0 : quant::TypeId::q4_k;
-                                   return models::choose_tensor_type(t, models::QuantMix::q4_k_m, hp);
-                               });
+    static const SparseModel m(
+        temp_path("q36ud"), models::synth_preset("qwen3.6-35b-a3b"), [](const models::TensorSpec& t) {
+            static const models::Qwen35MoeHparams hp = models::synth_preset("qwen3.6-35b-a3b");
+            if (t.name.find("_exps") != std::string::npos)
+                return t.layer < kFatLayers ? quant::TypeId::q8_0 : quant::TypeId::q4_k;
+            return models::choose_tensor_type(t, models::QuantMix::q4_k_m, hp);
+        });
     return m;
 }
 

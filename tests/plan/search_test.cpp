@@ -94,6 +94,8 @@ TEST(PlanSearch, ParseBudget) {
     }
     EXPECT_EQ(default_margin(10 * kGiB), 256 * kMiB);
     EXPECT_EQ(default_margin(100 * kGiB), 2 * kGiB);
+    EXPECT_EQ(default_ram_margin(8 * kGiB), 2 * kGiB);
+    EXPECT_EQ(default_ram_margin(100 * kGiB), 10 * kGiB);
 }
 
 TEST(PlanSearch, BudgetSweepNeverExceedsTheBudget) {
@@ -110,7 +112,8 @@ TEST(PlanSearch, BudgetSweepNeverExceedsTheBudget) {
             } catch (const Error& e) {
                 // A refusal must be real: the leanest configuration does not fit either.
                 EXPECT_NE(std::string(e.what()).find("nothing fits"), std::string::npos) << e.what();
-                EXPECT_GT(leanest(m, h200_like(), quant::TypeId::q4_0, n_ctx).gpu_total() + default_margin(gib * kGiB),
+                EXPECT_GT(leanest(m, h200_like(), quant::TypeId::q4_0, n_ctx).gpu_total() +
+                              default_margin(gib * kGiB),
                           gib * kGiB);
                 EXPECT_EQ(last_free, 0) << "a smaller budget had a plan";
                 continue;
@@ -128,7 +131,8 @@ TEST(PlanSearch, BudgetSweepNeverExceedsTheBudget) {
                 EXPECT_GE(fixed.speed.decode.tokens_per_s, last_fixed);
                 last_fixed = fixed.speed.decode.tokens_per_s;
             } catch (const Error& e) {
-                EXPECT_GT(leanest(m, h200_like(), quant::TypeId::f16, n_ctx).gpu_total() + default_margin(gib * kGiB),
+                EXPECT_GT(leanest(m, h200_like(), quant::TypeId::f16, n_ctx).gpu_total() +
+                              default_margin(gib * kGiB),
                           gib * kGiB)
                     << e.what();
                 EXPECT_EQ(last_fixed, 0);
@@ -196,7 +200,8 @@ TEST(PlanSearch, FatLayersGoToTheHostFirst) {
     expect_valid(r, m.hp, need + default_margin(need) - fat);
     ASSERT_FALSE(r.host_layers.empty());
     ASSERT_LE(r.host_layers.size(), static_cast<size_t>(fixtures::kFatLayers));
-    for (int64_t l : r.host_layers) EXPECT_LT(l, fixtures::kFatLayers) << "a thin layer left before a fat one";
+    for (int64_t l : r.host_layers)
+        EXPECT_LT(l, fixtures::kFatLayers) << "a thin layer left before a fat one";
 }
 
 TEST(PlanSearch, ForcedLayersAreRespected) {
@@ -204,7 +209,8 @@ TEST(PlanSearch, ForcedLayersAreRespected) {
     for (uint64_t gib : {12, 16, 24, 60}) {
         PlanRequest req = request(m, rtx3090_like(), gib * kGiB, 16384);
         req.profile.gpu->total_bytes = 80 * kGiB;
-        req.constraints.layer_experts = {{5, place::Tier::mmap_host}, {6, place::Tier::gpu}, {0, place::Tier::gpu}};
+        req.constraints.layer_experts = {
+            {5, place::Tier::mmap_host}, {6, place::Tier::gpu}, {0, place::Tier::gpu}};
         const PlanResult r = plan_auto(req);
         expect_valid(r, m.hp, gib * kGiB);
         EXPECT_EQ(r.placement.expert_tier(5, 0), place::Tier::mmap_host);
@@ -229,22 +235,25 @@ TEST(PlanSearch, ForcedLayersAreRespected) {
 TEST(PlanSearch, ConstraintsFromLlamaCppFlags) {
     const auto& m = q36_q4km();
     const PlanConstraints c = constraints_from_flags(
-        m.file, {.n_gpu_layers = 0,
-                 .overrides = [] {
+        m.file, {.n_gpu_layers = 0, .overrides = [] {
                      auto r = place::n_cpu_moe_rules(3, 40);
-                     auto more = place::parse_override_tensor("blk\\.7\\.ffn_.*_exps=CUDA0,blk\\.9\\.ffn_.*_exps=pinned_host");
+                     auto more = place::parse_override_tensor(
+                         "blk\\.7\\.ffn_.*_exps=CUDA0,blk\\.9\\.ffn_.*_exps=pinned_host");
                      r.insert(r.end(), more.begin(), more.end());
                      return r;
                  }()});
-    const std::map<int64_t, place::Tier> want{{0, place::Tier::mmap_host}, {1, place::Tier::mmap_host},
-                                              {2, place::Tier::mmap_host}, {7, place::Tier::gpu},
+    const std::map<int64_t, place::Tier> want{{0, place::Tier::mmap_host},
+                                              {1, place::Tier::mmap_host},
+                                              {2, place::Tier::mmap_host},
+                                              {7, place::Tier::gpu},
                                               {9, place::Tier::pinned_host}};
     EXPECT_EQ(c.layer_experts, want);
     EXPECT_FALSE(c.token_embd.has_value());
     EXPECT_THROW(constraints_from_flags(m.file, {.n_gpu_layers = 10, .overrides = {}}), Error);
     EXPECT_NO_THROW(constraints_from_flags(m.file, {.n_gpu_layers = -1, .overrides = {}}));
     try {
-        constraints_from_flags(m.file, {.n_gpu_layers = 0, .overrides = place::parse_override_tensor("attn_q=CPU")});
+        constraints_from_flags(m.file,
+                               {.n_gpu_layers = 0, .overrides = place::parse_override_tensor("attn_q=CPU")});
         FAIL() << "no error";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("attn_q"), std::string::npos) << e.what();
@@ -263,7 +272,8 @@ TEST(PlanSearch, CtxMaxIsTheLargestThatFits) {
         try {
             r = plan_auto(req);
         } catch (const Error& e) {
-            EXPECT_GT(leanest(m, rtx3090_like(), quant::TypeId::q4_0, kCtxStep).gpu_total() + default_margin(gib * kGiB),
+            EXPECT_GT(leanest(m, rtx3090_like(), quant::TypeId::q4_0, kCtxStep).gpu_total() +
+                          default_margin(gib * kGiB),
                       gib * kGiB)
                 << e.what();
             continue;
@@ -294,7 +304,9 @@ TEST(PlanSearch, ContextGoalQuantizesTheCacheOnlyWhenNeeded) {
     // f16 5 GiB, q4_0 1.4 GiB; the leanest plan keeps the non-expert weights and buffers).
     const uint64_t lean_q4 = leanest(m, rtx3090_like(), quant::TypeId::q4_0, m.hp.n_ctx_train).gpu_total();
     const uint64_t budget = lean_q4 + 512 * kMiB;
-    ASSERT_GT(leanest(m, rtx3090_like(), quant::TypeId::f16, m.hp.n_ctx_train).gpu_total() + default_margin(budget), budget);
+    ASSERT_GT(
+        leanest(m, rtx3090_like(), quant::TypeId::f16, m.hp.n_ctx_train).gpu_total() + default_margin(budget),
+        budget);
     PlanRequest tight = request(m, rtx3090_like(), budget, std::nullopt);
     tight.goal = Goal::context;
     const PlanResult b = plan_auto(tight);

@@ -66,7 +66,8 @@ void expect_decode_sums(const DecodePrediction& d) {
 }
 
 void expect_prefill_sums(const PrefillPrediction& p) {
-    EXPECT_NEAR(p.total_s, p.gpu_compute_s + p.copy_stall_s + p.cpu_s + p.handoff_s + p.launch_s, 1e-12 * p.total_s);
+    EXPECT_NEAR(p.total_s, p.gpu_compute_s + p.copy_stall_s + p.cpu_s + p.handoff_s + p.launch_s,
+                1e-12 * p.total_s);
     EXPECT_NEAR(p.tokens_per_s * p.total_s, static_cast<double>(p.prompt_tokens), 1e-9 * p.tokens_per_s);
     EXPECT_LE(p.copy_stall_s, p.copy_s + 1e-15);
 }
@@ -112,7 +113,8 @@ TEST(PlanSpeed, HostLayersMoveTheirSelectedExpertsToTheCpu) {
     expect_prefill_sums(s.prefill);
     // Prefill streams the whole stacks of the host layers once per micro-batch (4096 / 512 = 8).
     double stacks = 0;
-    for (int64_t l : host) stacks += static_cast<double>(p.expert_bytes(l) * static_cast<uint64_t>(p.n_expert()));
+    for (int64_t l : host)
+        stacks += static_cast<double>(p.expert_bytes(l) * static_cast<uint64_t>(p.n_expert()));
     EXPECT_TRUE(s.prefill.streaming);
     EXPECT_NEAR(s.prefill.copy_bytes, 8 * stacks, 8.0);
 }
@@ -121,8 +123,8 @@ TEST(PlanSpeed, GpuBeatsCpuOnTheH200LikeProfile) {
     const HardwareProfile prof = h200_like();
     const SpeedPrediction gpu = predict_speed(hybrid({}), hp(), cache(), options(), prof);
     const SpeedPrediction hyb = predict_speed(hybrid(first_layers(40)), hp(), cache(), options(), prof);
-    const SpeedPrediction cpu =
-        predict_speed(place::Placement::uniform(q36_q4km().file, place::Tier::mmap_host), hp(), cache(), options(), prof);
+    const SpeedPrediction cpu = predict_speed(
+        place::Placement::uniform(q36_q4km().file, place::Tier::mmap_host), hp(), cache(), options(), prof);
     EXPECT_TRUE(cpu.cpu_only);
     EXPECT_GT(gpu.decode.tokens_per_s, hyb.decode.tokens_per_s);
     EXPECT_GT(hyb.decode.tokens_per_s, cpu.decode.tokens_per_s);
@@ -133,14 +135,16 @@ TEST(PlanSpeed, GpuBeatsCpuOnTheH200LikeProfile) {
     // The CPU forward reads every active byte from DRAM or through its expert operator.
     const FileBytes f = file_bytes();
     const double k_over_n = static_cast<double>(hp().n_expert_used) / static_cast<double>(hp().n_expert);
-    EXPECT_NEAR(cpu.decode.cpu_bytes, f.dense + k_over_n * f.experts + 2.0 * static_cast<double>(hp().recurrent_state_bytes()),
+    EXPECT_NEAR(cpu.decode.cpu_bytes,
+                f.dense + k_over_n * f.experts + 2.0 * static_cast<double>(hp().recurrent_state_bytes()),
                 1.0);
 }
 
 TEST(PlanSpeed, EachHostLayerSlowsDecode) {
     double last = 1e30;
     for (int64_t n = 0; n <= 40; n += 5) {
-        const SpeedPrediction s = predict_speed(hybrid(first_layers(n)), hp(), cache(), options(), h200_like());
+        const SpeedPrediction s =
+            predict_speed(hybrid(first_layers(n)), hp(), cache(), options(), h200_like());
         EXPECT_LT(s.decode.tokens_per_s, last) << n << " host layers";
         last = s.decode.tokens_per_s;
     }
@@ -167,7 +171,8 @@ TEST(PlanSpeed, StreamThresholdIsTheCrossover) {
         ASSERT_GE(t, 1);
         ASSERT_LE(t, 4096);
         auto cost = [&](int64_t tokens, bool stream) {
-            SpeedOptions o{.run = {.n_ubatch = tokens, .stream_experts = stream}, .stream_min_tokens = 1,
+            SpeedOptions o{.run = {.n_ubatch = tokens, .stream_experts = stream},
+                           .stream_min_tokens = 1,
                            .prompt_tokens = tokens};
             return predict_speed(p, hp(), cache(), o, prof).prefill.total_s;
         };

@@ -19,10 +19,14 @@ int main(int argc, char** argv) {
         const std::string what = argv[1], kind = argv[2], path = argv[3];
         if (what == "profile") {
             plan::HardwareProfile p;
-            if (kind == "h200") p = plan::fixtures::h200_like();
-            else if (kind == "3090") p = plan::fixtures::rtx3090_like();
-            else if (kind == "cpu") p = plan::fixtures::cpu_only_like();
-            else fail("unknown profile '{}'", kind);
+            if (kind == "h200")
+                p = plan::fixtures::h200_like();
+            else if (kind == "3090")
+                p = plan::fixtures::rtx3090_like();
+            else if (kind == "cpu")
+                p = plan::fixtures::cpu_only_like();
+            else
+                fail("unknown profile '{}'", kind);
             plan::save_profile(p, path);
         } else if (what == "sparse-model") {
             const models::Qwen35MoeHparams hp = models::synth_preset("qwen3.6-35b-a3b");

@@ -4,7 +4,6 @@
 // (plan::plan_auto): the manual flags become constraints, and the hardware profile that
 // `mox calibrate` caches supplies the speed model's rates (docs/plan.md).
 #include "commands.h"
-#include "plan_report.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "gguf/reader.h"
@@ -13,6 +12,7 @@
 #include "place/memory.h"
 #include "plan/hardware.h"
 #include "plan/search.h"
+#include "plan_report.h"
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -21,8 +21,8 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -269,25 +269,32 @@ void register_plan(CLI::App& app) {
     cmd->add_option("-c,--ctx-size", o->n_ctx,
                     "Context size in tokens (default 4096 or the trained context if smaller; 0: the trained "
                     "context; max: the largest that fits, which searches)");
-    cmd->add_option("--cache-type-k", o->cache_type_k,
-                    "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (searched when not given and searching)")
+    cmd->add_option(
+           "--cache-type-k", o->cache_type_k,
+           "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (searched when not given and searching)")
         ->capture_default_str();
-    cmd->add_option("--cache-type-v", o->cache_type_v,
-                    "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0 (searched when not given and searching)")
+    cmd->add_option(
+           "--cache-type-v", o->cache_type_v,
+           "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0 (searched when not given and searching)")
         ->capture_default_str();
     cmd->add_flag("--json", o->json, "Machine-readable output");
     cmd->add_option("--plan", o->plan,
                     "manual: the flags alone; auto: search the placement, KV types, context and batch size "
                     "(implied by --vram-budget, --ram-budget, --goal and -c max)")
         ->capture_default_str();
-    cmd->add_option("--vram-budget", o->vram_budget, "GPU memory the plan may use, e.g. 16GiB, 8000MiB (default: all)");
-    cmd->add_option("--ram-budget", o->ram_budget, "Locked + anonymous host RAM the plan may use (default: all)");
-    cmd->add_option("--vram-margin", o->vram_margin, "Safety margin kept free (default: max(2% of the budget, 256MiB))");
-    cmd->add_option("--goal", o->goal, "What the search maximises: decode, prefill or context")->capture_default_str();
+    cmd->add_option("--vram-budget", o->vram_budget,
+                    "GPU memory the plan may use, e.g. 16GiB, 8000MiB (default: all)");
+    cmd->add_option("--ram-budget", o->ram_budget,
+                    "Locked + anonymous host RAM the plan may use (default: all)");
+    cmd->add_option("--vram-margin", o->vram_margin,
+                    "Safety margin kept free (default: max(2% of the budget, 256MiB))");
+    cmd->add_option("--goal", o->goal, "What the search maximises: decode, prefill or context")
+        ->capture_default_str();
     cmd->add_option("--profile", o->profile,
                     "Hardware profile JSON (default: the one `mox calibrate` cached for this machine)");
     cmd->add_option("--ubatch-size", o->n_ubatch, "-ub N: fix the micro-batch size instead of searching it");
-    cmd->add_option("--prompt-tokens", o->prompt_tokens, "Predict prefill for a prompt of N tokens (default 4096 or -c)");
+    cmd->add_option("--prompt-tokens", o->prompt_tokens,
+                    "Predict prefill for a prompt of N tokens (default 4096 or -c)");
     cmd->callback([o, f, cmd] {
         const gguf::File file = gguf::File::open(o->model);
         const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
@@ -300,7 +307,9 @@ void register_plan(CLI::App& app) {
                                   cmd->count("--goal") > 0 || ctx_max;
         if (o->plan != "manual" && o->plan != "auto") fail("--plan {}: expected manual or auto", o->plan);
         if (o->plan == "manual" && cmd->count("--plan") > 0 && wants_search)
-            fail("--plan manual: --vram-budget, --ram-budget, --goal and -c max need the search (--plan auto)");
+            fail(
+                "--plan manual: --vram-budget, --ram-budget, --goal and -c max need the search (--plan "
+                "auto)");
         const bool search = o->plan == "auto" || wants_search;
         // Not given: 4096 capped by the trained context; 0: the trained context (llama.cpp's -c 0).
         std::optional<int64_t> n_ctx = std::min<int64_t>(4096, hp.n_ctx_train);
@@ -319,7 +328,9 @@ void register_plan(CLI::App& app) {
             cache.n_ctx = *n_ctx;
             cache.k_type = cache_type("-ctk", o->cache_type_k);
             cache.v_type = cache_type("-ctv", o->cache_type_v);
-            Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache, {}};
+            Plan plan{o->model,        flags.n_gpu_layers,
+                      flags.overrides, place::place_from_flags(file, flags),
+                      cache,           {}};
             plan.memory = place::predict_memory(plan.placement, hp, cache);
             if (o->json)
                 fmt::print("{}\n", to_json(plan).dump(2));
@@ -331,9 +342,12 @@ void register_plan(CLI::App& app) {
         const std::string profile_path = o->profile.empty() ? plan::default_profile_path() : o->profile;
         const std::optional<plan::HardwareProfile> profile = plan::load_profile(profile_path);
         if (!profile)
-            fail("no hardware profile at {}: run `mox calibrate` on this machine first (or pass --profile FILE)",
-                 profile_path);
-        plan::PlanRequest req{.base = place::Placement::uniform(file, place::Tier::gpu), .hparams = hp, .profile = *profile};
+            fail(
+                "no hardware profile at {}: run `mox calibrate` on this machine first (or pass --profile "
+                "FILE)",
+                profile_path);
+        plan::PlanRequest req{
+            .base = place::Placement::uniform(file, place::Tier::gpu), .hparams = hp, .profile = *profile};
         req.n_ctx = n_ctx;
         req.prompt_tokens = o->prompt_tokens;
         req.constraints = plan::constraints_from_flags(file, flags);

@@ -86,89 +86,104 @@ std::string layer_list(const std::vector<int64_t>& layers) {
     return out;
 }
 
-void print_plan_result(const std::string& model, const std::string& profile_path, const plan::HardwareProfile& profile,
-                       const plan::PlanResult& r) {
+void print_plan_result(const std::string& model, const std::string& profile_path,
+                       const plan::HardwareProfile& profile, const plan::PlanResult& r) {
     fmt::print("{}\n", model);
-    fmt::print("  hardware profile: {} ({}{})\n", profile_path, profile.measured ? "measured" : "hand-written",
+    fmt::print("  hardware profile: {} ({}{})\n", profile_path,
+               profile.measured ? "measured" : "hand-written",
                profile.machine.empty() ? "" : ", " + profile.machine);
     if (profile.gpu)
         fmt::print("    GPU {} {}, host RAM {}\n", profile.gpu->name, format_bytes(profile.gpu->total_bytes),
                    format_bytes(profile.host_ram_bytes));
     else
         fmt::print("    no GPU, host RAM {}\n", format_bytes(profile.host_ram_bytes));
-    fmt::print("  goal: {}    VRAM budget {} (margin {})    RAM budget {} (margin {})\n", plan::goal_name(r.goal),
-               format_bytes(r.vram_budget), format_bytes(r.vram_margin), format_bytes(r.ram_budget),
-               format_bytes(r.ram_margin));
+    fmt::print("  goal: {}    VRAM budget {} (margin {})    RAM budget {} (margin {})\n",
+               plan::goal_name(r.goal), format_bytes(r.vram_budget), format_bytes(r.vram_margin),
+               format_bytes(r.ram_budget), format_bytes(r.ram_margin));
 
     // The configurations of the chosen host tier (and those without host layers), by KV type and
     // micro-batch: for each, the fewest host layers that fit and, before it, the count that did not.
     const int64_t half = r.cache.n_ctx / 2;
-    fmt::print("\n  {:<10} {:>7} {:>5} {:>4} {:<6} {:>11} {:>11} {:>8} {:>9} {:>9}\n", "KV k/v", "ctx", "ub", "cpu",
-               "host", "VRAM", "host RAM", "tg t/s", fmt::format("tg@{}", half), fmt::format("pp{}", r.speed.prefill.prompt_tokens));
+    fmt::print("\n  {:<10} {:>7} {:>5} {:>4} {:<6} {:>11} {:>11} {:>8} {:>9} {:>9}\n", "KV k/v", "ctx", "ub",
+               "cpu", "host", "VRAM", "host RAM", "tg t/s", fmt::format("tg@{}", half),
+               fmt::format("pp{}", r.speed.prefill.prompt_tokens));
     std::vector<const plan::PlanCandidate*> rows;
     for (const plan::PlanCandidate& c : r.table)
         if (c.host_tier == r.host_tier || c.host_layers.empty()) rows.push_back(&c);
-    std::stable_sort(rows.begin(), rows.end(), [](const plan::PlanCandidate* a, const plan::PlanCandidate* b) {
-        if (a->k_type != b->k_type) return quant::type_name(a->k_type) < quant::type_name(b->k_type);
-        if (a->v_type != b->v_type) return quant::type_name(a->v_type) < quant::type_name(b->v_type);
-        return a->n_ubatch < b->n_ubatch;
-    });
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const plan::PlanCandidate* a, const plan::PlanCandidate* b) {
+                         if (a->k_type != b->k_type)
+                             return quant::type_name(a->k_type) < quant::type_name(b->k_type);
+                         if (a->v_type != b->v_type)
+                             return quant::type_name(a->v_type) < quant::type_name(b->v_type);
+                         return a->n_ubatch < b->n_ubatch;
+                     });
     for (const plan::PlanCandidate* c : rows) {
-        const std::string head = fmt::format("  {:<10} {:>7} {:>5} {:>4} {:<6} {:>11} {:>11}", kv_text(c->k_type, c->v_type),
-                                             c->n_ctx, c->n_ubatch, c->host_layers.size(),
-                                             c->host_layers.empty() ? "-" : short_tier(c->host_tier),
-                                             format_bytes(c->vram_bytes), format_bytes(c->host_bytes));
+        const std::string head = fmt::format(
+            "  {:<10} {:>7} {:>5} {:>4} {:<6} {:>11} {:>11}", kv_text(c->k_type, c->v_type), c->n_ctx,
+            c->n_ubatch, c->host_layers.size(), c->host_layers.empty() ? "-" : short_tier(c->host_tier),
+            format_bytes(c->vram_bytes), format_bytes(c->host_bytes));
         if (c->fits)
-            fmt::print("{} {:>8.1f} {:>9.1f} {:>9.0f}{}\n", head, c->decode_tps, c->decode_half_tps, c->prefill_tps,
-                       c->chosen ? "  <- chosen" : "");
+            fmt::print("{} {:>8.1f} {:>9.1f} {:>9.0f}{}\n", head, c->decode_tps, c->decode_half_tps,
+                       c->prefill_tps, c->chosen ? "  <- chosen" : "");
         else
             fmt::print("{}   does not fit: {}\n", head, c->why_not);
     }
-    fmt::print("  (cpu = layers whose routed experts live on the host; all {} rows evaluated are in --json)\n",
-               r.table.size());
+    fmt::print(
+        "  (cpu = layers whose routed experts live on the host; all {} rows evaluated are in --json)\n",
+        r.table.size());
 
     const place::MemoryPrediction& m = r.memory;
     const plan::SpeedPrediction& s = r.speed;
     const int64_t n_trunk = static_cast<int64_t>(r.placement.n_layer());
     fmt::print("\n  plan:\n");
-    fmt::print("    context {} tokens x {} seq, KV cache K {} / V {}, n_ubatch {}\n", r.cache.n_ctx, r.cache.n_seq,
-               quant::type_name(r.cache.k_type), quant::type_name(r.cache.v_type), r.run.n_ubatch);
+    fmt::print("    context {} tokens x {} seq, KV cache K {} / V {}, n_ubatch {}\n", r.cache.n_ctx,
+               r.cache.n_seq, quant::type_name(r.cache.k_type), quant::type_name(r.cache.v_type),
+               r.run.n_ubatch);
     if (r.host_layers.empty()) {
         fmt::print("    every routed expert on the GPU\n");
     } else {
         fmt::print("    routed experts of {} of {} layers on {}: {}\n", r.host_layers.size(), n_trunk,
                    place::tier_name(r.host_tier), layer_list(r.host_layers));
         if (r.run.stream_experts)
-            fmt::print("    prefill streams them to the GPU in micro-batches of >= {} tokens (fewer: the CPU computes them)\n",
-                       r.stream_min_tokens);
+            fmt::print(
+                "    prefill streams them to the GPU in micro-batches of >= {} tokens (fewer: the CPU "
+                "computes them)\n",
+                r.stream_min_tokens);
     }
-    fmt::print("    GPU memory {} of the {} budget (margin {}): weights {}, KV {}, DeltaNet state {}, CUDA context {} + buffers {}\n",
-               format_bytes(m.gpu_total()), format_bytes(r.vram_budget), format_bytes(r.vram_margin),
-               format_bytes(m.weights[place::Tier::gpu]), format_bytes(m.kv_gpu), format_bytes(m.state_gpu),
-               format_bytes(m.allowance.cuda_context_bytes), format_bytes(m.allowance.gpu_workspace_bytes));
+    fmt::print(
+        "    GPU memory {} of the {} budget (margin {}): weights {}, KV {}, DeltaNet state {}, CUDA context "
+        "{} + buffers {}\n",
+        format_bytes(m.gpu_total()), format_bytes(r.vram_budget), format_bytes(r.vram_margin),
+        format_bytes(m.weights[place::Tier::gpu]), format_bytes(m.kv_gpu), format_bytes(m.state_gpu),
+        format_bytes(m.allowance.cuda_context_bytes), format_bytes(m.allowance.gpu_workspace_bytes));
     fmt::print("    host memory: locked {}, page cache {}, RAM {}\n", format_bytes(m.host_locked()),
                format_bytes(m.host_page_cache()), format_bytes(m.host_ram()));
     const plan::DecodePrediction& d = s.decode;
-    fmt::print("    decode {:.1f} t/s at depth 0, {:.1f} t/s at depth {}\n", d.tokens_per_s, s.decode_half.tokens_per_s,
-               s.decode_half.depth);
-    fmt::print("      per token: GPU reads {} of weights + {} of cache, CPU reads {}; {} hand-offs, {} kernels\n",
-               gb(d.gpu_weight_bytes), gb(d.gpu_cache_bytes), gb(d.cpu_bytes), d.handoffs, d.kernels);
-    fmt::print("      time: GPU {} + CPU {} + hand-offs {} + launches {} - overlap {} = {}\n", ms(d.gpu_s), ms(d.cpu_s),
-               ms(d.handoff_s), ms(d.launch_s), ms(d.overlap_s), ms(d.total_s));
+    fmt::print("    decode {:.1f} t/s at depth 0, {:.1f} t/s at depth {}\n", d.tokens_per_s,
+               s.decode_half.tokens_per_s, s.decode_half.depth);
+    fmt::print(
+        "      per token: GPU reads {} of weights + {} of cache, CPU reads {}; {} hand-offs, {} kernels\n",
+        gb(d.gpu_weight_bytes), gb(d.gpu_cache_bytes), gb(d.cpu_bytes), d.handoffs, d.kernels);
+    fmt::print("      time: GPU {} + CPU {} + hand-offs {} + launches {} - overlap {} = {}\n", ms(d.gpu_s),
+               ms(d.cpu_s), ms(d.handoff_s), ms(d.launch_s), ms(d.overlap_s), ms(d.total_s));
     const plan::PrefillPrediction& p = s.prefill;
-    fmt::print("    prefill {:.0f} t/s for a {}-token prompt ({} micro-batches of {})\n", p.tokens_per_s, p.prompt_tokens,
-               p.micro_batches, p.n_ubatch);
-    fmt::print("      time: GPU {} + copy stall {} + CPU {} + hand-offs {} + launches {} = {} (copies {} in {})\n",
-               ms(p.gpu_compute_s), ms(p.copy_stall_s), ms(p.cpu_s), ms(p.handoff_s), ms(p.launch_s), ms(p.total_s),
-               gb(p.copy_bytes), ms(p.copy_s));
+    fmt::print("    prefill {:.0f} t/s for a {}-token prompt ({} micro-batches of {})\n", p.tokens_per_s,
+               p.prompt_tokens, p.micro_batches, p.n_ubatch);
+    fmt::print(
+        "      time: GPU {} + copy stall {} + CPU {} + hand-offs {} + launches {} = {} (copies {} in {})\n",
+        ms(p.gpu_compute_s), ms(p.copy_stall_s), ms(p.cpu_s), ms(p.handoff_s), ms(p.launch_s), ms(p.total_s),
+        gb(p.copy_bytes), ms(p.copy_s));
     auto lower = [](std::string_view t) {
         std::string s(t);
         for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         return s;
     };
-    std::string flags = fmt::format("-c {} -ctk {} -ctv {} -ub {}", r.cache.n_ctx, lower(quant::type_name(r.cache.k_type)),
-                                    lower(quant::type_name(r.cache.v_type)), r.run.n_ubatch);
-    if (!r.host_layers.empty()) flags = fmt::format("--moe-cpu-layers {} {}", layer_list(r.host_layers), flags);
+    std::string flags =
+        fmt::format("-c {} -ctk {} -ctv {} -ub {}", r.cache.n_ctx, lower(quant::type_name(r.cache.k_type)),
+                    lower(quant::type_name(r.cache.v_type)), r.run.n_ubatch);
+    if (!r.host_layers.empty())
+        flags = fmt::format("--moe-cpu-layers {} {}", layer_list(r.host_layers), flags);
     fmt::print("    as manual flags: {}\n", flags);
     if (!r.notes.empty()) {
         fmt::print("  notes:\n");

@@ -17,8 +17,8 @@ namespace mox::cli {
 // "0-3,8,12-15" (the --moe-cpu-layers syntax), "none" when empty.
 std::string layer_list(const std::vector<int64_t>& layers);
 
-void print_plan_result(const std::string& model, const std::string& profile_path, const plan::HardwareProfile& profile,
-                       const plan::PlanResult& r);
+void print_plan_result(const std::string& model, const std::string& profile_path,
+                       const plan::HardwareProfile& profile, const plan::PlanResult& r);
 
 nlohmann::json plan_result_json(const std::string& model, const std::string& profile_path,
                                 const plan::HardwareProfile& profile, const plan::PlanResult& r);
