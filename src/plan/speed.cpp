@@ -136,8 +136,18 @@ public:
 
 private:
     double need(const std::map<std::string, double>* m, quant::TypeId t, const char* kind, double scale) {
-        if (m != nullptr)
+        if (m != nullptr) {
             if (auto r = lookup(*m, t)) return *r * scale;
+            // Plain float weights (the F32 router, BF16/F16 files) have no block format to decode:
+            // their kernels stream at the machine's best rate, which stands in when `mox calibrate`
+            // did not measure them (its default types are the quantized ones).
+            const double best = best_of(*m);
+            if (!quant::traits(t).is_quantized && best > 0) {
+                note(fmt::format("{} {} at the best measured rate (not measured for it)", kind,
+                                 quant::type_name(t)));
+                return best * scale;
+            }
+        }
         missing_[kind].insert(std::string(quant::type_name(t)));
         return 1;  // keeps the arithmetic finite until throw_if_missing
     }

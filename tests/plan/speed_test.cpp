@@ -207,6 +207,13 @@ TEST(PlanSpeed, MissingRatesNameTheTypes) {
         EXPECT_NE(m.find("Q6_K"), std::string::npos) << m;
         EXPECT_NE(m.find("mox calibrate --types q6_k"), std::string::npos) << m;
     }
+    // Plain float types (the F32 router) borrow the best measured rate, with a note.
+    prof = h200_like();
+    prof.gpu->matvec_gbps.erase("F32");
+    prof.gpu->matmul_tflops.erase("F32");
+    const SpeedPrediction borrowed = predict_speed(hybrid({}), hp(), cache(), options(), prof);
+    ASSERT_FALSE(borrowed.notes.empty());
+    EXPECT_NE(borrowed.notes.front().find("F32"), std::string::npos) << borrowed.notes.front();
     // CPU rates are needed only when some layer's experts are on the host.
     prof = h200_like();
     prof.cpu.expert_gbps.clear();
