@@ -197,12 +197,14 @@ struct Search {
     // Empty when the prediction fits both budgets with their margins; else why not.
     std::string misfit(const place::MemoryPrediction& m) const {
         if (has_gpu && m.gpu_total() + vram_margin > vram_budget)
-            return fmt::format("VRAM {} + margin {} > budget {}", format_bytes(m.gpu_total()),
-                               format_bytes(vram_margin), format_bytes(vram_budget));
+            return fmt::format("VRAM {} + margin {} > budget {} (over by {})", format_bytes(m.gpu_total()),
+                               format_bytes(vram_margin), format_bytes(vram_budget),
+                               format_bytes(m.gpu_total() + vram_margin - vram_budget));
         const uint64_t host = m.host_locked() + m.host_ram();
         if (ram_budget > 0 && host + ram_margin > ram_budget)
-            return fmt::format("locked + anonymous RAM {} + margin {} > budget {}", format_bytes(host),
-                               format_bytes(ram_margin), format_bytes(ram_budget));
+            return fmt::format("locked + anonymous RAM {} + margin {} > budget {} (over by {})",
+                               format_bytes(host), format_bytes(ram_margin), format_bytes(ram_budget),
+                               format_bytes(host + ram_margin - ram_budget));
         if (m.host_locked() > 0 && m.host_locked() > req.profile.host_lockable_bytes)
             return fmt::format("pinned {} > lockable {}", format_bytes(m.host_locked()),
                                format_bytes(req.profile.host_lockable_bytes));

@@ -110,12 +110,15 @@ void print_plan_result(const std::string& model, const std::string& profile_path
     std::vector<const plan::PlanCandidate*> rows;
     for (const plan::PlanCandidate& c : r.table)
         if (c.host_tier == r.host_tier || c.host_layers.empty()) rows.push_back(&c);
+    // KV pairs in the search's order (most precise first), then by micro-batch.
+    auto kv_rank = [&](const plan::PlanCandidate* c) {
+        for (size_t i = 0; i < r.table.size(); ++i)
+            if (r.table[i].k_type == c->k_type && r.table[i].v_type == c->v_type) return i;
+        return r.table.size();
+    };
     std::stable_sort(rows.begin(), rows.end(),
-                     [](const plan::PlanCandidate* a, const plan::PlanCandidate* b) {
-                         if (a->k_type != b->k_type)
-                             return quant::type_name(a->k_type) < quant::type_name(b->k_type);
-                         if (a->v_type != b->v_type)
-                             return quant::type_name(a->v_type) < quant::type_name(b->v_type);
+                     [&](const plan::PlanCandidate* a, const plan::PlanCandidate* b) {
+                         if (kv_rank(a) != kv_rank(b)) return kv_rank(a) < kv_rank(b);
                          return a->n_ubatch < b->n_ubatch;
                      });
     for (const plan::PlanCandidate* c : rows) {
