@@ -3,6 +3,7 @@ reader, placement rules re-derived here from llama.cpp's documented semantics (-
 output layer as layer n_layer, overrides are regex searches where the first match wins), KV and
 state bytes from the hyper-parameters in the file's metadata."""
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -177,3 +178,204 @@ def test_bad_input_is_a_one_line_error(mox_bin, args, message):
     assert out.returncode != 0
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# The search (--plan auto): a full-size Qwen3.6-35B-A3B tensor table in a sparse file (no weights)
+# and the made-up profiles of the C++ tests, written by tests/tool/plan_tool. Memory and speed of
+# the chosen plan are recounted here from the gguf package's tensor sizes and the profile's rates,
+# following the formulas of docs/plan.md.
+
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def full(tool_dir, tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan_full")
+    model = d / "q36-sparse.gguf"
+    tool = str(tool_dir / "plan_tool")
+    subprocess.run([tool, "sparse-model", "q4_k_m", str(model)], check=True)
+    profiles = {}
+    for kind in ("h200", "3090", "cpu"):
+        profiles[kind] = d / f"{kind}.json"
+        subprocess.run([tool, "profile", kind, str(profiles[kind])], check=True)
+    reader = gguf.GGUFReader(str(model))
+
+    def key(name):
+        f = reader.fields["qwen35moe." + name]
+        return int(f.parts[f.data[0]][0])
+
+    tensors = {t.name: {"bytes": int(t.n_bytes), "type": t.tensor_type.name, "ne": [int(x) for x in t.shape]}
+               for t in reader.tensors}
+    hp = {k: key(k) for k in ["block_count", "expert_count", "expert_used_count", "context_length",
+                              "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
+                              "ssm.group_count", "full_attention_interval"]}
+    return model, profiles, tensors, hp
+
+
+def run_plan(mox_bin, model, *args, env=None):
+    return subprocess.run([str(mox_bin), "plan", "-m", str(model), *args], capture_output=True, text=True, env=env)
+
+
+def search_json(mox_bin, full, profile, *args):
+    model, profiles, _, _ = full
+    out = run_plan(mox_bin, model, "--profile", str(profiles[profile]), "--json", *args)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def rate(table, type_name):
+    for k, v in table.items():
+        if k.lower() == type_name.lower():
+            return v * 1e9
+    raise AssertionError(f"no rate for {type_name}")
+
+
+def test_search_memory_and_decode_recount(mox_bin, full):
+    model, profiles, tensors, hp = full
+    j = search_json(mox_bin, full, "3090", "--vram-budget", "16GiB", "-c", "32768")
+    plan_ = j["plan"]
+    assert plan_["memory"]["gpu_total_bytes"] + j["budgets"]["vram_margin_bytes"] <= 16 * GIB
+    host = plan_["host_layers"]
+    assert host and len(host) < hp["block_count"]
+    n_expert = hp["expert_count"]
+    placed_host = [L["layer"] for L in j["placement"]["layers"] if L["experts"]["gpu"] != n_expert]
+    assert placed_host == host
+    for L in j["placement"]["layers"]:  # the runtime's rule: everything but experts on the GPU
+        assert L["mixer"] == L["router"] == L["shared_expert"] == L["norms"] == "gpu"
+        assert L["experts"]["gpu"] in (0, n_expert)
+
+    def is_exps(name):
+        return "_exps." in name
+
+    def layer(name):
+        return layer_of(name)
+
+    gpu_weights = sum(t["bytes"] for n, t in tensors.items()
+                      if n != "token_embd.weight" and not (is_exps(n) and layer(n) in host))
+    assert plan_["memory"]["gpu_weights_bytes"] == gpu_weights
+
+    # Decode at depth 0, per docs/plan.md.
+    prof = json.loads(profiles["3090"].read_text())
+    gpu, cpu = prof["gpu"], prof["cpu"]
+    best = max(gpu["matvec_gbps"].values()) * 1e9
+    k_over_n = hp["expert_used_count"] / n_expert
+    conv_channels = 2 * hp["ssm.group_count"] * hp["ssm.state_size"] + hp["ssm.inner_size"]
+    state = 4 * ((hp["ssm.conv_kernel"] - 1) * conv_channels + hp["ssm.time_step_rank"] * hp["ssm.state_size"] ** 2)
+    n_layer, interval = hp["block_count"], hp["full_attention_interval"]
+    n_rec = sum(1 for i in range(n_layer) if (i + 1) % interval != 0)
+
+    def gpu_read(t):
+        matrix = len(t["ne"]) >= 2 and t["ne"][1] > 1 and t["ne"][0] >= 32
+        return t["bytes"] / (rate(gpu["matvec_gbps"], t["type"]) if matrix else best)
+
+    gpu_s = n_rec * 2 * state / best
+    gpu_bytes = cpu_bytes = cpu_s = overlap = 0.0
+    rt = gpu["host_roundtrip_s"]
+    for n, t in tensors.items():
+        if n == "token_embd.weight":
+            continue
+        if is_exps(n):
+            if layer(n) in host:
+                cpu_bytes += k_over_n * t["bytes"]
+                cpu_s += k_over_n * t["bytes"] / rate(cpu["expert_gbps"], t["type"])
+            else:
+                gpu_bytes += k_over_n * t["bytes"]
+                gpu_s += k_over_n * t["bytes"] / rate(gpu["matvec_gbps"], t["type"])
+        else:
+            gpu_bytes += t["bytes"]
+            gpu_s += gpu_read(t)
+    for L in host:
+        shexp = sum(gpu_read(t) for n, t in tensors.items() if layer(n) == L and "_shexp" in n)
+        cpu_layer = sum(k_over_n * t["bytes"] / rate(cpu["expert_gbps"], t["type"])
+                        for n, t in tensors.items() if layer(n) == L and is_exps(n))
+        overlap += min(shexp, rt + cpu_layer)
+    launch = (n_layer * 10 + 4) * gpu["launch_gap_s"]
+    d = plan_["decode"]
+    assert d["gpu_weight_bytes"] == pytest.approx(gpu_bytes, rel=1e-12)
+    assert d["cpu_bytes"] == pytest.approx(cpu_bytes, rel=1e-12)
+    assert d["handoffs"] == len(host)
+    total = gpu_s + cpu_s + len(host) * rt + launch - overlap
+    assert d["total_s"] == pytest.approx(total, rel=1e-9)
+    assert d["tokens_per_s"] == pytest.approx(1 / total, rel=1e-9)
+
+    chosen = [row for row in j["table"] if row["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["decode_tps"] == pytest.approx(d["tokens_per_s"], rel=1e-12)
+    assert chosen[0]["host_layers"] == host
+    for row in j["table"]:
+        assert row["fits"] == (row["why_not"] == "")
+        if row["fits"]:
+            assert row["vram_bytes"] + j["budgets"]["vram_margin_bytes"] <= 16 * GIB
+
+    # The printed manual flags rebuild the same placement in manual mode.
+    manual = plan_json_of(mox_bin, model, "-ngl", "all", "--moe-cpu-layers", plan_["moe_cpu_layers"],
+                          "-c", "32768", "-ctk", plan_["k_type"].lower(), "-ctv", plan_["v_type"].lower())
+    assert manual["weights_bytes"]["gpu"] == gpu_weights
+
+
+def plan_json_of(mox_bin, model, *args):
+    out = run_plan(mox_bin, model, "--json", *args)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_search_manual_flags_constrain(mox_bin, full):
+    j = search_json(mox_bin, full, "h200", "--vram-budget", "80GiB", "--n-cpu-moe", "3", "-ctk", "q8_0")
+    assert j["plan"]["host_layers"] == [0, 1, 2]
+    assert j["plan"]["k_type"] == "Q8_0"
+    assert all(row["k_type"] == "Q8_0" for row in j["table"])
+    j = search_json(mox_bin, full, "3090", "--vram-budget", "12GiB", "-ot", r"blk\.(5|6)\.ffn_.*_exps=CUDA0",
+                    "-ub", "1024")
+    assert j["plan"]["host_layers"] and 5 not in j["plan"]["host_layers"] and 6 not in j["plan"]["host_layers"]
+    assert j["plan"]["n_ubatch"] == 1024
+
+
+def test_search_context_goal(mox_bin, full):
+    _, _, _, hp = full
+    j = search_json(mox_bin, full, "h200", "--goal", "context")
+    assert j["plan"]["n_ctx"] == hp["context_length"]
+    assert j["plan"]["k_type"] == "F16" and j["plan"]["v_type"] == "F16"
+    j = search_json(mox_bin, full, "3090", "--vram-budget", "4GiB", "-c", "max")
+    assert j["plan"]["n_ctx"] % 256 == 0 and j["plan"]["n_ctx"] < hp["context_length"]
+    assert j["plan"]["memory"]["gpu_total_bytes"] + j["budgets"]["vram_margin_bytes"] <= 4 * GIB
+
+
+def test_search_cpu_only_profile(mox_bin, full):
+    j = search_json(mox_bin, full, "cpu", "--plan", "auto", "-c", "8192")
+    assert j["plan"]["cpu_only"] and j["plan"]["memory"]["gpu_total_bytes"] == 0
+
+
+def test_search_text_output(mox_bin, full):
+    model, profiles, _, _ = full
+    out = run_plan(mox_bin, model, "--profile", str(profiles["3090"]), "--vram-budget", "16GiB", "-c", "32768")
+    assert out.returncode == 0, out.stderr
+    assert "<- chosen" in out.stdout and "does not fit" in out.stdout
+    assert "as manual flags: --moe-cpu-layers" in out.stdout
+    assert "hand-written" in out.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--vram-budget", "lots"], "--vram-budget"),
+    (["--vram-budget", "0"], "--vram-budget"),
+    (["--vram-budget", "1GiB"], "nothing fits"),
+    (["--vram-budget", "16GiB", "-ngl", "10"], "-ngl"),
+    (["--vram-budget", "16GiB", "-ot", "attn_q=CPU"], "attn_q"),
+    (["--goal", "speed"], "--goal"),
+    (["--plan", "sometimes"], "--plan"),
+    (["--plan", "manual", "--vram-budget", "8G"], "--plan auto"),
+    (["--goal", "context", "-c", "4096"], "-c"),
+    (["-c", "lots", "--plan", "auto"], "-c lots"),
+])
+def test_search_bad_input_is_a_one_line_error(mox_bin, full, args, message):
+    model, profiles, _, _ = full
+    out = run_plan(mox_bin, model, "--profile", str(profiles["3090"]), *args)
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.stderr
+
+
+def test_search_without_a_profile_says_calibrate(mox_bin, full, tmp_path):
+    model = full[0]
+    env = dict(os.environ, MOX_CACHE_DIR=str(tmp_path))
+    out = run_plan(mox_bin, model, "--vram-budget", "16GiB", env=env)
+    assert out.returncode != 0 and "mox calibrate" in out.stderr and str(tmp_path) in out.stderr

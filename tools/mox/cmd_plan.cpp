@@ -1,5 +1,8 @@
 // mox plan -m MODEL [placement flags]: where every tensor and expert would live and what memory
-// that predicts per device (issue 6, first part: placement as data + exact memory accounting).
+// that predicts per device (issue 6: placement as data + exact memory accounting).
+// With --plan auto, a budget (--vram-budget, --ram-budget), --goal or --ctx max, it searches instead
+// (plan::plan_auto): the manual flags become constraints, and the hardware profile that
+// `mox calibrate` caches supplies the speed model's rates (docs/plan.md).
 #include "commands.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -7,14 +10,19 @@
 #include "models/qwen35moe_hparams.h"
 #include "place/flags.h"
 #include "place/memory.h"
+#include "plan/hardware.h"
+#include "plan/search.h"
+#include "plan_report.h"
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,13 +37,18 @@ struct PlanOptions {
     std::vector<int64_t> n_cpu_moe;
     bool cpu_moe = false;
     std::vector<std::string> moe_cpu_layers;
-    int64_t n_ctx = 0;
-    bool n_ctx_given = false;
+    std::string n_ctx = "0";  // tokens, 0 (the trained context) or max
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
     bool json = false;
-    int64_t n_ubatch = 512;
+    // The search (plan_auto).
+    std::string plan = "manual";
+    std::string vram_budget, ram_budget, vram_margin;
+    std::string goal = "decode";
+    std::string profile;
+    int64_t n_ubatch = 0;  // 0: searched (auto) or 512 (manual)
     int64_t stream_min_tokens = 32;
+    int64_t prompt_tokens = 0;
 };
 
 struct OrderedFlags {
@@ -266,42 +279,124 @@ void register_plan(CLI::App& app) {
     f->layers = cmd->add_option("--moe-cpu-layers", o->moe_cpu_layers,
                                 "Keep the experts of these layers on the CPU, e.g. 0-9,20,31-39")
                     ->allow_extra_args(false);
+    cmd->add_option("-c,--ctx-size", o->n_ctx,
+                    "Context size in tokens (default 4096 or the trained context if smaller; 0: the trained "
+                    "context; max: the largest that fits, which searches)");
     cmd->add_option(
-        "-c,--ctx-size", o->n_ctx,
-        "Context size in tokens (default 4096 or the trained context if smaller; 0: the trained context)");
-    cmd->add_option("--cache-type-k", o->cache_type_k,
-                    "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0")
+           "--cache-type-k", o->cache_type_k,
+           "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (searched when not given and searching)")
         ->capture_default_str();
-    cmd->add_option("--cache-type-v", o->cache_type_v,
-                    "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0")
-        ->capture_default_str();
-    cmd->add_option("--ubatch-size", o->n_ubatch, "Tokens per prefill micro-batch on the GPU (-ub)")->capture_default_str();
-    cmd->add_option("--stream-min-tokens", o->stream_min_tokens,
-                    "Micro-batches of at least this many tokens stream CPU-resident experts to the GPU")
+    cmd->add_option(
+           "--cache-type-v", o->cache_type_v,
+           "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0 (searched when not given and searching)")
         ->capture_default_str();
     cmd->add_flag("--json", o->json, "Machine-readable output");
+    cmd->add_option("--plan", o->plan,
+                    "manual: the flags alone; auto: search the placement, KV types, context and batch size "
+                    "(implied by --vram-budget, --ram-budget, --goal and -c max)")
+        ->capture_default_str();
+    cmd->add_option("--vram-budget", o->vram_budget,
+                    "GPU memory the plan may use, e.g. 16GiB, 8000MiB (default: all)");
+    cmd->add_option("--ram-budget", o->ram_budget,
+                    "Locked + anonymous host RAM the plan may use (default: all)");
+    cmd->add_option("--vram-margin", o->vram_margin,
+                    "Safety margin kept free (default: max(2% of the budget, 256MiB))");
+    cmd->add_option("--goal", o->goal, "What the search maximises: decode, prefill or context")
+        ->capture_default_str();
+    cmd->add_option("--profile", o->profile,
+                    "Hardware profile JSON (default: the one `mox calibrate` cached for this machine)");
+    cmd->add_option("--ubatch-size", o->n_ubatch, "-ub N: fix the micro-batch size instead of searching it");
+    cmd->add_option("--stream-min-tokens", o->stream_min_tokens,
+                    "Manual plans: micro-batches of at least this many tokens stream CPU-resident experts")
+        ->capture_default_str();
+    cmd->add_option("--prompt-tokens", o->prompt_tokens,
+                    "Predict prefill for a prompt of N tokens (default 4096 or -c)");
     cmd->callback([o, f, cmd] {
         const gguf::File file = gguf::File::open(o->model);
         const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
         place::PlacementFlags flags;
         flags.n_gpu_layers = place::parse_n_gpu_layers(o->n_gpu_layers);
         flags.overrides = ordered_rules(*cmd, *f, *o, hp.n_layer);
-        place::CacheOptions cache;
-        o->n_ctx_given = cmd->count("--ctx-size") > 0;
+        const bool ctx_given = cmd->count("--ctx-size") > 0;
+        const bool ctx_max = ctx_given && o->n_ctx == "max";
+        const bool wants_search = cmd->count("--vram-budget") > 0 || cmd->count("--ram-budget") > 0 ||
+                                  cmd->count("--goal") > 0 || ctx_max;
+        if (o->plan != "manual" && o->plan != "auto") fail("--plan {}: expected manual or auto", o->plan);
+        if (o->plan == "manual" && cmd->count("--plan") > 0 && wants_search)
+            fail(
+                "--plan manual: --vram-budget, --ram-budget, --goal and -c max need the search (--plan "
+                "auto)");
+        const bool search = o->plan == "auto" || wants_search;
         // Not given: 4096 capped by the trained context; 0: the trained context (llama.cpp's -c 0).
-        cache.n_ctx = !o->n_ctx_given ? std::min<int64_t>(4096, hp.n_ctx_train)
-                      : o->n_ctx == 0 ? hp.n_ctx_train
-                                      : o->n_ctx;
-        cache.k_type = cache_type("-ctk", o->cache_type_k);
-        cache.v_type = cache_type("-ctv", o->cache_type_v);
-        const place::RunShape run{.n_ubatch = o->n_ubatch, .stream_min_tokens = o->stream_min_tokens};
-        Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache, run,
-                  {}};
-        plan.memory = place::predict_memory(plan.placement, hp, cache, {}, run);
-        if (o->json)
-            fmt::print("{}\n", to_json(plan).dump(2));
-        else
-            print_text(plan);
+        std::optional<int64_t> n_ctx = std::min<int64_t>(4096, hp.n_ctx_train);
+        if (ctx_max || (!ctx_given && o->goal == "context")) {
+            n_ctx.reset();
+        } else if (ctx_given) {
+            int64_t v = 0;
+            const std::string& t = o->n_ctx;
+            const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+            if (ec != std::errc() || end != t.data() + t.size())
+                fail("-c {}: expected a number of tokens, 0 (the trained context) or max", t);
+            n_ctx = v == 0 ? hp.n_ctx_train : v;
+        }
+        if (!search) {
+            place::CacheOptions cache;
+            cache.n_ctx = *n_ctx;
+            cache.k_type = cache_type("-ctk", o->cache_type_k);
+            cache.v_type = cache_type("-ctv", o->cache_type_v);
+            const place::RunShape run{.n_ubatch = o->n_ubatch > 0 ? o->n_ubatch : 512,
+                                      .stream_min_tokens = o->stream_min_tokens};
+            Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache, run,
+                      {}};
+            // The context from this machine's profile when there is one (else a stated placeholder).
+            place::Allowance allowance;
+            if (const auto prof = plan::load_profile(o->profile.empty() ? plan::default_profile_path() : o->profile))
+                allowance = plan::allowance_from_profile(*prof);
+            plan.memory = place::predict_memory(plan.placement, hp, cache, allowance, run);
+            if (o->json)
+                fmt::print("{}\n", to_json(plan).dump(2));
+            else
+                print_text(plan);
+            return;
+        }
+
+        const std::string profile_path = o->profile.empty() ? plan::default_profile_path() : o->profile;
+        const std::optional<plan::HardwareProfile> profile = plan::load_profile(profile_path);
+        if (!profile)
+            fail(
+                "no hardware profile at {}: run `mox calibrate` on this machine first (or pass --profile "
+                "FILE)",
+                profile_path);
+        plan::PlanRequest req{
+            .base = place::Placement::uniform(file, place::Tier::gpu), .hparams = hp, .profile = *profile};
+        req.n_ctx = n_ctx;
+        req.prompt_tokens = o->prompt_tokens;
+        req.constraints = plan::constraints_from_flags(file, flags);
+        if (!o->vram_budget.empty()) req.vram_budget = plan::parse_budget("--vram-budget", o->vram_budget);
+        if (!o->ram_budget.empty()) req.ram_budget = plan::parse_budget("--ram-budget", o->ram_budget);
+        if (!o->vram_margin.empty()) {
+            try {
+                req.vram_margin = parse_size(o->vram_margin);
+            } catch (const Error& e) {
+                fail("--vram-margin {}: {}", o->vram_margin, e.what());
+            }
+        }
+        const std::optional<plan::Goal> goal = plan::goal_from_name(o->goal);
+        if (!goal) fail("--goal {}: expected decode, prefill or context", o->goal);
+        req.goal = *goal;
+        if (cmd->count("--cache-type-k") > 0) req.constraints.k_type = cache_type("-ctk", o->cache_type_k);
+        if (cmd->count("--cache-type-v") > 0) req.constraints.v_type = cache_type("-ctv", o->cache_type_v);
+        if (cmd->count("--ubatch-size") > 0) req.constraints.n_ubatch = o->n_ubatch;
+        if (o->prompt_tokens < 0) fail("--prompt-tokens {}: at least 1", o->prompt_tokens);
+        const plan::PlanResult result = plan::plan_auto(req);
+        if (o->json) {
+            nlohmann::json j = plan_result_json(o->model, profile_path, *profile, result);
+            Plan chosen{o->model, 0, {}, result.placement, result.cache, result.run, result.memory};
+            j["placement"] = to_json(chosen);
+            fmt::print("{}\n", j.dump(2));
+        } else {
+            print_plan_result(o->model, profile_path, *profile, result);
+        }
     });
 }
 

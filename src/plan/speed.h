@@ -1,0 +1,111 @@
+// The speed model (issue 6, item 6): predicted decode and prefill tokens/s of a Placement on a
+// machine described by a HardwareProfile (plan/hardware.h, measured by `mox calibrate`).
+//
+// It models what the hybrid runtime executes (docs/plan.md "Speed model" has the formulas):
+//  - every trunk layer's mixer (attention or Gated DeltaNet), norms, router and shared expert, and
+//    the output head run on the GPU; a layer's routed experts are all on the GPU or all on the host;
+//  - decode, per token: the GPU reads its weights at the measured matvec rate of their block type,
+//    the k selected experts of each GPU layer (k / n_expert of the stacks), the KV cache up to the
+//    depth and the DeltaNet state (read and written); each host layer costs one GPU -> CPU -> GPU
+//    hand-off plus the CPU's k experts at its measured rate, overlapped only with the layer's
+//    shared expert; every kernel adds a launch gap;
+//  - prefill, per micro-batch of n_ubatch tokens: each GPU matrix costs the larger of its
+//    tensor-core time (2 * params * tokens flops) and one read of its bytes; a host layer either
+//    streams its whole expert stacks to the GPU (double-buffered: the copy of one host layer
+//    overlaps the GPU's work until its buffer is needed) when the batch has >= stream_min_tokens
+//    tokens, or has the CPU compute its selected experts.
+// Without any weight on the GPU the placement is the CPU forward: weights stream from DRAM, the
+// experts at their measured CPU rates.
+//
+// Everything here is arithmetic on the placement's exact byte counts and the profile's rates: a
+// pure function, deterministic, testable with hand-written profiles.
+#pragma once
+
+#include "place/memory.h"
+#include "place/placement.h"
+#include "plan/hardware.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mox::plan {
+
+// Kernel launches the decode graph replays per trunk layer (norms, projections, the mixer, router,
+// top-k, experts, residual adds) and for the output head; each costs GpuProfile::launch_gap_s.
+inline constexpr int64_t kKernelsPerLayer = 10;
+inline constexpr int64_t kKernelsOutput = 4;
+// The prefill streaming threshold the runtime uses when no plan sets one (the batch size where,
+// on typical machines, copying a layer's experts beats computing them on the CPU).
+inline constexpr int64_t kDefaultStreamMinTokens = 32;
+
+struct SpeedOptions {
+    place::RunShape run;  // n_ubatch, and whether host layers' experts may be streamed for prefill
+    // Micro-batches with at least this many tokens stream host layers' experts to the GPU; fewer
+    // tokens: the CPU computes them. 0: choose the crossover of the two costs (best_stream_min).
+    int64_t stream_min_tokens = 0;
+    int64_t prompt_tokens = 0;  // prefill prediction for this prompt; 0: min(n_ctx, 4096)
+};
+
+// One generated token at a given depth (tokens already in the context).
+struct DecodePrediction {
+    int64_t depth = 0;
+    double gpu_weight_bytes = 0;  // weights read by the GPU per token
+    double gpu_cache_bytes = 0;   // KV cache up to the depth + DeltaNet state read and written
+    double cpu_bytes = 0;         // weights (experts, or all on a CPU-only placement) read by the CPU
+    int64_t handoffs = 0;         // GPU -> CPU -> GPU round trips (one per host layer)
+    int64_t kernels = 0;          // launches on the GPU
+    // Seconds: total = gpu + cpu + handoff + launch - overlap (overlap: the shared experts that run
+    // on the GPU while the CPU computes).
+    double gpu_s = 0, cpu_s = 0, handoff_s = 0, launch_s = 0, overlap_s = 0;
+    double total_s = 0;
+    double tokens_per_s = 0;
+};
+
+// A prompt of prompt_tokens tokens in micro-batches of n_ubatch.
+struct PrefillPrediction {
+    int64_t prompt_tokens = 0;
+    int64_t n_ubatch = 0;
+    int64_t micro_batches = 0;
+    bool streaming = false;         // host layers' experts may be streamed (staging buffers exist)
+    int64_t stream_min_tokens = 0;  // the threshold used
+    double copy_bytes = 0;          // host -> device expert copies, whole prompt
+    double cpu_bytes = 0;           // expert bytes the CPU reads (batches below the threshold)
+    int64_t handoffs = 0;
+    // Seconds: total = gpu_compute + copy_stall + cpu + handoff + launch. copy_s is the time the
+    // copy engine is busy (mostly hidden under compute); copy_stall_s the part the GPU waited for.
+    double gpu_compute_s = 0, copy_s = 0, copy_stall_s = 0, cpu_s = 0, handoff_s = 0, launch_s = 0;
+    double total_s = 0;
+    double tokens_per_s = 0;
+};
+
+struct SpeedPrediction {
+    bool cpu_only = false;         // nothing on the GPU: the CPU forward
+    int64_t host_layers = 0;       // trunk layers whose experts live on the host
+    DecodePrediction decode;       // at depth 0
+    DecodePrediction decode_half;  // at depth n_ctx / 2
+    PrefillPrediction prefill;
+    std::vector<std::string> notes;  // approximations taken (e.g. a rate borrowed from another type)
+};
+
+// Throws mox::Error when the placement is one the runtime refuses (a layer's experts split across
+// tiers, a non-expert trunk weight or the output head off the GPU while something is on it), or
+// when the profile lacks a rate the placement needs: the message names every missing type and
+// the `mox calibrate --types` command that measures them.
+SpeedPrediction predict_speed(const place::Placement& p, const models::Qwen35MoeHparams& hp,
+                              const place::CacheOptions& cache, const SpeedOptions& options,
+                              const HardwareProfile& profile);
+
+// The smallest micro-batch (1..n_ubatch) from which streaming the host layers' experts costs no
+// more than computing them on the CPU; n_ubatch + 1 when streaming never pays within a
+// micro-batch; kDefaultStreamMinTokens when no layer is on the host.
+int64_t best_stream_min(const place::Placement& p, const models::Qwen35MoeHparams& hp, int64_t n_ubatch,
+                        const HardwareProfile& profile);
+
+// Per-token decode seconds that moving layer `layer`'s experts from the GPU to the host adds
+// (hand-off + CPU experts - GPU experts - shared-expert overlap), with the layer's current types.
+// The search orders layers by this cost per byte of VRAM freed.
+double host_layer_decode_cost(const place::Placement& p, const models::Qwen35MoeHparams& hp, int64_t layer,
+                              const HardwareProfile& profile);
+
+}  // namespace mox::plan

@@ -1,0 +1,256 @@
+// The speed model on a full-size Qwen3.6-35B-A3B tensor table with made-up hardware profiles
+// (plan_fixtures.h): byte counts against an independent recount from the file's tensor list,
+// breakdowns that add up, orderings that must hold (GPU beats CPU on the H200-like profile, more
+// host layers never decode faster), the streaming crossover, and the refusals.
+#include "plan/speed.h"
+#include "plan_fixtures.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+namespace mox::plan {
+
+namespace {
+
+using fixtures::h200_like;
+using fixtures::q36_q4km;
+
+const models::Qwen35MoeHparams& hp() {
+    return q36_q4km().hp;
+}
+
+// What the runtime loads for a hybrid plan: every weight on the GPU but token_embd; the experts
+// of `host` layers on `tier`.
+place::Placement hybrid(const std::vector<int64_t>& host, place::Tier tier = place::Tier::mmap_host) {
+    place::Placement p = q36_q4km().all_gpu();
+    p.set_tier("token_embd.weight", place::Tier::mmap_host);
+    for (int64_t l : host) p.set_layer_experts(l, tier);
+    return p;
+}
+
+std::vector<int64_t> first_layers(int64_t n) {
+    std::vector<int64_t> v;
+    for (int64_t l = 0; l < n; ++l) v.push_back(l);
+    return v;
+}
+
+place::CacheOptions cache(int64_t n_ctx = 32768) {
+    return {.n_ctx = n_ctx, .k_type = quant::TypeId::f16, .v_type = quant::TypeId::f16, .n_seq = 1};
+}
+
+SpeedOptions options(int64_t ub = 512, int64_t prompt = 4096) {
+    return {.run = {.n_ubatch = ub, .stream_experts = true}, .stream_min_tokens = 0, .prompt_tokens = prompt};
+}
+
+// Weight bytes straight from the file's tensor table.
+struct FileBytes {
+    double experts = 0;  // routed-expert stacks
+    double dense = 0;    // every other tensor but token_embd
+};
+FileBytes file_bytes() {
+    FileBytes b;
+    for (const gguf::TensorInfo& t : q36_q4km().file.tensors()) {
+        if (t.name == "token_embd.weight") continue;
+        (t.name.find("_exps.") != std::string::npos ? b.experts : b.dense) += static_cast<double>(t.n_bytes);
+    }
+    return b;
+}
+
+void expect_decode_sums(const DecodePrediction& d) {
+    EXPECT_NEAR(d.total_s, d.gpu_s + d.cpu_s + d.handoff_s + d.launch_s - d.overlap_s, 1e-12 * d.total_s);
+    EXPECT_NEAR(d.tokens_per_s * d.total_s, 1.0, 1e-12);
+    EXPECT_GE(d.overlap_s, 0);
+    EXPECT_LE(d.overlap_s, d.handoff_s + d.cpu_s);
+}
+
+void expect_prefill_sums(const PrefillPrediction& p) {
+    EXPECT_NEAR(p.total_s, p.gpu_compute_s + p.copy_stall_s + p.cpu_s + p.handoff_s + p.launch_s,
+                1e-12 * p.total_s);
+    EXPECT_NEAR(p.tokens_per_s * p.total_s, static_cast<double>(p.prompt_tokens), 1e-9 * p.tokens_per_s);
+    EXPECT_LE(p.copy_stall_s, p.copy_s + 1e-15);
+}
+
+}  // namespace
+
+TEST(PlanSpeed, AllOnGpuReadsTheFileBytes) {
+    const SpeedPrediction s = predict_speed(hybrid({}), hp(), cache(), options(), h200_like());
+    const FileBytes f = file_bytes();
+    const double k_over_n = static_cast<double>(hp().n_expert_used) / static_cast<double>(hp().n_expert);
+    EXPECT_FALSE(s.cpu_only);
+    EXPECT_EQ(s.host_layers, 0);
+    EXPECT_NEAR(s.decode.gpu_weight_bytes, f.dense + k_over_n * f.experts, 1.0);
+    EXPECT_EQ(s.decode.cpu_bytes, 0);
+    EXPECT_EQ(s.decode.handoffs, 0);
+    EXPECT_EQ(s.decode.kernels, hp().n_trunk() * kKernelsPerLayer + kKernelsOutput);
+    // Depth 0: the KV cache holds nothing; the DeltaNet state is read and written once per token.
+    EXPECT_EQ(s.decode.gpu_cache_bytes, 2.0 * static_cast<double>(hp().recurrent_state_bytes()));
+    // Half the context: K and V rows of every attention layer up to the depth (inspect's KV/token).
+    EXPECT_NEAR(s.decode_half.gpu_cache_bytes - s.decode.gpu_cache_bytes,
+                hp().kv_cache_bytes_per_token(quant::TypeId::f16) * 16384.0, 1.0);
+    EXPECT_LT(s.decode_half.tokens_per_s, s.decode.tokens_per_s);
+    expect_decode_sums(s.decode);
+    expect_decode_sums(s.decode_half);
+    expect_prefill_sums(s.prefill);
+    EXPECT_EQ(s.prefill.copy_bytes, 0);
+    EXPECT_EQ(s.prefill.micro_batches, 8);  // 4096 tokens in batches of 512
+}
+
+TEST(PlanSpeed, HostLayersMoveTheirSelectedExpertsToTheCpu) {
+    const std::vector<int64_t> host{3, 17, 30};
+    const SpeedPrediction all = predict_speed(hybrid({}), hp(), cache(), options(), h200_like());
+    const SpeedPrediction s = predict_speed(hybrid(host), hp(), cache(), options(), h200_like());
+    const place::Placement p = hybrid(host);
+    double moved = 0;  // k experts of each host layer
+    for (int64_t l : host) moved += static_cast<double>(hp().n_expert_used * p.expert_bytes(l));
+    EXPECT_EQ(s.host_layers, 3);
+    EXPECT_EQ(s.decode.handoffs, 3);
+    EXPECT_NEAR(s.decode.cpu_bytes, moved, 1.0);
+    EXPECT_NEAR(all.decode.gpu_weight_bytes - s.decode.gpu_weight_bytes, moved, 1.0);
+    EXPECT_NEAR(s.decode.handoff_s, 3 * h200_like().gpu->host_roundtrip_s, 1e-15);
+    expect_decode_sums(s.decode);
+    expect_prefill_sums(s.prefill);
+    // Prefill streams the whole stacks of the host layers once per micro-batch (4096 / 512 = 8).
+    double stacks = 0;
+    for (int64_t l : host)
+        stacks += static_cast<double>(p.expert_bytes(l) * static_cast<uint64_t>(p.n_expert()));
+    EXPECT_TRUE(s.prefill.streaming);
+    EXPECT_NEAR(s.prefill.copy_bytes, 8 * stacks, 8.0);
+}
+
+TEST(PlanSpeed, GpuBeatsCpuOnTheH200LikeProfile) {
+    const HardwareProfile prof = h200_like();
+    const SpeedPrediction gpu = predict_speed(hybrid({}), hp(), cache(), options(), prof);
+    const SpeedPrediction hyb = predict_speed(hybrid(first_layers(40)), hp(), cache(), options(), prof);
+    const SpeedPrediction cpu = predict_speed(
+        place::Placement::uniform(q36_q4km().file, place::Tier::mmap_host), hp(), cache(), options(), prof);
+    EXPECT_TRUE(cpu.cpu_only);
+    EXPECT_GT(gpu.decode.tokens_per_s, hyb.decode.tokens_per_s);
+    EXPECT_GT(hyb.decode.tokens_per_s, cpu.decode.tokens_per_s);
+    EXPECT_GT(gpu.prefill.tokens_per_s, hyb.prefill.tokens_per_s);
+    EXPECT_GT(hyb.prefill.tokens_per_s, cpu.prefill.tokens_per_s);
+    expect_decode_sums(cpu.decode);
+    expect_prefill_sums(cpu.prefill);
+    // The CPU forward reads every active byte from DRAM or through its expert operator.
+    const FileBytes f = file_bytes();
+    const double k_over_n = static_cast<double>(hp().n_expert_used) / static_cast<double>(hp().n_expert);
+    EXPECT_NEAR(cpu.decode.cpu_bytes,
+                f.dense + k_over_n * f.experts + 2.0 * static_cast<double>(hp().recurrent_state_bytes()),
+                1.0);
+}
+
+TEST(PlanSpeed, EachHostLayerSlowsDecode) {
+    double last = 1e30;
+    for (int64_t n = 0; n <= 40; n += 5) {
+        const SpeedPrediction s =
+            predict_speed(hybrid(first_layers(n)), hp(), cache(), options(), h200_like());
+        EXPECT_LT(s.decode.tokens_per_s, last) << n << " host layers";
+        last = s.decode.tokens_per_s;
+    }
+}
+
+TEST(PlanSpeed, PinnedStreamsFasterThanPageable) {
+    const auto host = first_layers(10);
+    const SpeedPrediction pinned =
+        predict_speed(hybrid(host, place::Tier::pinned_host), hp(), cache(), options(2048), h200_like());
+    const SpeedPrediction mapped =
+        predict_speed(hybrid(host, place::Tier::mmap_host), hp(), cache(), options(2048), h200_like());
+    EXPECT_EQ(pinned.decode.tokens_per_s, mapped.decode.tokens_per_s);  // decode does not copy
+    EXPECT_GT(pinned.prefill.tokens_per_s, mapped.prefill.tokens_per_s);
+    EXPECT_LT(pinned.prefill.copy_s, mapped.prefill.copy_s);
+}
+
+// The crossover is where one micro-batch costs the same streamed or computed by the CPU: checked
+// with the public prediction itself, forcing one way or the other.
+TEST(PlanSpeed, StreamThresholdIsTheCrossover) {
+    for (const HardwareProfile& prof : {h200_like(), fixtures::rtx3090_like()}) {
+        SCOPED_TRACE(prof.machine);
+        const place::Placement p = hybrid({0, 10, 20, 30});
+        const int64_t t = best_stream_min(p, hp(), 4096, prof);
+        ASSERT_GE(t, 1);
+        ASSERT_LE(t, 4096);
+        auto cost = [&](int64_t tokens, bool stream) {
+            SpeedOptions o{.run = {.n_ubatch = tokens, .stream_experts = stream},
+                           .stream_min_tokens = 1,
+                           .prompt_tokens = tokens};
+            return predict_speed(p, hp(), cache(), o, prof).prefill.total_s;
+        };
+        EXPECT_LE(cost(t, true), cost(t, false));
+        if (t > 1) {
+            EXPECT_GT(cost(t - 1, true), cost(t - 1, false));
+        }
+        // With no host layer there is nothing to stream: the default.
+        EXPECT_EQ(best_stream_min(hybrid({}), hp(), 4096, prof), kDefaultStreamMinTokens);
+    }
+}
+
+TEST(PlanSpeed, BelowTheThresholdTheCpuComputesTheExperts) {
+    const place::Placement p = hybrid({1, 2});
+    SpeedOptions o = options(512, 100);
+    o.stream_min_tokens = 101;
+    const SpeedPrediction s = predict_speed(p, hp(), cache(), o, h200_like());
+    EXPECT_EQ(s.prefill.copy_bytes, 0);
+    EXPECT_EQ(s.prefill.handoffs, 2);
+    EXPECT_GT(s.prefill.cpu_s, 0);
+    expect_prefill_sums(s.prefill);
+}
+
+TEST(PlanSpeed, MissingRatesNameTheTypes) {
+    HardwareProfile prof = h200_like();
+    prof.gpu->matvec_gbps.erase("Q6_K");
+    try {
+        predict_speed(hybrid({}), hp(), cache(), options(), prof);
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("Q6_K"), std::string::npos) << m;
+        EXPECT_NE(m.find("mox calibrate --types q6_k"), std::string::npos) << m;
+    }
+    // Plain float types (the F32 router) borrow the best measured rate, with a note.
+    prof = h200_like();
+    prof.gpu->matvec_gbps.erase("F32");
+    prof.gpu->matmul_tflops.erase("F32");
+    const SpeedPrediction borrowed = predict_speed(hybrid({}), hp(), cache(), options(), prof);
+    ASSERT_FALSE(borrowed.notes.empty());
+    EXPECT_NE(borrowed.notes.front().find("F32"), std::string::npos) << borrowed.notes.front();
+    // CPU rates are needed only when some layer's experts are on the host.
+    prof = h200_like();
+    prof.cpu.expert_gbps.clear();
+    EXPECT_NO_THROW(predict_speed(hybrid({}), hp(), cache(), options(), prof));
+    EXPECT_THROW(predict_speed(hybrid({5}), hp(), cache(), options(), prof), Error);
+    // Keys are compared without case ("q4_K" as well as "Q4_K").
+    prof = h200_like();
+    const double r = prof.gpu->matvec_gbps["Q4_K"];
+    prof.gpu->matvec_gbps.erase("Q4_K");
+    prof.gpu->matvec_gbps["q4_k"] = r;
+    EXPECT_EQ(predict_speed(hybrid({}), hp(), cache(), options(), prof).decode.tokens_per_s,
+              predict_speed(hybrid({}), hp(), cache(), options(), h200_like()).decode.tokens_per_s);
+}
+
+TEST(PlanSpeed, RefusesWhatTheRuntimeRefuses) {
+    place::Placement split = hybrid({});
+    split.set_expert_tier(7, 3, place::Tier::mmap_host);
+    try {
+        predict_speed(split, hp(), cache(), options(), h200_like());
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("layer 7"), std::string::npos) << e.what();
+    }
+    place::Placement attn_on_cpu = hybrid({});
+    attn_on_cpu.set_tier("blk.3.attn_q.weight", place::Tier::mmap_host);
+    EXPECT_THROW(predict_speed(attn_on_cpu, hp(), cache(), options(), h200_like()), Error);
+    // Weights on the GPU with a profile that has none.
+    EXPECT_THROW(predict_speed(hybrid({}), hp(), cache(), options(), fixtures::cpu_only_like()), Error);
+}
+
+TEST(PlanSpeed, HostLayerCostIsTheDecodeDifference) {
+    const HardwareProfile prof = h200_like();
+    const double base = predict_speed(hybrid({}), hp(), cache(), options(), prof).decode.total_s;
+    for (int64_t l : {0, 4, 39}) {
+        const double moved = predict_speed(hybrid({l}), hp(), cache(), options(), prof).decode.total_s;
+        EXPECT_NEAR(host_layer_decode_cost(hybrid({}), hp(), l, prof), moved - base, 1e-12) << l;
+    }
+}
+
+}  // namespace mox::plan
