@@ -108,7 +108,8 @@ void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda) {
                  c.n_gpu_layers, placed ? " with placement flags" : "");
         if (c.n_gpu_layers == 0 && placed)
             fail("-ngl 0 runs on the CPU: -ncmoe, -ot, --moe-cpu-layers and --vram-budget need -ngl > 0");
-        if (c.plan != "manual") fail("--plan {}: the planner is not wired into mox bench yet; use --plan manual", c.plan);
+        if (c.plan == "auto" && c.n_gpu_layers == 0)
+            fail("--plan auto places the model on the GPU: give -ngl 99 (or leave --plan manual for the CPU)");
     }
 }
 

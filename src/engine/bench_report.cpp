@@ -125,6 +125,7 @@ nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta
     j["roofline_fraction"] = or_null(roofline_fraction(r, ts.median));
     j["vram_bytes"] = or_null(r.vram_bytes);
     j["predicted_vram_bytes"] = or_null(r.predicted_vram_bytes);
+    j["predicted_tps"] = r.predicted_tps ? nlohmann::json(*r.predicted_tps) : nlohmann::json(nullptr);
     j["pcie_bytes"] = or_null(r.pcie_bytes);
     j["expert_cache_hit_rate"] = or_null(r.expert_cache_hit_rate);
     if (meta.compare) {

@@ -72,6 +72,7 @@ struct BenchResult {
     // GPU and hybrid facts; empty while no GPU is used (there is no CUDA path in mox bench yet).
     std::optional<uint64_t> vram_bytes;             // from the driver, after the row's last repetition
     std::optional<uint64_t> predicted_vram_bytes;   // the memory model's number for the same setup
+    std::optional<double> predicted_tps;            // the speed model's number (profile needed)
     std::optional<uint64_t> pcie_bytes;             // host<->device bytes moved per repetition
     std::optional<double> expert_cache_hit_rate;    // of the GPU expert cache
     std::optional<OtherEngineSamples> llama;        // --compare

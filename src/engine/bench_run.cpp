@@ -10,6 +10,9 @@
 #include "place/execute.h"
 #include "place/flags.h"
 #include "place/memory.h"
+#include "plan/auto_plan.h"
+#include "plan/hardware.h"
+#include "plan/speed.h"
 #include "text/tokenizer.h"
 #include "text/vocab_io.h"
 
@@ -34,7 +37,12 @@ struct BenchRunner::Loaded {
     std::vector<int32_t> corpus;                                   // the corpus in this model's tokens
     // Loaded once per setup (threads, device, placement...: what is fixed at load), keyed by a text
     // naming it. At most one GPU setup is alive at a time (they would share the device's memory).
-    std::map<std::string, std::unique_ptr<models::Qwen35Moe>> by_setup;
+    struct Setup {
+        std::unique_ptr<models::Qwen35Moe> model;
+        std::optional<place::Placement> placement;  // GPU setups: what runs (the flags' or the plan's)
+        models::GpuOptions gpu;
+    };
+    std::map<std::string, Setup> by_setup;
     BenchModelInfo info;
 };
 
@@ -102,44 +110,65 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     Loaded& m = load(c.model);
     const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(m.file);
     const models::Device device = c.n_gpu_layers == 0 ? models::Device::cpu : models::Device::cuda;
-    models::GpuOptions gpu;
-    std::optional<place::Placement> placement;
     const int64_t needed = std::max<int64_t>(1, c.test.n_depth + c.test.n_prompt + c.test.n_gen);
     if (c.n_ctx > 0 && c.n_ctx < needed) fail("-c {}: the test {} needs {} tokens of context", c.n_ctx, c.test.name(), needed);
     const int64_t n_ctx = c.n_ctx > 0 ? c.n_ctx : needed;
-    std::string setup = fmt::format("t{} {}", c.threads, device == models::Device::cpu ? "cpu" : "cuda");
-    if (device == models::Device::cuda) {
-        // The placement from the flags, in llama.cpp's order of precedence: -ot rules first (they
-        // win), then -ncmoe, then --moe-cpu-layers (first match wins, place/flags.h).
-        place::PlacementFlags flags;
-        flags.n_gpu_layers = c.n_gpu_layers;
-        if (!c.override_tensor.empty()) flags.overrides = place::parse_override_tensor(c.override_tensor);
-        for (auto& r : place::n_cpu_moe_rules(c.n_cpu_moe, hp.n_layer)) flags.overrides.push_back(std::move(r));
-        if (!c.moe_cpu_layers.empty())
-            for (auto& r : place::moe_cpu_layers_rules(c.moe_cpu_layers, hp.n_layer)) flags.overrides.push_back(std::move(r));
-        placement = place::place_from_flags(m.file, flags);
-        gpu = place::gpu_options_for(*placement, hp);
-        gpu.vram_budget = c.vram_budget;
-        gpu.n_ubatch = c.n_ubatch;
-        gpu.stream_min_tokens = c.stream_min_tokens;
-        gpu.n_ctx_max = n_ctx;
-        setup += fmt::format(" ngl{} ncmoe{} ot[{}] layers[{}] budget{} ub{} stream{} ctx{}", c.n_gpu_layers, c.n_cpu_moe,
-                             c.override_tensor, c.moe_cpu_layers, c.vram_budget, c.n_ubatch, c.stream_min_tokens,
-                             gpu.n_ctx_max);
-        for (auto& [key, loaded] : m.by_setup)  // free the device for this setup
-            if (key != setup && loaded && loaded->device() == models::Device::cuda) loaded.reset();
-    }
-    auto& model = m.by_setup[setup];
-    if (!model) model = std::make_unique<models::Qwen35Moe>(m.file, c.threads, quant::host_isa(), true, device, gpu);
-
-    models::StateOptions so;
-    auto type = [](const std::string& name) {
+    auto kv_type = [](const std::string& name) {
         auto t = quant::type_from_name(name);
         if (!t) fail("unknown KV cache type '{}'", name);
         return *t;
     };
-    so.k_type = type(c.type_k);
-    so.v_type = type(c.type_v);
+    // What is fixed at load (thread pool, placement, budget, micro-batch, context) names the setup.
+    std::string setup = fmt::format("t{} {}", c.threads, device == models::Device::cpu ? "cpu" : "cuda");
+    if (device == models::Device::cuda)
+        setup += fmt::format(" ngl{} ncmoe{} ot[{}] layers[{}] budget{} ub{} stream{} ctx{} plan {} kv {}/{}", c.n_gpu_layers,
+                             c.n_cpu_moe, c.override_tensor, c.moe_cpu_layers, c.vram_budget, c.n_ubatch,
+                             c.stream_min_tokens, n_ctx, c.plan, c.type_k, c.type_v);
+    Loaded::Setup& su = m.by_setup[setup];
+    if (!su.model) {
+        if (device == models::Device::cuda) {
+            for (auto& [key, other] : m.by_setup)  // free the device for this setup
+                if (key != setup && other.model && other.model->device() == models::Device::cuda) other.model.reset();
+            // The placement from the flags, in llama.cpp's order of precedence: -ot rules first (they
+            // win), then -ncmoe, then --moe-cpu-layers (first match wins, place/flags.h).
+            place::PlacementFlags flags;
+            flags.n_gpu_layers = c.n_gpu_layers;
+            if (!c.override_tensor.empty()) flags.overrides = place::parse_override_tensor(c.override_tensor);
+            for (auto& r : place::n_cpu_moe_rules(c.n_cpu_moe, hp.n_layer)) flags.overrides.push_back(std::move(r));
+            if (!c.moe_cpu_layers.empty())
+                for (auto& r : place::moe_cpu_layers_rules(c.moe_cpu_layers, hp.n_layer))
+                    flags.overrides.push_back(std::move(r));
+            if (c.plan == "auto") {
+                // The planner, with the flags as constraints and this configuration's context, KV
+                // types and micro-batch fixed.
+                plan::AutoPlanInputs in;
+                in.flags = flags;
+                in.flags.n_gpu_layers = -1;
+                in.n_ctx = n_ctx;
+                in.k_type = kv_type(c.type_k);
+                in.v_type = kv_type(c.type_v);
+                in.n_ubatch = c.n_ubatch;
+                in.vram_budget = c.vram_budget;
+                plan::AutoPlan p = plan::auto_plan(m.file, in);
+                fmt::print(stderr, "{}\n", p.summary);
+                su.placement = p.result.placement;
+                su.gpu = p.gpu;
+            } else {
+                su.placement = place::place_from_flags(m.file, flags);
+                su.gpu = place::gpu_options_for(*su.placement, hp);
+                su.gpu.vram_budget = c.vram_budget;
+                su.gpu.n_ubatch = c.n_ubatch;
+                su.gpu.stream_min_tokens = c.stream_min_tokens;
+                su.gpu.n_ctx_max = n_ctx;
+            }
+        }
+        su.model = std::make_unique<models::Qwen35Moe>(m.file, c.threads, quant::host_isa(), true, device, su.gpu);
+    }
+    const std::unique_ptr<models::Qwen35Moe>& model = su.model;
+
+    models::StateOptions so;
+    so.k_type = kv_type(c.type_k);
+    so.v_type = kv_type(c.type_v);
     so.n_ctx = n_ctx;
     auto state = model->new_state(so);
 
@@ -184,7 +213,7 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     const double tokens = static_cast<double>(c.test.n_prompt + c.test.n_gen);
     BenchSample sample{
-        .ns = ns, .tokens_per_s = ns > 0 ? tokens * 1e9 / ns : 0, .vram_bytes = std::nullopt, .predicted_vram_bytes = std::nullopt};
+        .ns = ns, .tokens_per_s = ns > 0 ? tokens * 1e9 / ns : 0, .vram_bytes = std::nullopt, .predicted_vram_bytes = std::nullopt, .predicted_tps = std::nullopt};
 #ifdef MOX_HAVE_CUDA
     if (device == models::Device::cuda) {
         // Everything this process holds on the device (weights, activations, this row's state)
@@ -194,8 +223,17 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
         const place::Allowance context{.cuda_context_bytes = cuda::context_bytes(), .measured = true,
                                        .source = "measured when the model was loaded"};
         const place::CacheOptions cache{.n_ctx = so.n_ctx, .k_type = so.k_type, .v_type = so.v_type};
-        const place::RunShape run{.n_ubatch = c.n_ubatch, .stream_min_tokens = c.stream_min_tokens};
-        sample.predicted_vram_bytes = place::predict_memory(*placement, hp, cache, context, run).gpu_total();
+        const place::RunShape run{.n_ubatch = su.gpu.n_ubatch, .stream_min_tokens = su.gpu.stream_min_tokens};
+        sample.predicted_vram_bytes = place::predict_memory(*su.placement, hp, cache, context, run).gpu_total();
+        // The speed model's number for this row, when this machine has a hardware profile.
+        if (const auto profile = plan::load_profile(plan::default_profile_path()); profile && c.test.n_prompt + c.test.n_gen > 0) {
+            const plan::SpeedPrediction sp = plan::predict_speed(
+                *su.placement, hp, cache,
+                {.run = run, .stream_min_tokens = su.gpu.stream_min_tokens, .prompt_tokens = std::max<int64_t>(1, c.test.n_prompt)},
+                *profile);
+            if (c.test.n_gen == 0) sample.predicted_tps = sp.prefill.tokens_per_s;
+            else if (c.test.n_prompt == 0) sample.predicted_tps = c.test.n_depth == 0 ? sp.decode.tokens_per_s : sp.decode_half.tokens_per_s;
+        }
     }
 #endif
     return sample;

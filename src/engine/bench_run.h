@@ -21,6 +21,8 @@ struct BenchSample {
     // GPU rows: what the memory model (place/memory.h) predicts for this placement and state, with
     // the CUDA context as measured when the model was loaded.
     std::optional<uint64_t> predicted_vram_bytes;
+    // pp or tg rows on the GPU with a hardware profile: the speed model's tokens/s (plan/speed.h).
+    std::optional<double> predicted_tps;
 };
 
 class BenchRunner {

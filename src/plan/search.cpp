@@ -532,6 +532,10 @@ PlanResult plan_auto(const PlanRequest& req) {
                             {.run = r.run, .stream_min_tokens = 0, .prompt_tokens = req.prompt_tokens},
                             req.profile);
     r.stream_min_tokens = r.speed.prefill.stream_min_tokens;
+    // The runtime allocates staging buffers only when a micro-batch can reach the threshold: the
+    // memory of the plan as it will run (never more than what was checked above).
+    r.run.stream_min_tokens = std::max<int64_t>(2, r.stream_min_tokens);
+    r.memory = place::predict_memory(r.placement, hp, r.cache, r.allowance, r.run);
     r.host_layers = chosen.host_layers;
     r.host_tier = chosen.host_tier;
     r.vram_budget = s.vram_budget;

@@ -191,12 +191,17 @@ TEST(PlanSearch, FatLayersGoToTheHostFirst) {
     // Equal rates for both expert types, so only the bytes and the fixed hand-off differ.
     prof.gpu->matvec_gbps["Q8_0"] = prof.gpu->matvec_gbps["Q4_K"];
     prof.cpu.expert_gbps["Q8_0"] = prof.cpu.expert_gbps["Q4_K"];
-    const PlanResult all = plan_auto(request(m, prof, std::nullopt, 4096));
+    // The micro-batch is fixed: its activations would otherwise shrink to make room instead.
+    PlanRequest all_req = request(m, prof, std::nullopt, 4096);
+    all_req.constraints.n_ubatch = 512;
+    const PlanResult all = plan_auto(all_req);
     ASSERT_TRUE(all.host_layers.empty()) << "the UD-like file fits 40 GiB";
     const uint64_t need = all.memory.gpu_total();
     // A budget that forces a couple of layers off the GPU.
     const uint64_t fat = m.all_gpu().expert_bytes(0) * 256;
-    const PlanResult r = plan_auto(request(m, prof, need + default_margin(need) - fat, 4096));
+    PlanRequest req = request(m, prof, need + default_margin(need) - fat, 4096);
+    req.constraints.n_ubatch = 512;
+    const PlanResult r = plan_auto(req);
     expect_valid(r, m.hp, need + default_margin(need) - fat);
     ASSERT_FALSE(r.host_layers.empty());
     ASSERT_LE(r.host_layers.size(), static_cast<size_t>(fixtures::kFatLayers));

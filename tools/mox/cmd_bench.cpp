@@ -265,6 +265,7 @@ void run_bench(const BenchFlags& f) {
             r.host_peak_bytes = mem.peak_bytes;
             r.vram_bytes = s.vram_bytes;
             r.predicted_vram_bytes = s.predicted_vram_bytes;
+            r.predicted_tps = s.predicted_tps;
         }
     }
     if (tty) fmt::print(stderr, "\r\033[K");
@@ -322,7 +323,7 @@ void register_bench(CLI::App& app) {
     cmd->add_option("--output-err", f->output_err, "Also print this format on stderr (-oe)");
     multi("--vram-budget", f->vram_budget,
           "GPU memory budget(s), e.g. 24G,16G: mox never allocates more (CUDA context included; 0: none)");
-    multi("--plan", f->plan, "manual (placement from the flags) or auto (the planner; not wired into bench yet)");
+    multi("--plan", f->plan, "manual (placement from the flags) or auto (the planner within --vram-budget; flags constrain it)");
     cmd->add_option("--corpus", f->corpus, "Text file prompts are made of (default: bench/corpus)");
     cmd->add_flag("--random-prompt", f->random_prompt,
                   "Prompts of random token ids (llama-bench's way) instead of real text; they route experts unlike text");

@@ -54,8 +54,19 @@ models::Device ModelOptions::resolve_device(int64_t n_layer) const {
 std::unique_ptr<models::Qwen35Moe> ModelOptions::load(const gguf::File& file) const {
     const models::Device d = resolve_device(models::read_qwen35moe_hparams(file).n_layer);
     models::GpuOptions g;
-    // -ngl not given with --device cuda: everything (llama.cpp's -ngl all, token_embd on the host).
-    if (d == models::Device::cuda) g = gpu_options(file, placement, n_gpu_layers == -2 ? -1 : n_gpu_layers, n_ctx);
+    if (d == models::Device::cuda) {
+        // The context planned for: -c, else 4096 (a job that needs more says so and asks for -c).
+        const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
+        const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(4096, hp.n_ctx_train);
+        auto type = [](const std::string& name) {
+            auto t = quant::type_from_name(name);
+            if (!t) fail("unknown KV cache type '{}'", name);
+            return *t;
+        };
+        // -ngl not given with --device cuda: all of it (llama.cpp's -ngl all), then the plan.
+        g = gpu_options(file, placement, n_gpu_layers == -2 ? -1 : n_gpu_layers, ctx, type(cache_type_k),
+                        type(cache_type_v));
+    }
     return std::make_unique<models::Qwen35Moe>(file, threads, cpu_isa(), !no_pin, d, g);
 }
 

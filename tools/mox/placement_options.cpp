@@ -3,7 +3,9 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "models/qwen35moe_hparams.h"
+#include "core/log.h"
 #include "place/execute.h"
+#include "plan/auto_plan.h"
 
 #include <CLI/CLI.hpp>
 
@@ -24,13 +26,17 @@ void add_placement_options(CLI::App* cmd, PlacementOptions& o, bool with_run_sha
                    ->allow_extra_args(false);
     cmd->add_option("--vram-budget", o.vram_budget,
                     "Never allocate more GPU memory than this (e.g. 16GiB), CUDA context included");
-    if (!with_run_shape) return;
-    cmd->add_option("--ubatch-size", o.n_ubatch, "Tokens per prefill micro-batch on the GPU (-ub)")
+    cmd->add_option("--plan", o.plan,
+                    "auto: the planner places the experts for the VRAM budget (the flags above constrain it); "
+                    "manual: the flags alone")
         ->capture_default_str();
+    cmd->add_option("--profile", o.profile, "Hardware profile for --plan auto (default: `mox calibrate`'s cache)");
+    if (!with_run_shape) return;
+    cmd->add_option("--ubatch-size", o.n_ubatch, "Tokens per prefill micro-batch on the GPU (-ub; default: planned, "
+                                                 "512 with --plan manual)");
     cmd->add_option("--stream-min-tokens", o.stream_min_tokens,
                     "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU; "
-                    "smaller ones (and decode) compute them on the CPU")
-        ->capture_default_str();
+                    "smaller ones (and decode) compute them on the CPU (default: planned, 32 with --plan manual)");
 }
 
 uint64_t PlacementOptions::vram_budget_bytes() const {
@@ -53,17 +59,33 @@ std::vector<place::OverrideRule> PlacementOptions::rules(int64_t n_layer) const 
     return out;
 }
 
-models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers,
-                               int64_t n_ctx_max) {
+models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers, int64_t n_ctx,
+                               quant::TypeId k_type, quant::TypeId v_type) {
     const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
     place::PlacementFlags flags;
     flags.n_gpu_layers = n_gpu_layers;
     flags.overrides = o.rules(hp.n_layer);
+    if (o.plan != "auto" && o.plan != "manual") fail("--plan {}: expected auto or manual", o.plan);
+    if (o.n_ubatch < 0 || o.stream_min_tokens < 0) fail("-ub and --stream-min-tokens must be positive");
+    if (o.plan == "auto") {
+        plan::AutoPlanInputs in;
+        in.flags = flags;
+        in.n_ctx = n_ctx;
+        in.k_type = k_type;
+        in.v_type = v_type;
+        if (o.n_ubatch > 0) in.n_ubatch = o.n_ubatch;
+        in.vram_budget = o.vram_budget_bytes();
+        in.profile_path = o.profile;
+        plan::AutoPlan p = plan::auto_plan(file, in);
+        if (o.stream_min_tokens > 0) p.gpu.stream_min_tokens = o.stream_min_tokens;
+        log::info("{}", p.summary);
+        return p.gpu;
+    }
     models::GpuOptions g = place::gpu_options_for(place::place_from_flags(file, flags), hp);
     g.vram_budget = o.vram_budget_bytes();
-    g.n_ubatch = o.n_ubatch;
-    g.stream_min_tokens = o.stream_min_tokens;
-    g.n_ctx_max = n_ctx_max;
+    g.n_ubatch = o.n_ubatch > 0 ? o.n_ubatch : 512;
+    g.stream_min_tokens = o.stream_min_tokens > 0 ? o.stream_min_tokens : 32;
+    g.n_ctx_max = n_ctx;
     return g;
 }
 

@@ -23,9 +23,11 @@ struct PlacementOptions {
     std::vector<int64_t> n_cpu_moe;
     bool cpu_moe = false;
     std::vector<std::string> moe_cpu_layers;
-    std::string vram_budget;  // "" = none
-    int64_t n_ubatch = 512;
-    int64_t stream_min_tokens = 32;
+    std::string vram_budget;  // "" = none (auto: what the GPU has free)
+    int64_t n_ubatch = 0;     // 0: searched (auto) or 512 (manual)
+    int64_t stream_min_tokens = 0;  // 0: the plan's (auto) or 32 (manual)
+    std::string plan = "auto";      // auto: the planner (plan/auto_plan.h); manual: the flags alone
+    std::string profile;            // hardware profile (default: the cached one)
 
     // Set by add_placement_options: the command and its options, to read the command-line order.
     const CLI::App* cmd = nullptr;
@@ -40,9 +42,11 @@ struct PlacementOptions {
 // with_run_shape: also -ub, --stream-min-tokens (the commands that run the model).
 void add_placement_options(CLI::App* cmd, PlacementOptions& o, bool with_run_shape = true);
 
-// GpuOptions for a model on the GPU: the placement from -ngl (n_gpu_layers: -1 all) and the rules,
-// made executable (place/execute.h), plus the budget and run shape.
-models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers,
-                               int64_t n_ctx_max);
+// GpuOptions for a model on the GPU. --plan manual: the placement from -ngl (n_gpu_layers: -1 all)
+// and the rules, made executable (place/execute.h). --plan auto (the default): the planner's
+// placement within the budget, the flags as constraints, for a context of n_ctx tokens with these
+// KV types (plan/auto_plan.h); it prints a one-line summary of the plan on stderr.
+models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers, int64_t n_ctx,
+                               quant::TypeId k_type, quant::TypeId v_type);
 
 }  // namespace mox::cli

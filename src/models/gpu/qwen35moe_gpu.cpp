@@ -298,7 +298,8 @@ std::unique_ptr<DeviceSequenceState> Qwen35MoeGpu::new_state(const StateOptions&
     auto seq = std::make_unique<GpuSequence>();
     seq->options = o;
     if (o.n_ctx > n_ctx_max_)
-        fail("-c {}: the model was loaded for contexts up to {} tokens on the GPU", o.n_ctx, n_ctx_max_);
+        fail("a context of {} tokens: the model was placed on the GPU for up to {} (give -c to plan for more)", o.n_ctx,
+             n_ctx_max_);
     const int64_t row = hp_.n_head_kv * hp_.head_dim_k;
     for (int64_t i = 0; i < hp_.n_attention_layers(); ++i) {
         seq->k.emplace_back(quant::row_bytes(o.k_type, row) * static_cast<size_t>(o.n_ctx));

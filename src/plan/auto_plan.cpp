@@ -1,0 +1,89 @@
+#include "plan/auto_plan.h"
+
+#include "core/error.h"
+#include "core/units.h"
+#include "place/execute.h"
+#include "plan/calibrate.h"
+#include "plan/hardware.h"
+
+#ifdef MOX_HAVE_CUDA
+#include "ops/cuda_device.h"
+#endif
+
+#include <fmt/format.h>
+
+namespace mox::plan {
+
+namespace {
+
+std::string layer_ranges(const std::vector<int64_t>& layers) {
+    std::string out;
+    for (size_t i = 0; i < layers.size();) {
+        size_t j = i;
+        while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+        out += fmt::format("{}{}", out.empty() ? "" : ",",
+                           i == j ? fmt::format("{}", layers[i]) : fmt::format("{}-{}", layers[i], layers[j]));
+        i = j + 1;
+    }
+    return out;
+}
+
+}  // namespace
+
+HardwareProfile profile_or_calibrate(const std::string& path, std::string* note) {
+    if (std::optional<HardwareProfile> p = load_profile(path)) {
+        if (note) *note = fmt::format("hardware profile {}", path);
+        return *p;
+    }
+    HardwareProfile p = calibrate(quick_calibrate_options());
+    save_profile(p, path);
+    if (note)
+        *note = fmt::format("no hardware profile yet: measured a quick one and saved it to {} (`mox calibrate` "
+                            "measures a fuller one)",
+                            path);
+    return p;
+}
+
+AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
+    const std::string path = in.profile_path.empty() ? default_profile_path() : in.profile_path;
+    std::string note;
+    const HardwareProfile profile = profile_or_calibrate(path, &note);
+    if (!profile.gpu) fail("--plan auto on the GPU: the hardware profile {} has no GPU (run `mox calibrate` again)", path);
+    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
+    PlanRequest req{.base = place::Placement::uniform(file, place::Tier::gpu), .hparams = hp, .profile = profile};
+    req.n_ctx = in.n_ctx;
+    req.prompt_tokens = std::min<int64_t>(in.n_ctx, 4096);
+    req.constraints = constraints_from_flags(file, in.flags);
+    req.constraints.k_type = in.k_type;
+    req.constraints.v_type = in.v_type;
+    if (in.n_ubatch) req.constraints.n_ubatch = *in.n_ubatch;
+    uint64_t budget = in.vram_budget;
+#ifdef MOX_HAVE_CUDA
+    if (budget == 0) {
+        // What is free now plus what our own context takes (it is already counted as used): a GPU
+        // shared with other processes is planned for what is left of it.
+        const ops::CudaDeviceInfo dev = ops::cuda_devices().front();
+        budget = std::min(dev.total_bytes, dev.free_bytes + profile.gpu->context_bytes);
+    }
+#endif
+    if (budget > 0) req.vram_budget = budget;
+    AutoPlan out;
+    out.result = plan_auto(req);
+    const PlanResult& r = out.result;
+    out.gpu = place::gpu_options_for(r.placement, hp);
+    out.gpu.vram_budget = r.vram_budget;
+    out.gpu.n_ubatch = r.run.n_ubatch;
+    out.gpu.stream_min_tokens = r.run.stream_experts ? std::max<int64_t>(2, r.stream_min_tokens) : (r.run.n_ubatch + 1);
+    out.gpu.n_ctx_max = r.cache.n_ctx;
+    const std::string where = r.host_layers.empty()
+                                  ? std::string("every expert on the GPU")
+                                  : fmt::format("experts of layers {} in {} memory", layer_ranges(r.host_layers),
+                                                r.host_tier == place::Tier::pinned_host ? "pinned host" : "mapped host");
+    out.summary = fmt::format("plan: {}; -ub {}; VRAM {} of {} (predicted); decode ~{:.0f} t/s, prefill ~{:.0f} t/s "
+                              "(predicted; {})",
+                              where, r.run.n_ubatch, format_bytes(r.memory.gpu_total()), format_bytes(r.vram_budget),
+                              r.speed.decode.tokens_per_s, r.speed.prefill.tokens_per_s, note);
+    return out;
+}
+
+}  // namespace mox::plan

@@ -1,0 +1,40 @@
+// `--plan auto` for the commands that load a model (run, chat, logits, perplexity, bench): the
+// planner's search (plan/search.h) with what the command already fixes (context, KV types, the
+// user's placement flags, -ub), turned into what the GPU forward executes (models::GpuOptions).
+// The hardware profile is the one `mox calibrate` cached for this machine; when there is none, a
+// quick calibration runs first and is cached (a note says so), so that a first run needs no step
+// by hand.
+#pragma once
+
+#include "gguf/reader.h"
+#include "models/qwen35moe.h"
+#include "place/flags.h"
+#include "plan/search.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace mox::plan {
+
+struct AutoPlanInputs {
+    place::PlacementFlags flags;          // -ngl (0 or -1 only) and the override rules: constraints
+    int64_t n_ctx = 4096;                 // the context the command needs (fixed)
+    quant::TypeId k_type = quant::TypeId::f16, v_type = quant::TypeId::f16;  // fixed
+    std::optional<int64_t> n_ubatch;      // fixed when given
+    uint64_t vram_budget = 0;             // 0: what the GPU has free now, plus the context's share
+    std::string profile_path;             // "": default_profile_path()
+};
+
+struct AutoPlan {
+    PlanResult result;
+    models::GpuOptions gpu;  // the placement made executable, with budget, ubatch, threshold, context
+    std::string summary;     // one line for the user: where the experts went, memory, predicted speed
+};
+
+AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in);
+
+// The cached profile of this machine, or a quick calibration cached now (`note` says which).
+HardwareProfile profile_or_calibrate(const std::string& path, std::string* note = nullptr);
+
+}  // namespace mox::plan
