@@ -45,6 +45,8 @@ HardwareProfile profile_or_calibrate(const std::string& path, std::string* note)
 }
 
 AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
+    // The flags first: a request that cannot be planned must not cost a calibration.
+    const PlanConstraints constraints = constraints_from_flags(file, in.flags);
     const std::string path = in.profile_path.empty() ? default_profile_path() : in.profile_path;
     std::string note;
     const HardwareProfile profile = profile_or_calibrate(path, &note);
@@ -53,7 +55,7 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
     PlanRequest req{.base = place::Placement::uniform(file, place::Tier::gpu), .hparams = hp, .profile = profile};
     req.n_ctx = in.n_ctx;
     req.prompt_tokens = std::min<int64_t>(in.n_ctx, 4096);
-    req.constraints = constraints_from_flags(file, in.flags);
+    req.constraints = constraints;
     req.constraints.k_type = in.k_type;
     req.constraints.v_type = in.v_type;
     if (in.n_ubatch) req.constraints.n_ubatch = *in.n_ubatch;

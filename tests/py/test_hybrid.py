@@ -42,7 +42,8 @@ def ids_file(tmp_path_factory):
 
 def logits(mox_bin, model, ids_file, out, *flags):
     r = subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o", str(out),
-                        "-ctk", "f32", "-ctv", "f32", "--device", "cuda", *flags], capture_output=True, text=True)
+                        "-ctk", "f32", "-ctv", "f32", "--device", "cuda", "--plan", "manual", *flags],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     # Streaming must really stream: a refused page lock falls back to the CPU with this warning.
     assert "cannot lock" not in r.stderr and "cannot pin" not in r.stderr, r.stderr
@@ -106,21 +107,43 @@ def test_hybrid_decode_matches_transformers(mox_bin, model, ids_file, tmp_path, 
 
 
 @gpu_only
-def test_vram_budget_too_small_is_a_clear_error(mox_bin, model, ids_file, tmp_path):
+@pytest.mark.parametrize("plan", ["manual", "auto"])
+def test_vram_budget_too_small_is_a_clear_error(mox_bin, model, ids_file, tmp_path, plan):
+    # manual: the runtime refuses the allocation that would cross the budget; auto: the planner finds
+    # nothing that fits (after a quick calibration into a private cache folder).
+    env = dict(os.environ, MOX_CACHE_DIR=str(tmp_path / "cache"))
     r = subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o",
-                        str(tmp_path / "x.npy"), "--device", "cuda", "--vram-budget", "1MiB"],
-                       capture_output=True, text=True)
+                        str(tmp_path / "x.npy"), "--device", "cuda", "--vram-budget", "1MiB", "--plan", plan],
+                       capture_output=True, text=True, env=env)
     assert r.returncode == 1
-    assert "--vram-budget" in r.stderr
+    assert ("--vram-budget" if plan == "manual" else "budget") in r.stderr, r.stderr
     assert not (tmp_path / "x.npy").exists()
 
 
-def test_partial_ngl_is_refused_with_the_tensor_named(mox_bin, model, ids_file, tmp_path):
+@gpu_only
+def test_auto_plan_runs_and_matches_transformers(mox_bin, model, ids_file, tmp_path):
+    """The default (--plan auto) on a tight budget: the planner moves experts to the host, the run agrees."""
+    env = dict(os.environ, MOX_CACHE_DIR=str(tmp_path / "cache"))
+    ref = np.load(GOLDEN / "logits_prefill.npy")
     r = subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o",
-                        str(tmp_path / "x.npy"), "-ngl", "2"], capture_output=True, text=True)
+                        str(tmp_path / "l.npy"), "-ctk", "f32", "-ctv", "f32", "--device", "cuda", "-c", "256"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "plan:" in r.stderr, r.stderr  # the one-line summary of what the planner chose
+    got = np.load(tmp_path / "l.npy")
+    assert rel_err(got, ref) < 1e-1 and agreement(got, ref) >= 0.95
+
+
+@pytest.mark.parametrize("plan", ["manual", "auto"])
+def test_partial_ngl_is_refused_with_the_reason(mox_bin, model, ids_file, tmp_path, plan):
+    r = subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o",
+                        str(tmp_path / "x.npy"), "-ngl", "2", "--plan", plan], capture_output=True, text=True)
     assert r.returncode == 1
-    # A CUDA build names the first tensor it cannot execute; a CPU-only build says it has no CUDA.
-    assert ("layers on the CPU are not supported" in r.stderr and "blk.0." in r.stderr) or "without CUDA" in r.stderr
+    # A CUDA build names the first tensor it cannot execute (manual) or why the planner cannot search
+    # that (auto); a CPU-only build says it has no CUDA before anything else.
+    named = "layers on the CPU are not supported" in r.stderr and "blk.0." in r.stderr
+    searched = "-ngl 2: a searched plan keeps every non-expert weight on the GPU" in r.stderr
+    assert (named if plan == "manual" else searched) or "without CUDA" in r.stderr, r.stderr
 
 
 def test_placement_flags_on_the_cpu_are_refused(mox_bin, model, ids_file, tmp_path):

@@ -61,6 +61,10 @@ std::vector<place::OverrideRule> PlacementOptions::rules(int64_t n_layer) const 
 
 models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers, int64_t n_ctx,
                                quant::TypeId k_type, quant::TypeId v_type) {
+#ifndef MOX_HAVE_CUDA
+    // Nothing to plan for (and no calibration to run): say so before anything else.
+    fail("this mox was built without CUDA: rebuild with -DMOX_CUDA=ON to run on the GPU");
+#endif
     const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
     place::PlacementFlags flags;
     flags.n_gpu_layers = n_gpu_layers;
