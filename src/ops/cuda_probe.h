@@ -43,9 +43,10 @@ double probe_host_roundtrip_s(int iterations = 50, int reps = 10);
 // every launch of a decode graph costs beyond its memory traffic.
 double probe_launch_gap_s(int kernels = 400, int reps = 10);
 
-// cuda::matvec with 1 column over one 2048-column matrix of at least `min_bytes` of `type` (far
-// larger than L2 at the default, so the weight streams from HBM), from random valid blocks: weight
-// bytes per second, GB/s. Throws mox::Error for a type without a matvec kernel.
+// cuda::matvec with 1 column over 2048 -> 8192 matrices of `type` (random valid blocks), at least
+// `min_bytes` of them (far larger than L2 at the default, so every weight streams from HBM), run
+// back to back in a replayed graph as a decode step runs its projections: weight bytes per second,
+// GB/s, launch ramps and tails included. Throws mox::Error for a type without a matvec kernel.
 double probe_matvec_gbps(quant::TypeId type, size_t min_bytes = size_t{256} << 20, int reps = 20);
 
 // cuda::matmul of `n_tokens` fp32 tokens through a 2048 -> 8192 weight of `type` (random valid

@@ -213,9 +213,20 @@ double probe_matvec_gbps(quant::TypeId type, size_t min_bytes, int reps) {
     const DeviceBuffer w = random_weight(type, kIn, n_out, s);
     const DeviceBuffer x = random_floats(kIn, 3, s);
     DeviceBuffer y(static_cast<size_t>(n_out) * sizeof(float));
-    const float ms = time_ms(
-        s, 2, reps, [&] { matvec(type, w.data(), rb, kIn, n_out, x.as<float>(), 1, y.as<float>(), s); });
-    return static_cast<double>(rb) * static_cast<double>(n_out) / (static_cast<double>(ms) * 1e-3) / 1e9;
+    // Decode reads many matrices of a few MiB one after another, never one huge one: the weight is
+    // cut into 2048 -> 8192 slices (a DeltaNet input projection's shape) run back to back in a
+    // replayed graph, as a decode step runs them, so the rate includes each launch's ramp and tail.
+    constexpr int64_t kSliceRows = 8192;
+    const int64_t n_slices = std::max<int64_t>(1, n_out / kSliceRows);
+    const int64_t slice_rows = std::min(n_out, kSliceRows);
+    Graph graph = capture(s, [&] {
+        for (int64_t i = 0; i < n_slices; ++i)
+            matvec(type, w.as<uint8_t>() + static_cast<size_t>(i * slice_rows) * rb, rb, kIn, slice_rows, x.as<float>(),
+                   1, y.as<float>() + i * slice_rows, s);
+    });
+    const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
+    const double bytes = static_cast<double>(rb) * static_cast<double>(slice_rows * n_slices);
+    return bytes / (static_cast<double>(ms) * 1e-3) / 1e9;
 }
 
 double probe_matmul_tflops(quant::TypeId type, int64_t n_tokens, int reps) {
