@@ -240,7 +240,18 @@ void run_bench(const BenchFlags& f) {
         if (r.config.n_gpu_layers != 0) r.gpu_bytes_per_s = ops::cuda_devices().front().peak_bandwidth;
 #endif
 
-    const auto schedule = engine::interleaved_schedule(configs.size(), params.repetitions, meta.compare);
+    auto schedule = engine::interleaved_schedule(configs.size(), params.repetitions, meta.compare);
+    // GPU configurations that differ in what is fixed at load (placement, budget, micro-batch,
+    // context...) would reload the whole model for every repetition if interleaved: they run one
+    // setup after another instead (interleaved within a setup, e.g. its pp and tg tests).
+    auto setup_of = [&](const engine::BenchConfig& c) {
+        if (c.n_gpu_layers == 0) return std::string("cpu");
+        return fmt::format("{} {} {} {} {} {} {} {} {} {}", c.n_gpu_layers, c.n_cpu_moe, c.vram_budget, c.plan, c.n_ubatch,
+                           c.override_tensor, c.moe_cpu_layers, c.stream_min_tokens, c.type_k, c.type_v);
+    };
+    std::stable_sort(schedule.begin(), schedule.end(), [&](const auto& a, const auto& b) {
+        return setup_of(configs[a.config]) < setup_of(configs[b.config]);
+    });
     for (size_t k = 0; k < schedule.size(); ++k) {
         const auto& e = schedule[k];
         if (tty) progress(k, schedule.size(), configs[e.config], e, params.repetitions);
