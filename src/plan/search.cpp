@@ -205,8 +205,12 @@ struct Search {
             return fmt::format("locked + anonymous RAM {} + margin {} > budget {} (over by {})",
                                format_bytes(host), format_bytes(ram_margin), format_bytes(ram_budget),
                                format_bytes(host + ram_margin - ram_budget));
-        if (m.host_locked() > 0 && m.host_locked() > req.profile.host_lockable_bytes)
-            return fmt::format("pinned {} > lockable {}", format_bytes(m.host_locked()),
+        // Pinned weights against the lockable limit. The runtime's own small pinned buffers (hand-off,
+        // logits) exist whatever the tier, so they must not decide it: with a typical 8 MiB
+        // RLIMIT_MEMLOCK they alone would exceed it and no plan would fit.
+        const uint64_t pinned = m.weights[place::Tier::pinned_host];
+        if (pinned > 0 && pinned > req.profile.host_lockable_bytes)
+            return fmt::format("pinned {} > lockable {}", format_bytes(pinned),
                                format_bytes(req.profile.host_lockable_bytes));
         return {};
     }
@@ -509,9 +513,8 @@ PlanResult plan_auto(const PlanRequest& req) {
         }
     if (std::none_of(r.table.begin(), r.table.end(), [](const PlanCandidate& c) { return c.fits; }))
         fail(
-            "nothing fits: the smallest configuration ({} expert layers of {} on the host, KV {}/{}, context "
-            "{}, "
-            "n_ubatch {}) fails: {}",
+            "nothing fits: the smallest configuration ({} expert layers of {} on the host, KV {}/{}, "
+            "context {}, n_ubatch {}) fails: {}",
             smallest.host_layers.size(), hp.n_trunk(), quant::type_name(smallest.k_type),
             quant::type_name(smallest.v_type), smallest.n_ctx, smallest.n_ubatch, smallest.why_not);
     const size_t pick = choose(req.goal, r.table);

@@ -343,6 +343,19 @@ TEST(PlanSearch, NothingFitsSaysWhatIsNeeded) {
     EXPECT_FALSE(r.notes.empty());  // the mapped experts exceed the RAM budget
 }
 
+// A small locked-memory limit (8 MiB is a common RLIMIT_MEMLOCK) rules out pinned weights, not plans:
+// the runtime's own pinned buffers do not count against it.
+TEST(PlanSearch, SmallLockLimitFallsBackToMappedExperts) {
+    const auto& m = q36_q4km();
+    PlanRequest req = request(m, rtx3090_like(), 16 * kGiB, 4096);
+    req.profile.host_lockable_bytes = 8 * kMiB;
+    const PlanResult r = plan_auto(req);
+    expect_valid(r, m.hp, 16 * kGiB);
+    EXPECT_FALSE(r.host_layers.empty());
+    EXPECT_EQ(r.host_tier, place::Tier::mmap_host);
+    EXPECT_EQ(r.memory.weights[place::Tier::pinned_host], 0u);
+}
+
 TEST(PlanSearch, WithoutAGpuEverythingStaysOnTheHost) {
     const auto& m = q36_q4km();
     const PlanResult r = plan_auto(request(m, fixtures::cpu_only_like(), std::nullopt, 8192));
