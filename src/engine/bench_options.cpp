@@ -105,7 +105,7 @@ void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda) {
         if ((c.n_gpu_layers != 0 || placed) && !have_cuda)
             fail("-ngl {}{}: CUDA backend not built (rebuild with -DMOX_CUDA=ON); this mox runs models on the CPU "
                  "only (use -ngl 0 without placement flags)",
-                 c.n_gpu_layers, placed ? " with placement flags" : "");
+                 c.n_gpu_layers, placed ? " with placement flags (-ncmoe, -ot, --moe-cpu-layers, --vram-budget)" : "");
         if (c.n_gpu_layers == 0 && placed)
             fail("-ngl 0 runs on the CPU: -ncmoe, -ot, --moe-cpu-layers and --vram-budget need -ngl > 0");
         if (c.plan == "auto" && c.n_gpu_layers == 0)

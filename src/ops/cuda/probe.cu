@@ -191,12 +191,16 @@ double probe_launch_gap_s(int kernels, int reps) {
     MOX_CUDA_CHECK(cudaSetDevice(0));
     Stream stream;
     const cudaStream_t s = stream.handle();
-    DeviceBuffer counter(sizeof(int));
-    counter.zero(s);
-    MOX_CUDA_CHECK(cudaStreamSynchronize(s));
-    int* c = counter.as<int>();
+    // Not an empty kernel: a real decode launch (a matvec over a tiny, L2-resident 2048 -> 16 Q8_0
+    // weight) costs its grid's start, its reduction and its drain, which an empty kernel does not.
+    constexpr int64_t kIn = 2048, kOut = 16;
+    const quant::TypeId type = quant::TypeId::q8_0;
+    const size_t rb = quant::row_bytes(type, kIn);
+    const DeviceBuffer w = random_weight(type, kIn, kOut, s);
+    const DeviceBuffer x = random_floats(kIn, 7, s);
+    DeviceBuffer y(kOut * sizeof(float));
     const Graph graph = capture(s, [&] {
-        for (int i = 0; i < kernels; ++i) tick(c, s);
+        for (int i = 0; i < kernels; ++i) matvec(type, w.data(), rb, kIn, kOut, x.as<float>(), 1, y.as<float>(), s);
     });
     const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
     return static_cast<double>(ms) * 1e-3 / kernels;
