@@ -162,6 +162,12 @@ def describe_plan(plan):
     key, summary = bc.find_key(plan, ["summary", "description"])
     if isinstance(summary, str):
         return summary
+    chosen = plan.get("plan")  # the search's document: plan.host_layers, plan.host_tier, plan.n_ubatch
+    if isinstance(chosen, dict) and isinstance(chosen.get("host_layers"), list):
+        host = chosen["host_layers"]
+        return (f"experts on the host ({chosen.get('host_tier', '?')}): {len(host)} layers "
+                f"({layer_ranges(host) or 'none'}), -ub {chosen.get('n_ubatch', '?')}, "
+                f"KV {chosen.get('k_type', '?')}/{chosen.get('v_type', '?')}")
     layers = plan.get("layers")
     if isinstance(layers, list) and layers:
         host, partial = [], []
