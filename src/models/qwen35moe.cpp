@@ -130,8 +130,7 @@ bool any_host_experts(const GpuOptions& o) {
 
 Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads, Device device,
                      const GpuOptions& gpu_options)
-    // On the GPU the pool computes only host-resident experts (and token embeddings): one thread
-    // unless some experts stay on the host.
+    // On the GPU the pool computes only host-resident experts: one thread unless some stay there.
     : hp_(read_qwen35moe_hparams(file)),
       pool_(device == Device::cpu || any_host_experts(gpu_options) ? n_threads : 1, pin_threads),
       ctx_{&pool_, isa},

@@ -41,7 +41,7 @@ enum class Device { cpu, cuda };
 enum class ExpertHome : uint8_t {
     gpu,     // uploaded to device memory
     pinned,  // copied into page-locked host memory (full-speed DMA for prefill streaming)
-    mmap,    // left in the mapped file (page cache); streamed at pageable speed
+    mmap,    // left in the mapped file (page cache), its pages locked in place for prefill streaming
 };
 
 // How the GPU forward is laid out (issue 6). place/ builds it from a Placement (the planner's or the

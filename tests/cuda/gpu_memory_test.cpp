@@ -1,0 +1,61 @@
+// The memory model's scratch terms (models/gpu_memory.h) against the kernels' own workspace
+// functions: the GPU forward allocates the model's numbers, so every kernel's need must fit, for
+// every weight type and the shapes a micro-batch can have. Host arithmetic only: runs without a GPU.
+#include "models/gpu_memory.h"
+#include "ops/cuda_attention.h"
+#include "ops/cuda_moe.h"
+#include "quant/cuda_matmul.h"
+#include "quant/types.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace mox::models {
+
+TEST(GpuMemoryModel, MatmulScratchCoversEveryTypeAndShape) {
+    int checked = 0;
+    for (const quant::TypeTraits& tr : quant::all_types()) {
+        const quant::TypeId type = tr.id;
+        if (!cuda::matmul_supported(type)) continue;
+        const int64_t block = quant::traits(type).block_elems;
+        for (int64_t n_in : {256, 512, 2048, 4096, 8192})
+            for (int64_t n_out : {1, 16, 32, 64, 256, 512, 1024, 2048, 4096, 8192, 12352, 248320})
+                for (int64_t n : {9, 64, 100, 512, 1024, 4096}) {
+                    if (n_in % block != 0) continue;
+                    EXPECT_GE(gpu_matmul_scratch(n_in, n_out, n), cuda::matmul_workspace_bytes(type, n_in, n_out, n))
+                        << quant::type_name(type) << " " << n_in << " -> " << n_out << " x " << n;
+                    ++checked;
+                }
+    }
+    EXPECT_GT(checked, 1000);
+}
+
+TEST(GpuMemoryModel, MoeScratchCoversTheBatchedKernel) {
+    for (quant::TypeId type : {quant::TypeId::q4_k, quant::TypeId::q6_k, quant::TypeId::q8_0, quant::TypeId::iq4_xs,
+                               quant::TypeId::f16, quant::TypeId::bf16, quant::TypeId::f32})
+        for (int64_t n : {9, 64, 512, 1024, 4096})
+            for (int64_t k : {1, 4, 8}) {
+                // Shapes only: the workspace depends on the types and sizes, never on the bytes.
+                const ops::Weight gate{.data = nullptr, .type = type, .n_in = 2048, .n_out = 512, .n_expert = 256,
+                                       .row_bytes = quant::row_bytes(type, 2048)};
+                const ops::Weight down{.data = nullptr, .type = type, .n_in = 512, .n_out = 2048, .n_expert = 256,
+                                       .row_bytes = quant::row_bytes(type, 512)};
+                EXPECT_GE(gpu_moe_scratch(256, 2048, 512, n, k), cuda::moe_batch_workspace_bytes(gate, down, n, k))
+                    << quant::type_name(type) << " n " << n << " k " << k;
+            }
+}
+
+TEST(GpuMemoryModel, AttentionScratchIsTheKernelsOwn) {
+    for (int64_t h : {16, 32})
+        for (int64_t hkv : {2, 4, 8})
+            for (int64_t keys : {1, 100, 256, 4096, 32768, 262144})
+                for (int64_t q : {1, 8, 64, 512, 4096}) {
+                    if (q > keys) continue;
+                    const ops::AttentionShape shape{h, hkv, 256, 0.0f};
+                    EXPECT_EQ(gpu_attention_scratch(h, hkv, 256, q, keys), cuda::attention_workspace_bytes(shape, q, keys))
+                        << h << "/" << hkv << " heads, " << q << " queries over " << keys << " keys";
+                }
+}
+
+}  // namespace mox::models
