@@ -55,9 +55,10 @@ std::unique_ptr<models::Qwen35Moe> ModelOptions::load(const gguf::File& file) co
     const models::Device d = resolve_device(models::read_qwen35moe_hparams(file).n_layer);
     models::GpuOptions g;
     if (d == models::Device::cuda) {
-        // The context planned for: -c, else 4096 (a job that needs more says so and asks for -c).
+        // The context planned for: -c, else 8192 (mox chat's default; a job that needs more says so
+        // and asks for -c).
         const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
-        const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(4096, hp.n_ctx_train);
+        const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(8192, hp.n_ctx_train);
         auto type = [](const std::string& name) {
             auto t = quant::type_from_name(name);
             if (!t) fail("unknown KV cache type '{}'", name);
