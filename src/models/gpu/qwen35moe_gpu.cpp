@@ -423,7 +423,7 @@ void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     float* mix = mix_.as<float>();
     if (token_embd_.valid()) cuda::embed_rows(token_embd_, tokens_.as<int32_t>(), n, x, s);
     else cuda::copy_to_device(x, hand_embd_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
-    if (streaming(n)) stream_begin(n);
+    if (streaming(n)) stream_begin();
     const float* pending = nullptr;  // the last block's output, not yet added to x
     for (size_t il = 0; il < layers_.size(); ++il) {
         const GpuLayer& L = layers_[il];

@@ -136,7 +136,7 @@ private:
     void load_host_experts(const GpuOptions& o);
     void host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n);  // the CPU computes the experts
     void host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n);  // the GPU, from staging
-    void stream_begin(int64_t n);  // before a micro-batch: start copying the first streamed layers
+    void stream_begin();  // before a micro-batch: start copying the first two streamed layers
     void stream_copy(size_t order, int buffer);  // the order-th streamed layer into staging[buffer]
     bool streaming(int64_t n) const;
     // y [n, n_out] = x [n, n_in] W^T: matvec for up to 8 tokens, the tensor-core matmul above.

@@ -207,8 +207,7 @@ void Qwen35MoeGpu::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
     }
 }
 
-void Qwen35MoeGpu::stream_begin(int64_t n) {
-    (void)n;
+void Qwen35MoeGpu::stream_begin() {
     for (size_t order = 0; order < std::min<size_t>(2, streamed_.size()); ++order)
         stream_copy(order, static_cast<int>(order));
 }
