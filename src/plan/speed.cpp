@@ -378,7 +378,8 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
             d.gpu_weight_bytes += x.bytes;
             d.gpu_s += gpu_read_s(r, x);
         }
-        d.kernels = static_cast<int64_t>(m.layers.size()) * kKernelsPerLayer + kKernelsOutput;
+        d.kernels = static_cast<int64_t>(m.layers.size()) * kKernelsPerLayer + kKernelsOutput +
+                    d.handoffs * kExtraLaunchesPerHandoff;
         d.launch_s = static_cast<double>(d.kernels) * r.launch_gap();
     }
     d.total_s = d.gpu_s + d.cpu_s + d.handoff_s + d.launch_s - d.overlap_s;
@@ -554,7 +555,8 @@ double host_layer_decode_cost(const place::Placement& p, const models::Qwen35Moe
     }
     const double cpu = experts_cpu(r, L, hp, 1).s;
     const double rt = r.roundtrip();
-    const double cost = rt + cpu - std::min(shexp_gpu_s(r, L), rt + cpu) - experts_gpu_s(r, L, hp, 1);
+    const double cost = rt + cpu - std::min(shexp_gpu_s(r, L), rt + cpu) - experts_gpu_s(r, L, hp, 1) +
+                        static_cast<double>(kExtraLaunchesPerHandoff) * r.launch_gap();
     r.throw_if_missing();
     return cost;
 }

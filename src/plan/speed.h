@@ -35,6 +35,11 @@ namespace mox::plan {
 // top-k, experts, residual adds) and for the output head; each costs GpuProfile::launch_gap_s.
 inline constexpr int64_t kKernelsPerLayer = 10;
 inline constexpr int64_t kKernelsOutput = 4;
+// What a host layer's decode adds on the GPU's critical path beyond the round trip the profile
+// measures (a copy, a host callback, a copy): the separate top-k kernel, the shared expert's gated
+// add, and two more small copies (hidden state, ids and weights travel in three), each costed as a
+// launch gap (models/gpu/qwen35moe_gpu_experts.cpp: host_moe_handoff).
+inline constexpr int64_t kExtraLaunchesPerHandoff = 4;
 // The prefill streaming threshold the runtime uses when no plan sets one (the batch size where,
 // on typical machines, copying a layer's experts beats computing them on the CPU).
 inline constexpr int64_t kDefaultStreamMinTokens = 32;
