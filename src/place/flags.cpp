@@ -97,6 +97,18 @@ std::vector<OverrideRule> n_cpu_moe_rules(int64_t n, int64_t n_layer) {
     return rules;
 }
 
+std::string format_layer_list(const std::vector<int64_t>& layers) {
+    std::string out;
+    for (size_t i = 0; i < layers.size();) {
+        size_t j = i;
+        while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+        if (!out.empty()) out += ',';
+        out += j == i ? fmt::format("{}", layers[i]) : fmt::format("{}-{}", layers[i], layers[j]);
+        i = j + 1;
+    }
+    return out;
+}
+
 std::vector<int64_t> parse_layer_list(std::string_view list, int64_t n_layer) {
     std::vector<int64_t> layers;
     if (trim(list).empty()) fail("--moe-cpu-layers: empty layer list (expected e.g. 0-9,20,31-39)");

@@ -59,6 +59,8 @@ std::vector<OverrideRule> n_cpu_moe_rules(int64_t n, int64_t n_layer);
 std::vector<OverrideRule> moe_cpu_layers_rules(std::string_view list, int64_t n_layer);
 // LIST -> sorted distinct layers; each item N or A-B (inclusive), all within 0..n_layer-1.
 std::vector<int64_t> parse_layer_list(std::string_view list, int64_t n_layer);
+// The inverse: ascending distinct layers -> "0-3,8,12-15" ("" when empty).
+std::string format_layer_list(const std::vector<int64_t>& layers);
 
 // Applies the flags to `file` (see the header comment for the order).
 Placement place_from_flags(const gguf::File& file, const PlacementFlags& flags);

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "place/execute.h"
+#include "place/flags.h"
 #include "plan/calibrate.h"
 #include "plan/hardware.h"
 
@@ -14,21 +15,6 @@
 
 namespace mox::plan {
 
-namespace {
-
-std::string layer_ranges(const std::vector<int64_t>& layers) {
-    std::string out;
-    for (size_t i = 0; i < layers.size();) {
-        size_t j = i;
-        while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
-        out += fmt::format("{}{}", out.empty() ? "" : ",",
-                           i == j ? fmt::format("{}", layers[i]) : fmt::format("{}-{}", layers[i], layers[j]));
-        i = j + 1;
-    }
-    return out;
-}
-
-}  // namespace
 
 HardwareProfile profile_or_calibrate(const std::string& path, std::string* note) {
     if (std::optional<HardwareProfile> p = load_profile(path)) {
@@ -79,7 +65,7 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
     out.gpu.n_ctx_max = r.cache.n_ctx;
     const std::string where = r.host_layers.empty()
                                   ? std::string("every expert on the GPU")
-                                  : fmt::format("experts of layers {} in {} memory", layer_ranges(r.host_layers),
+                                  : fmt::format("experts of layers {} in {} memory", place::format_layer_list(r.host_layers),
                                                 r.host_tier == place::Tier::pinned_host ? "pinned host" : "mapped host");
     out.summary = fmt::format("plan: {}; -ub {}; VRAM {} of {} (predicted); decode ~{:.0f} t/s, prefill ~{:.0f} t/s "
                               "(predicted; {})",

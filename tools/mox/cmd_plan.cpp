@@ -4,6 +4,7 @@
 // (plan::plan_auto): the manual flags become constraints, and the hardware profile that
 // `mox calibrate` caches supplies the speed model's rates (docs/plan.md).
 #include "commands.h"
+#include "placement_options.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "gguf/reader.h"
@@ -33,10 +34,7 @@ namespace {
 struct PlanOptions {
     std::string model;
     std::string n_gpu_layers = "0";
-    std::vector<std::string> override_tensor;
-    std::vector<int64_t> n_cpu_moe;
-    bool cpu_moe = false;
-    std::vector<std::string> moe_cpu_layers;
+    PlacementOptions rules;  // -ot, --n-cpu-moe, --cpu-moe, --moe-cpu-layers in command-line order
     std::string n_ctx = "0";  // tokens, 0 (the trained context) or max
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
@@ -51,53 +49,14 @@ struct PlanOptions {
     int64_t prompt_tokens = 0;
 };
 
-struct OrderedFlags {
-    const CLI::Option* ot = nullptr;
-    const CLI::Option* ncmoe = nullptr;
-    const CLI::Option* cmoe = nullptr;
-    const CLI::Option* layers = nullptr;
-};
-
-// The override flags as one rule list in command-line order (flags.h: first match wins).
-std::vector<place::OverrideRule> ordered_rules(const CLI::App& cmd, const OrderedFlags& f,
-                                               const PlanOptions& o, int64_t n_layer) {
-    std::vector<place::OverrideRule> rules;
-    std::map<const CLI::Option*, size_t> seen;  // k-th occurrence of an option = its k-th value
-    auto append = [&](std::vector<place::OverrideRule> more) {
-        for (auto& r : more) rules.push_back(std::move(r));
-    };
-    for (const CLI::Option* opt : cmd.parse_order()) {
-        const size_t k = seen[opt]++;
-        if (opt == f.ot)
-            append(place::parse_override_tensor(o.override_tensor.at(k)));
-        else if (opt == f.ncmoe)
-            append(place::n_cpu_moe_rules(o.n_cpu_moe.at(k), n_layer));
-        else if (opt == f.cmoe && k == 0)
-            rules.push_back(place::cpu_moe_rule());
-        else if (opt == f.layers)
-            append(place::moe_cpu_layers_rules(o.moe_cpu_layers.at(k), n_layer));
-    }
-    return rules;
-}
-
 quant::TypeId cache_type(const char* flag, const std::string& name) {
     const auto t = quant::type_from_name(name);
     if (!t) fail("{} {}: unknown type (use f32, f16, bf16, q8_0 or q4_0)", flag, name);
     return *t;
 }
 
-const char* short_tier(const std::optional<place::Tier>& t, bool split) {
-    if (split) return "split";
-    if (!t) return "-";
-    switch (*t) {
-        case place::Tier::gpu:
-            return "gpu";
-        case place::Tier::pinned_host:
-            return "pinned";
-        case place::Tier::mmap_host:
-            return "mmap";
-    }
-    return "?";
+const char* tier_cell(const std::optional<place::Tier>& t, bool split) {
+    return split ? "split" : t ? short_tier(*t) : "-";
 }
 
 nlohmann::json tier_json(const std::optional<place::Tier>& t, bool split) {
@@ -219,8 +178,8 @@ void print_text(const Plan& p) {
     for (int64_t l = 0; l < n_layer; ++l) {
         const place::LayerView v = place::layer_view(pl, l);
         fmt::print("  {:>5}  {:<9} {:<6} {:<6} {:<6} {:<6}  {}/{}/{}\n", l, kind_of(v),
-                   short_tier(v.mixer, v.mixer_split), short_tier(v.router, v.router_split),
-                   short_tier(v.shared_expert, v.shared_split), short_tier(v.norms, v.norms_split),
+                   tier_cell(v.mixer, v.mixer_split), tier_cell(v.router, v.router_split),
+                   tier_cell(v.shared_expert, v.shared_split), tier_cell(v.norms, v.norms_split),
                    v.experts[0], v.experts[1], v.experts[2]);
     }
     for (const place::TensorEntry& t : pl.tensors())
@@ -259,7 +218,6 @@ void print_text(const Plan& p) {
 
 void register_plan(CLI::App& app) {
     auto o = std::make_shared<PlanOptions>();
-    auto f = std::make_shared<OrderedFlags>();
     CLI::App* cmd = app.add_subcommand(
         "plan",
         "Show where each tensor and expert would live (llama.cpp's placement flags) and the memory it takes");
@@ -268,17 +226,7 @@ void register_plan(CLI::App& app) {
            "--n-gpu-layers", o->n_gpu_layers,
            "-ngl N: the last N of the layers + output layer on the GPU, as llama.cpp (all or -1: everything)")
         ->capture_default_str();
-    f->ot = cmd->add_option(
-                   "--override-tensor", o->override_tensor,
-                   "-ot REGEX=DEVICE[,...]: DEVICE CPU, CUDA0 or gpu/pinned_host/mmap_host; first match wins")
-                ->allow_extra_args(false);
-    f->ncmoe =
-        cmd->add_option("--n-cpu-moe", o->n_cpu_moe, "Keep the experts of the first N layers on the CPU")
-            ->allow_extra_args(false);
-    f->cmoe = cmd->add_flag("--cpu-moe", o->cpu_moe, "Keep every layer's experts on the CPU");
-    f->layers = cmd->add_option("--moe-cpu-layers", o->moe_cpu_layers,
-                                "Keep the experts of these layers on the CPU, e.g. 0-9,20,31-39")
-                    ->allow_extra_args(false);
+    add_rule_options(cmd, o->rules);
     cmd->add_option("-c,--ctx-size", o->n_ctx,
                     "Context size in tokens (default 4096 or the trained context if smaller; 0: the trained "
                     "context; max: the largest that fits, which searches)");
@@ -311,12 +259,12 @@ void register_plan(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--prompt-tokens", o->prompt_tokens,
                     "Predict prefill for a prompt of N tokens (default 4096 or -c)");
-    cmd->callback([o, f, cmd] {
+    cmd->callback([o, cmd] {
         const gguf::File file = gguf::File::open(o->model);
         const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
         place::PlacementFlags flags;
         flags.n_gpu_layers = place::parse_n_gpu_layers(o->n_gpu_layers);
-        flags.overrides = ordered_rules(*cmd, *f, *o, hp.n_layer);
+        flags.overrides = o->rules.rules(hp.n_layer);
         const bool ctx_given = cmd->count("--ctx-size") > 0;
         const bool ctx_max = ctx_given && o->n_ctx == "max";
         const bool wants_search = cmd->count("--vram-budget") > 0 || cmd->count("--ram-budget") > 0 ||

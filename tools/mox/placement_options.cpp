@@ -13,7 +13,7 @@
 
 namespace mox::cli {
 
-void add_placement_options(CLI::App* cmd, PlacementOptions& o, bool with_run_shape) {
+void add_rule_options(CLI::App* cmd, PlacementOptions& o) {
     o.cmd = cmd;
     o.ot = cmd->add_option("--override-tensor", o.override_tensor,
                            "-ot REGEX=DEVICE[,...]: DEVICE CPU, CUDA0 or gpu/pinned_host/mmap_host; first match wins")
@@ -24,6 +24,10 @@ void add_placement_options(CLI::App* cmd, PlacementOptions& o, bool with_run_sha
     o.layers = cmd->add_option("--moe-cpu-layers", o.moe_cpu_layers,
                                "Keep the experts of these layers on the CPU, e.g. 0-9,20,31-39")
                    ->allow_extra_args(false);
+}
+
+void add_placement_options(CLI::App* cmd, PlacementOptions& o) {
+    add_rule_options(cmd, o);
     cmd->add_option("--vram-budget", o.vram_budget,
                     "Never allocate more GPU memory than this (e.g. 16GiB), CUDA context included");
     cmd->add_option("--plan", o.plan,
@@ -31,7 +35,6 @@ void add_placement_options(CLI::App* cmd, PlacementOptions& o, bool with_run_sha
                     "manual: the flags alone")
         ->capture_default_str();
     cmd->add_option("--profile", o.profile, "Hardware profile for --plan auto (default: `mox calibrate`'s cache)");
-    if (!with_run_shape) return;
     cmd->add_option("--ubatch-size", o.n_ubatch, "Tokens per prefill micro-batch on the GPU (-ub; default: planned, "
                                                  "512 with --plan manual)");
     cmd->add_option("--stream-min-tokens", o.stream_min_tokens,

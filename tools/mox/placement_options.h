@@ -39,8 +39,11 @@ struct PlacementOptions {
     std::vector<place::OverrideRule> rules(int64_t n_layer) const;
 };
 
-// with_run_shape: also -ub, --stream-min-tokens (the commands that run the model).
-void add_placement_options(CLI::App* cmd, PlacementOptions& o, bool with_run_shape = true);
+// The override rule flags alone (-ot, --n-cpu-moe, --cpu-moe, --moe-cpu-layers): mox plan has its
+// own budget and search flags.
+void add_rule_options(CLI::App* cmd, PlacementOptions& o);
+// The rule flags plus --vram-budget, --plan, --profile, -ub and --stream-min-tokens.
+void add_placement_options(CLI::App* cmd, PlacementOptions& o);
 
 // GpuOptions for a model on the GPU. --plan manual: the placement from -ngl (n_gpu_layers: -1 all)
 // and the rules, made executable (place/execute.h). --plan auto (the default): the planner's

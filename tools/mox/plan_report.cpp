@@ -1,6 +1,7 @@
 #include "plan_report.h"
 
 #include "core/units.h"
+#include "place/flags.h"
 #include "quant/types.h"
 
 #include <fmt/format.h>
@@ -16,6 +17,8 @@ std::string kv_text(quant::TypeId k, quant::TypeId v) {
     return fmt::format("{}/{}", quant::type_name(k), quant::type_name(v));
 }
 
+}  // namespace
+
 const char* short_tier(place::Tier t) {
     switch (t) {
         case place::Tier::gpu:
@@ -27,6 +30,8 @@ const char* short_tier(place::Tier t) {
     }
     return "?";
 }
+
+namespace {
 
 std::string gb(double bytes) {
     return fmt::format("{:.3f} GB", bytes / 1e9);
@@ -74,16 +79,7 @@ nlohmann::json prefill_json(const plan::PrefillPrediction& p) {
 }  // namespace
 
 std::string layer_list(const std::vector<int64_t>& layers) {
-    if (layers.empty()) return "none";
-    std::string out;
-    for (size_t i = 0; i < layers.size();) {
-        size_t j = i;
-        while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
-        if (!out.empty()) out += ',';
-        out += j == i ? fmt::format("{}", layers[i]) : fmt::format("{}-{}", layers[i], layers[j]);
-        i = j + 1;
-    }
-    return out;
+    return layers.empty() ? "none" : place::format_layer_list(layers);
 }
 
 void print_plan_result(const std::string& model, const std::string& profile_path,

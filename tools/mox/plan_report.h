@@ -16,6 +16,8 @@ namespace mox::cli {
 
 // "0-3,8,12-15" (the --moe-cpu-layers syntax), "none" when empty.
 std::string layer_list(const std::vector<int64_t>& layers);
+// "gpu", "pinned", "mmap": a tier in a table cell.
+const char* short_tier(place::Tier t);
 
 void print_plan_result(const std::string& model, const std::string& profile_path,
                        const plan::HardwareProfile& profile, const plan::PlanResult& r);
