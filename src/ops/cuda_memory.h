@@ -27,6 +27,11 @@ void set_blocking_sync(bool blocking);
 // Waits for all work on the current device.
 void device_synchronize();
 
+// Brackets work for a profiler started with collection off (`ncu --profile-from-start off`):
+// cudaProfilerStart / cudaProfilerStop.
+void profiler_start();
+void profiler_stop();
+
 // Copies between host memory and any device pointer (a buffer, an arena slice). copy_to_device is
 // asynchronous on `stream`; copy_to_host returns once the bytes are on the host.
 void copy_to_device(void* device, const void* host, size_t bytes, StreamHandle stream = nullptr);

@@ -13,21 +13,45 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace mox::plan {
 
-
-HardwareProfile profile_or_calibrate(const std::string& path, std::string* note) {
-    if (std::optional<HardwareProfile> p = load_profile(path)) {
-        if (note) *note = fmt::format("hardware profile {}", path);
-        return *p;
+HardwareProfile profile_or_calibrate(const std::string& path, const std::vector<quant::TypeId>& types,
+                                     std::string* note) {
+    std::optional<HardwareProfile> loaded = load_profile(path);
+    CalibrateOptions quick = quick_calibrate_options();
+    if (!loaded) {
+        quick.types = types.empty() ? quick.types : types;
+        HardwareProfile p = calibrate(quick);
+        save_profile(p, path);
+        if (note)
+            *note = fmt::format("no hardware profile yet: measured a quick one and saved it to {} (`mox calibrate` "
+                                "measures a fuller one)",
+                                path);
+        return p;
     }
-    HardwareProfile p = calibrate(quick_calibrate_options());
+    HardwareProfile p = std::move(*loaded);
+    // A profile made for another model may lack this one's weight types: measure just those.
+    const std::vector<quant::TypeId> added = calibrate_missing_types(p, types, quick);
+    if (added.empty()) {
+        if (note) *note = fmt::format("hardware profile {}", path);
+        return p;
+    }
     save_profile(p, path);
-    if (note)
-        *note = fmt::format("no hardware profile yet: measured a quick one and saved it to {} (`mox calibrate` "
-                            "measures a fuller one)",
-                            path);
+    if (note) {
+        std::string names;
+        for (const quant::TypeId t : added) names += (names.empty() ? "" : ", ") + std::string(quant::type_name(t));
+        *note = fmt::format("hardware profile {}; measured {} for this model and added them to it", path, names);
+    }
     return p;
+}
+
+std::vector<quant::TypeId> weight_types(const gguf::File& file) {
+    std::vector<quant::TypeId> types;
+    for (const gguf::TensorInfo& t : file.tensors())
+        if (std::find(types.begin(), types.end(), t.type) == types.end()) types.push_back(t.type);
+    return types;
 }
 
 AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
@@ -35,7 +59,7 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
     const PlanConstraints constraints = constraints_from_flags(file, in.flags);
     const std::string path = in.profile_path.empty() ? default_profile_path() : in.profile_path;
     std::string note;
-    const HardwareProfile profile = profile_or_calibrate(path, &note);
+    const HardwareProfile profile = profile_or_calibrate(path, weight_types(file), &note);
     if (!profile.gpu) fail("--plan auto on the GPU: the hardware profile {} has no GPU (run `mox calibrate` again)", path);
     const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
     PlanRequest req{.base = place::Placement::uniform(file, place::Tier::gpu), .hparams = hp, .profile = profile};

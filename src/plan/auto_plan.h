@@ -10,10 +10,12 @@
 #include "models/qwen35moe.h"
 #include "place/flags.h"
 #include "plan/search.h"
+#include "quant/types.h"
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mox::plan {
 
@@ -34,7 +36,13 @@ struct AutoPlan {
 
 AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in);
 
-// The cached profile of this machine, or a quick calibration cached now (`note` says which).
-HardwareProfile profile_or_calibrate(const std::string& path, std::string* note = nullptr);
+// The cached profile of this machine, or a quick calibration cached now; either way with rates for
+// every quantized type in `types` (missing ones are measured and added to the cached file). `note`
+// says what happened.
+HardwareProfile profile_or_calibrate(const std::string& path, const std::vector<quant::TypeId>& types,
+                                     std::string* note = nullptr);
+
+// The distinct tensor types of a model file, in first-seen order.
+std::vector<quant::TypeId> weight_types(const gguf::File& file);
 
 }  // namespace mox::plan

@@ -111,6 +111,13 @@ uint64_t auto_stack_bytes() {
 }
 
 // One buffer reused for every type (allocated for the largest), so each type only pays for a copy.
+// Types ops::moe_ffn can hold experts in with the calibration's expert shape (n_ff 512): block
+// formats with a dequantizer, not the activation-side Q8_K/Q8_1.
+bool expert_type(TypeId type) {
+    const quant::TypeTraits& tr = quant::traits(type);
+    return tr.dequantize && kFf % tr.block_elems == 0 && tr.id != TypeId::q8_k && tr.id != TypeId::q8_1;
+}
+
 class ExpertBench {
 public:
     ExpertBench(ThreadPool& pool, const CalibrateOptions& o) : pool_(pool), o_(o) {
@@ -123,7 +130,7 @@ public:
 
     ExpertRates measure(TypeId type) {
         const quant::TypeTraits& tr = quant::traits(type);
-        if (!tr.dequantize || kFf % tr.block_elems != 0 || tr.id == TypeId::q8_k || tr.id == TypeId::q8_1)
+        if (!expert_type(type))
             fail("calibration: {} is not a weight type mox can run experts in", tr.name);
         const uint64_t per_expert = expert_bytes(type);
         const int64_t n_expert = std::max<int64_t>(
@@ -373,6 +380,49 @@ CpuProfile calibrate_cpu(const CalibrateOptions& o) {
         cpu.expert_gflops[name] = r.gflops;
     }
     return cpu;
+}
+
+std::vector<TypeId> calibrate_missing_types(HardwareProfile& p, const std::vector<TypeId>& types,
+                                            const CalibrateOptions& o) {
+    auto has = [](const std::map<std::string, double>& m, const std::string& name) {
+        const auto it = m.find(name);
+        return it != m.end() && it->second > 0;
+    };
+    std::vector<TypeId> measured;
+    std::unique_ptr<ThreadPool> pool;
+    std::unique_ptr<ExpertBench> bench;
+    for (const TypeId type : types) {
+        if (!quant::traits(type).is_quantized) continue;  // float weights: speed.cpp's best-rate stand-in
+        const std::string name(quant::type_name(type));
+        bool any = false;
+        if (expert_type(type) && (!has(p.cpu.expert_gbps, name) || !has(p.cpu.expert_gflops, name))) {
+            if (!bench) {
+                pool = std::make_unique<ThreadPool>(o.threads);
+                bench = std::make_unique<ExpertBench>(*pool, o);
+            }
+            progress(o, fmt::format("CPU experts {}", name));
+            const ExpertRates r = bench->measure(type);
+            p.cpu.expert_gbps[name] = r.gbps;
+            p.cpu.expert_gflops[name] = r.gflops;
+            any = true;
+        }
+#ifdef MOX_HAVE_CUDA
+        if (p.gpu && o.gpu && cuda::device_count() > 0) {
+            if (cuda::matvec_supported(type) && !has(p.gpu->matvec_gbps, name)) {
+                progress(o, fmt::format("GPU matvec {}", name));
+                p.gpu->matvec_gbps[name] = cuda::probe_matvec_gbps(type, o.gpu_matvec_bytes, 2 * o.gpu_reps);
+                any = true;
+            }
+            if (cuda::matmul_supported(type) && !has(p.gpu->matmul_tflops, name)) {
+                progress(o, fmt::format("GPU matmul {}", name));
+                p.gpu->matmul_tflops[name] = cuda::probe_matmul_tflops(type, o.gpu_matmul_tokens, o.gpu_reps);
+                any = true;
+            }
+        }
+#endif
+        if (any) measured.push_back(type);
+    }
+    return measured;
 }
 
 HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* notes) {

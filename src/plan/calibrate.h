@@ -69,6 +69,12 @@ ExpertRates measure_expert_rates(quant::TypeId type, const CalibrateOptions& o);
 // The CPU part of the profile.
 CpuProfile calibrate_cpu(const CalibrateOptions& o);
 
+// The per-type rates of `types` that `p` lacks (CPU experts; GPU matvec and matmul where p has a GPU
+// and mox has the kernel), measured with o's sizes and added to p. Returns the types measured (empty:
+// nothing was missing). A profile from a quick calibration holds two types; a model stores others.
+std::vector<quant::TypeId> calibrate_missing_types(HardwareProfile& p, const std::vector<quant::TypeId>& types,
+                                                   const CalibrateOptions& o);
+
 // The whole profile: host facts, CPU and (when there is one and o.gpu) the GPU. `notes` receives
 // remarks for the user (e.g. that the GPU's memory use includes other processes).
 HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* notes = nullptr);

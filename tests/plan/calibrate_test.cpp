@@ -56,6 +56,20 @@ TEST(Calibrate, WholeProfileWithoutGpu) {
     EXPECT_EQ(p.cpu.expert_gbps.size(), 1u);
 }
 
+TEST(Calibrate, MissingTypesAreMeasuredOnceAndAdded) {
+    HardwareProfile p = calibrate(small_options());  // Q4_K only
+    const double q4 = p.cpu.expert_gbps.at("Q4_K");
+    const std::vector<quant::TypeId> want = {quant::TypeId::f32, quant::TypeId::q4_k, quant::TypeId::q6_k,
+                                             quant::TypeId::q8_k};
+    const std::vector<quant::TypeId> added = calibrate_missing_types(p, want, small_options());
+    // F32 has no block format to measure, Q4_K is there, Q8_K cannot hold experts: only Q6_K.
+    ASSERT_EQ(added, std::vector<quant::TypeId>{quant::TypeId::q6_k});
+    EXPECT_GT(p.cpu.expert_gbps.at("Q6_K"), 0.0);
+    EXPECT_GT(p.cpu.expert_gflops.at("Q6_K"), 0.0);
+    EXPECT_EQ(p.cpu.expert_gbps.at("Q4_K"), q4);  // measured rates are kept, not redone
+    EXPECT_TRUE(calibrate_missing_types(p, want, small_options()).empty());
+}
+
 TEST(Calibrate, HostLockableIsCappedByRam) {
     EXPECT_LE(host_lockable_bytes(4096), 4096u);
     EXPECT_GT(host_ram_bytes(), 0u);

@@ -94,6 +94,11 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     // MOX_CUDA_DELTANET=sequential|chunked forces one DeltaNet prefill kernel (to compare them on
     // the GPU machine); unset, the launcher picks by batch size.
     if (const char* e = std::getenv("MOX_PROFILE"); e && *e == '1') profile_ = true;
+    if (const char* e = std::getenv("MOX_CUDA_PROFILE_STEP"); e && *e) {
+        char* end = nullptr;
+        profile_step_ = std::strtoll(e, &end, 10);
+        if (*end != '\0' || profile_step_ < 0) fail("MOX_CUDA_PROFILE_STEP={}: expected a decode step number", e);
+    }
     if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
         const std::string v = e;
         if (v == "sequential") deltanet_method_ = cuda::DeltaNetMethod::sequential;
@@ -378,7 +383,18 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                     seq->decode_graph = cuda::Graph::end_capture(s);
                     seq->graph_keys = keys;
                 }
+                // MOX_CUDA_PROFILE_STEP=N: the N-th decode step of the process (from 1) alone runs
+                // between profiler start and stop, for `ncu --profile-from-start off` (docs/cuda.md).
+                const bool profiled = ++decode_steps_ == profile_step_;
+                if (profiled) {
+                    stream_.synchronize();
+                    cuda::profiler_start();
+                }
                 seq->decode_graph.launch(s);
+                if (profiled) {
+                    stream_.synchronize();
+                    cuda::profiler_stop();
+                }
                 logits_fetch(1, logits.data() + row_out * V);  // the graph computed them
                 ++row_out;
                 continue;
@@ -503,7 +519,7 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n) {
             shared = {&L.shexp_gate_up.parts[0], &L.shexp_gate_up.parts[1], &L.shexp_down, logits + E};
         const cuda::MoeDecodeShared* sh = hp_.n_ff_shexp > 0 ? &shared : nullptr;
         cuda::moe_route_gate_up(logits, true, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps, L.up_exps, K,
-                                u, h_.as<float>(), s, sh);
+                                u, h_.as<float>(), s, sh, &L.down_exps);
         cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh);
         return;
     }

@@ -182,6 +182,8 @@ private:
     bool profile_ = false;
     std::atomic<int64_t> host_jobs_{0}, host_tokens_{0}, host_ns_{0};
     std::atomic<bool> host_failed_{false};
+    int64_t decode_steps_ = 0;  // decode graph launches so far
+    int64_t profile_step_ = 0;  // MOX_CUDA_PROFILE_STEP; 0: none profiled
     // Activations for one micro-batch (fp32, token-major rows).
     cuda::DeviceBuffer tokens_, pos_;  // int32 [n_ubatch], int32 [1]
     cuda::DeviceBuffer x_, u_, mix_, shared_;

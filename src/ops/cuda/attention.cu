@@ -18,6 +18,7 @@
 // them in a fixed order (deterministic, no atomics).
 #include "ops/cuda_attention.h"
 #include "quant/cuda/check.cuh"
+#include "quant/cuda/launch.cuh"
 
 #include <cuda_fp16.h>
 
@@ -78,6 +79,8 @@ __global__ void __launch_bounds__(kStoreThreads)
     kv_store_kernel(uint8_t* __restrict__ cache, size_t row_bytes, int fmt, int64_t capacity,
                     const int32_t* __restrict__ pos0, const float* __restrict__ src, int64_t src_stride,
                     int64_t row_elems) {
+    dependency_wait();  // launch.cuh: before any read of this step's rows or early exit
+    allow_next_launch();
     const int64_t pos = static_cast<int64_t>(*pos0) + blockIdx.x;
     if (pos < 0 || pos >= capacity) return;  // the host cannot check a device position
     const float* x = src + static_cast<int64_t>(blockIdx.x) * src_stride;
@@ -286,6 +289,8 @@ __device__ __forceinline__ float gated(const AttnParams& p, int64_t t, int h, in
 // grid (row chunks, n_head_kv, n_split), kThreads threads.
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p) {
+    dependency_wait();  // launch.cuh
+    allow_next_launch();
     constexpr int E = D / 32;
     // Keys a warp loads per step: more bytes in flight, but registers (q and acc take 2 * kRows * E).
     constexpr int S = D >= 256 ? 2 : 4;
@@ -486,6 +491,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttnPara
     __shared__ float sm_red[kT / 32];
     __shared__ float sm_a[kCombineGroups][kCombineCols];
     __shared__ float sm_l[kCombineGroups];
+    dependency_wait();  // launch.cuh
+    allow_next_launch();
     const int64_t row = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int cl = tid % kCombineCols, g = tid / kCombineCols;
@@ -569,11 +576,11 @@ void kv_store(const ops::KvView& kv, const int32_t* pos0, int64_t n_rows, const 
     MOX_CHECK(kv.row_elems % 32 == 0, "KV row of {} elements", kv.row_elems);
     const int kf = kv_fmt(kv.k_type), vf = kv_fmt(kv.v_type);
     const dim3 grid(static_cast<unsigned>(n_rows));
-    kv_store_kernel<<<grid, kStoreThreads, 0, stream>>>(kv.k, kv.k_row_bytes, kf, kv.capacity, pos0, k,
-                                                        k_stride, kv.row_elems);
+    launch_overlapped(kv_store_kernel, grid, kStoreThreads, 0, stream, kv.k, kv.k_row_bytes, kf, kv.capacity, pos0,
+                      k, k_stride, kv.row_elems);
     MOX_CUDA_CHECK_LAUNCH("kv_store_kernel");
-    kv_store_kernel<<<grid, kStoreThreads, 0, stream>>>(kv.v, kv.v_row_bytes, vf, kv.capacity, pos0, v,
-                                                        v_stride, kv.row_elems);
+    launch_overlapped(kv_store_kernel, grid, kStoreThreads, 0, stream, kv.v, kv.v_row_bytes, vf, kv.capacity, pos0,
+                      v, v_stride, kv.row_elems);
     MOX_CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
 
@@ -630,22 +637,22 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
     const unsigned n_rows_all = static_cast<unsigned>(n_q * shape.n_head);
     switch (D) {
         case 64:
-            attention_kernel<64><<<grid, kThreads, 0, stream>>>(p);
+            launch_overlapped(attention_kernel<64>, grid, kThreads, 0, stream, p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<64>");
             if (plan.n_split > 1)
-                combine_kernel<64><<<dim3(n_rows_all, 64 / kCombineCols), kCombineThreads, 0, stream>>>(p);
+                launch_overlapped(combine_kernel<64>, dim3(n_rows_all, 64 / kCombineCols), kCombineThreads, 0, stream, p);
             break;
         case 128:
-            attention_kernel<128><<<grid, kThreads, 0, stream>>>(p);
+            launch_overlapped(attention_kernel<128>, grid, kThreads, 0, stream, p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<128>");
             if (plan.n_split > 1)
-                combine_kernel<128><<<dim3(n_rows_all, 128 / kCombineCols), kCombineThreads, 0, stream>>>(p);
+                launch_overlapped(combine_kernel<128>, dim3(n_rows_all, 128 / kCombineCols), kCombineThreads, 0, stream, p);
             break;
         default:
-            attention_kernel<256><<<grid, kThreads, 0, stream>>>(p);
+            launch_overlapped(attention_kernel<256>, grid, kThreads, 0, stream, p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<256>");
             if (plan.n_split > 1)
-                combine_kernel<256><<<dim3(n_rows_all, 256 / kCombineCols), kCombineThreads, 0, stream>>>(p);
+                launch_overlapped(combine_kernel<256>, dim3(n_rows_all, 256 / kCombineCols), kCombineThreads, 0, stream, p);
             break;
     }
     MOX_CUDA_CHECK_LAUNCH("combine_kernel");

@@ -1,6 +1,8 @@
 #include "ops/cuda_memory.h"
 #include "quant/cuda/check.cuh"
 
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <atomic>
 #include <utility>
@@ -27,6 +29,14 @@ void set_blocking_sync(bool blocking) {
 
 void device_synchronize() {
     MOX_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void profiler_start() {
+    MOX_CUDA_CHECK(cudaProfilerStart());
+}
+
+void profiler_stop() {
+    MOX_CUDA_CHECK(cudaProfilerStop());
 }
 
 void copy_to_device(void* device, const void* host, size_t bytes, StreamHandle stream) {
