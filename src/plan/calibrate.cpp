@@ -1,6 +1,7 @@
 #include "plan/calibrate.h"
 
 #include "core/error.h"
+#include "core/read_bandwidth.h"
 #include "core/thread_pool.h"
 #include "core/topology.h"
 #include "core/units.h"
@@ -37,8 +38,6 @@ namespace {
 using quant::TypeId;
 using Clock = std::chrono::steady_clock;
 
-volatile uint64_t g_sink = 0;
-
 // The expert shape of Qwen3.5/3.6-MoE (shared/spec/qwen35moe.md): gate/up 2048 -> 512, down 512 -> 2048.
 constexpr int64_t kEmbd = 2048, kFf = 512;
 // Experts of one layer of the real model: a prefill batch routes its tokens among this many.
@@ -69,13 +68,6 @@ Bytes alloc_pages(uint64_t bytes) {
     // Spread over the NUMA nodes as mox spreads model weights (a no-op on one node).
     interleave_memory(p, rounded);
     return Bytes(static_cast<uint8_t*>(p));
-}
-
-uint64_t last_level_cache_bytes() {
-    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (l3 > 0) return static_cast<uint64_t>(l3);
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return l2 > 0 ? static_cast<uint64_t>(l2) : 0;
 }
 
 std::string hostname() {
@@ -266,50 +258,6 @@ void progress(const CalibrateOptions& o, const std::string& what) {
     if (o.progress) o.progress(what);
 }
 
-double dram_on_pool(ThreadPool& pool, uint64_t bytes, int reps) {
-    if (reps < 1) fail("calibration: {} DRAM repetitions", reps);
-    constexpr uint64_t kChunk = uint64_t{4} << 20;  // tasks of 4 MiB: enough of them to balance the threads
-    const uint64_t n_words = std::max<uint64_t>(bytes / 8, 1024);
-    const uint64_t chunk_words =
-        std::min(kChunk / 8, (n_words + pool.size() - 1) / static_cast<uint64_t>(pool.size()));
-    const auto n_chunks = static_cast<int64_t>((n_words + chunk_words - 1) / chunk_words);
-    Bytes buf = alloc_pages(n_words * 8);
-    auto* words = reinterpret_cast<uint64_t*>(buf.get());
-    auto range = [&](int64_t c) {
-        const uint64_t b = static_cast<uint64_t>(c) * chunk_words;
-        return std::pair{b, std::min(n_words, b + chunk_words)};
-    };
-    pool.run(n_chunks, [&](int64_t c) {
-        const auto [b, e] = range(c);
-        for (uint64_t i = b; i < e; ++i) words[i] = i * 0x9e3779b97f4a7c15ull;
-    });
-    std::atomic<uint64_t> sink{0};
-    std::vector<double> secs;
-    for (int rep = 0; rep < reps + 1; ++rep) {  // the first pass is a warm-up
-        const auto t0 = Clock::now();
-        pool.run(n_chunks, [&](int64_t c) {
-            const auto [b, e] = range(c);
-            // Eight independent sums, so the loads, not the add latency, set the pace.
-            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-            uint64_t i = b;
-            for (; i + 8 <= e; i += 8) {
-                s0 += words[i];
-                s1 += words[i + 1];
-                s2 += words[i + 2];
-                s3 += words[i + 3];
-                s4 += words[i + 4];
-                s5 += words[i + 5];
-                s6 += words[i + 6];
-                s7 += words[i + 7];
-            }
-            for (; i < e; ++i) s0 += words[i];
-            sink.fetch_add(s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7, std::memory_order_relaxed);
-        });
-        if (rep > 0) secs.push_back(seconds_since(t0));
-    }
-    g_sink = sink.load();  // the sums are used, so the reads cannot be dropped
-    return static_cast<double>(n_words * 8) / median(secs) / 1e9;
-}
 
 }  // namespace
 
@@ -355,8 +303,8 @@ uint64_t host_lockable_bytes(uint64_t ram) {
 }
 
 double measure_dram_gbps(int threads, uint64_t bytes, int reps) {
-    ThreadPool pool(threads);
-    return dram_on_pool(pool, bytes, reps);
+    if (threads <= 0) threads = topology().physical_cores;
+    return measure_read_bandwidth(threads, bytes, reps).bytes_per_s / 1e9;
 }
 
 ExpertRates measure_expert_rates(TypeId type, const CalibrateOptions& o) {
@@ -370,7 +318,7 @@ CpuProfile calibrate_cpu(const CalibrateOptions& o) {
     CpuProfile cpu;
     cpu.threads = pool.size();
     progress(o, fmt::format("DRAM read, {} threads, {}", pool.size(), format_bytes(o.dram_bytes)));
-    cpu.dram_gbps = dram_on_pool(pool, o.dram_bytes, o.dram_reps);
+    cpu.dram_gbps = measure_dram_gbps(pool.size(), o.dram_bytes, o.dram_reps);
     ExpertBench bench(pool, o);
     for (const TypeId type : o.types) {
         const std::string name(quant::type_name(type));

@@ -22,7 +22,7 @@ struct CalibrateOptions {
     int threads = 0;  // <= 0: one per physical core (mox's default)
     std::vector<quant::TypeId> types = default_calibration_types();
 
-    // DRAM: every thread streams its share of a buffer of this size, `dram_reps` times.
+    // DRAM: every thread streams its share of a buffer of this size, `dram_reps` passes (the best).
     uint64_t dram_bytes = uint64_t{1} << 30;
     int dram_reps = 5;
 
@@ -56,7 +56,8 @@ uint64_t host_ram_bytes();
 // RLIMIT_MEMLOCK's soft limit, or `ram` where it is unlimited: how much host memory may be pinned.
 uint64_t host_lockable_bytes(uint64_t ram);
 
-// All threads of a ThreadPool of `threads` (<= 0: physical cores) read a buffer of `bytes`; GB/s.
+// `threads` threads (<= 0: one per physical core) read a buffer of `bytes`, `reps` passes; the best
+// pass in GB/s (core/read_bandwidth.h, the same measurement `mox bench` reports).
 double measure_dram_gbps(int threads, uint64_t bytes, int reps);
 
 struct ExpertRates {

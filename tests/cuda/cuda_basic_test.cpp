@@ -60,7 +60,8 @@ TEST(CudaBasic, EmbedRowsEqualTheReferenceDequantizer) {
 
 TEST(CudaBasic, AddRmsNormMatchesReference) {
     MOX_REQUIRE_CUDA_DEVICE();
-    for (int64_t d : {128, 2048, 1000}) {
+    // 5000: wider than the register-resident path (kNormThreads * kNormPer = 4096), the loop path.
+    for (int64_t d : {128, 2048, 1000, 4096, 5000}) {
         const int64_t n = 9;
         auto x = test::randn(static_cast<size_t>(n * d), 3, 4.0f);
         const auto add = test::randn(x.size(), 4);

@@ -4,7 +4,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "engine/bench_bandwidth.h"
+#include "core/read_bandwidth.h"
 #include "engine/bench_compare.h"
 #include "engine/bench_machine.h"
 #include "engine/bench_options.h"
@@ -175,13 +175,13 @@ std::map<int, double> host_bandwidths(const BenchFlags& f, const std::vector<eng
     auto cpu_tg = [](const engine::BenchConfig& c) { return c.test.n_gen > 0 && c.n_gpu_layers == 0; };
     if (std::none_of(configs.begin(), configs.end(), cpu_tg)) return bw;
     meta.bandwidth_source = "measured";
-    meta.bandwidth_buffer = engine::bandwidth_buffer_bytes();
+    meta.bandwidth_buffer = bandwidth_buffer_bytes();
     for (const auto& c : configs) {
         if (bw.count(c.threads) || !cpu_tg(c)) continue;
         if (tty)
             fmt::print(stderr, "\r\033[Kmeasuring host read bandwidth ({} threads, {})", c.threads,
                        format_bytes(meta.bandwidth_buffer));
-        bw[c.threads] = engine::measure_read_bandwidth(c.threads, meta.bandwidth_buffer).bytes_per_s;
+        bw[c.threads] = measure_read_bandwidth(c.threads, meta.bandwidth_buffer).bytes_per_s;
     }
     return bw;
 }

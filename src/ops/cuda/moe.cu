@@ -25,10 +25,15 @@ __device__ __forceinline__ bool better(float pa, int ia, float pb, int ib) {
 __device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool renormalize,
                           int32_t* ids_out, float* w_out) {
     const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
+    // Only the first `per` register slots hold experts (8 for 256 experts): every loop below stops
+    // there. Its top-k rounds are one warp's serial chain, run before any expert weight can load:
+    // going through all 32 slots made it ~4x longer than needed.
+    const int per = (n_expert + kWarp - 1) / kWarp;
     float p[kRouterPerLane];
     float mx = -FLT_MAX;
 #pragma unroll
     for (int s = 0; s < kRouterPerLane; ++s) {
+        if (s >= per) break;
         const int e = lane + s * kWarp;
         p[s] = e < n_expert ? l[e] : -FLT_MAX;
         mx = fmaxf(mx, p[s]);
@@ -37,6 +42,7 @@ __device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool
     float sum = 0.0f;
 #pragma unroll
     for (int s = 0; s < kRouterPerLane; ++s) {
+        if (s >= per) break;
         p[s] = lane + s * kWarp < n_expert ? expf(p[s] - mx) : 0.0f;
         sum += p[s];
     }
@@ -45,6 +51,7 @@ __device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool
     uint32_t taken = 0;  // bit s: expert lane + 32 s is chosen (or does not exist)
 #pragma unroll
     for (int s = 0; s < kRouterPerLane; ++s) {
+        if (s >= per) break;
         p[s] *= inv;
         if (lane + s * kWarp >= n_expert) taken |= 1u << s;
     }
@@ -52,9 +59,10 @@ __device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool
         float bp = -1.0f;
         int bi = INT_MAX;
 #pragma unroll
-        for (int s = 0; s < kRouterPerLane; ++s)
-            if (!((taken >> s) & 1u) && better(p[s], lane + s * kWarp, bp, bi))
-                bp = p[s], bi = lane + s * kWarp;
+        for (int s = 0; s < kRouterPerLane; ++s) {
+            if (s >= per) break;
+            if (!((taken >> s) & 1u) && better(p[s], lane + s * kWarp, bp, bi)) bp = p[s], bi = lane + s * kWarp;
+        }
         for (int o = 16; o > 0; o >>= 1) {
             const float op = __shfl_xor_sync(0xFFFFFFFFu, bp, o);
             const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);

@@ -1,11 +1,12 @@
-// mox bench: the host memory read bandwidth a decode roofline is measured against, taken in the
-// same run as the benchmark (a datasheet figure or another day's measurement would hide what this
-// machine, with this load and these threads, can actually stream).
+// The host memory read bandwidth (STREAM-style): what `mox bench` sets CPU decode against, taken in
+// the same run as the benchmark (a datasheet figure or another day's measurement would hide what
+// this machine, with this load and these threads, can actually stream), and what `mox calibrate`
+// records as the profile's DRAM rate. One measurement for both, so the two agree.
 #pragma once
 
 #include <cstdint>
 
-namespace mox::engine {
+namespace mox {
 
 // Bytes of the last-level cache (the largest /sys/devices/system/cpu/cpu0/cache/index*/size); 0
 // when it cannot be read.
@@ -27,4 +28,4 @@ struct ReadBandwidth {
 // times; a pass is timed from start until the last thread is done.
 ReadBandwidth measure_read_bandwidth(int threads, uint64_t buffer_bytes, int passes = 4);
 
-}  // namespace mox::engine
+}  // namespace mox

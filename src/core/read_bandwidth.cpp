@@ -1,4 +1,4 @@
-#include "engine/bench_bandwidth.h"
+#include "core/read_bandwidth.h"
 
 #include "core/error.h"
 #include "core/units.h"
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-namespace mox::engine {
+namespace mox {
 
 namespace {
 
@@ -107,4 +107,4 @@ ReadBandwidth measure_read_bandwidth(int threads, uint64_t buffer_bytes, int pas
             .passes = passes};
 }
 
-}  // namespace mox::engine
+}  // namespace mox
