@@ -4,8 +4,10 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 namespace mox::ops {
 
@@ -50,32 +52,33 @@ struct ExpertGroups {
     std::vector<float> weight;           // [n_slots]
     std::vector<int64_t> token_slots;    // [n_tokens * k]: positions of token t, ascending
     int64_t k = 0;
+    std::vector<int64_t> count, start;  // [n_expert + 1], [n_expert]: kept to avoid per-call allocation
 };
 
 void group_by_expert(const Routing& r, int64_t n_expert, ExpertGroups& g) {
     const int64_t n_slots = r.n_tokens * r.k;
     g.k = r.k;
-    std::vector<int64_t> count(static_cast<size_t>(n_expert) + 1, 0);
+    g.count.assign(static_cast<size_t>(n_expert) + 1, 0);
     for (int64_t s = 0; s < n_slots; ++s) {
         const int32_t e = r.ids[static_cast<size_t>(s)];
         MOX_CHECK(e >= 0 && e < n_expert, "expert id {} of {}", e, n_expert);
-        count[static_cast<size_t>(e)]++;
+        g.count[static_cast<size_t>(e)]++;
     }
     g.experts.clear();
     g.offsets.assign(1, 0);
-    std::vector<int64_t> start(static_cast<size_t>(n_expert), 0);
+    g.start.assign(static_cast<size_t>(n_expert), 0);
     for (int64_t e = 0; e < n_expert; ++e) {
-        if (count[static_cast<size_t>(e)] == 0) continue;
-        start[static_cast<size_t>(e)] = g.offsets.back();
+        if (g.count[static_cast<size_t>(e)] == 0) continue;
+        g.start[static_cast<size_t>(e)] = g.offsets.back();
         g.experts.push_back(static_cast<int32_t>(e));
-        g.offsets.push_back(g.offsets.back() + count[static_cast<size_t>(e)]);
+        g.offsets.push_back(g.offsets.back() + g.count[static_cast<size_t>(e)]);
     }
     g.token.resize(static_cast<size_t>(n_slots));
     g.weight.resize(static_cast<size_t>(n_slots));
     g.token_slots.resize(static_cast<size_t>(n_slots));
     // Slots in token order land at increasing positions within each expert.
     for (int64_t s = 0; s < n_slots; ++s) {
-        const int64_t p = start[static_cast<size_t>(r.ids[static_cast<size_t>(s)])]++;
+        const int64_t p = g.start[static_cast<size_t>(r.ids[static_cast<size_t>(s)])]++;
         g.token[static_cast<size_t>(p)] = s / r.k;
         g.weight[static_cast<size_t>(p)] = r.weights[static_cast<size_t>(s)];
         g.token_slots[static_cast<size_t>(s)] = p;
@@ -87,9 +90,10 @@ void group_by_expert(const Routing& r, int64_t n_expert, ExpertGroups& g) {
 // Per-call buffers, kept by the calling thread so decode does not allocate per token.
 struct MoeScratch {
     ExpertGroups groups;
-    ActivationRows x_gate, x_up, x_down;  // gathered per position
-    ActivationRows tokens_act;            // per token, before the gather
-    std::vector<float> g, u, h, y;        // [n_slots, n_ff] x3, [n_slots, n_embd]
+    ActivationRows x_gate, x_up, x_down;      // gathered per position
+    ActivationRows tokens_act, tokens_act_up;  // per token, before the gather
+    std::vector<float> g, u, h, y;             // [n_slots, n_ff] x3, [n_slots, n_embd]
+    std::vector<int32_t> sync;                 // one-job path: counters, one per cache line
 };
 
 // Copies activation rows of tokens into position order.
@@ -102,7 +106,23 @@ void gather(const ActivationRows& per_token, const std::vector<int64_t>& token, 
         std::memcpy(out.data.data() + p * out.row_bytes, per_token.row(token[p]), out.row_bytes);
 }
 
+// out[t] = sum over t's slots (expert order) of weight * y[slot], rows [r0, r1) only. y: [n_slots, n_embd].
+void reduce_rows(const ExpertGroups& grp, const float* y, int64_t n_tokens, int64_t n_embd, int64_t r0, int64_t r1,
+                 float* out) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        float* o = out + t * n_embd;
+        for (int64_t r = r0; r < r1; ++r) o[r] = 0.0f;
+        for (int64_t i = 0; i < grp.k; ++i) {
+            const int64_t p = grp.token_slots[static_cast<size_t>(t * grp.k + i)];
+            const float wt = grp.weight[static_cast<size_t>(p)];
+            const float* yp = y + p * n_embd;
+            for (int64_t r = r0; r < r1; ++r) o[r] += wt * yp[r];
+        }
+    }
+}
+
 // out[t] = sum over t's slots (expert order) of weight * down_e(silu(gate_e x_t) * up_e x_t).
+// Many tokens (prefill): one job for gate/up, one for down, tasks sized by rows.
 void grouped_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& grp, const float* x,
                     int64_t n_tokens, MoeScratch& sc, float* out) {
     const int64_t n_embd = w.gate.n_in, n_ff = w.gate.n_out;
@@ -154,17 +174,172 @@ void grouped_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups
             dot_rows(kd, w.down.expert(grp.experts[static_cast<size_t>(a)]), r0, r1, sc.x_down.row(p0),
                      sc.x_down.row_bytes, np, sc.y.data() + p0 * n_embd, n_embd);
         }
-        for (int64_t t = 0; t < n_tokens; ++t) {
-            float* o = out + t * n_embd;
-            for (int64_t r = r0; r < r1; ++r) o[r] = 0.0f;
-            for (int64_t i = 0; i < grp.k; ++i) {
-                const int64_t p = grp.token_slots[static_cast<size_t>(t * grp.k + i)];
-                const float wt = grp.weight[static_cast<size_t>(p)];
-                const float* y = sc.y.data() + p * n_embd;
-                for (int64_t r = r0; r < r1; ++r) o[r] += wt * y[r];
-            }
-        }
+        reduce_rows(grp, sc.y.data(), n_tokens, n_embd, r0, r1, out);
     });
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+}
+
+// dot_rows with software prefetch: before row r is read, the bytes up to `ahead` past its start are
+// requested. The hardware prefetchers stop at every 4 KiB page (expert stacks live in the page cache
+// or pinned memory, small pages) and ramp up slowly at each task's first rows; a thread streaming at
+// its share of DRAM bandwidth needs a few KiB in flight to cover the latency. Same results as dot_rows.
+void dot_rows_prefetched(const quant::DotKernel& kernel, const Weight& w, int64_t r0, int64_t r1, const uint8_t* act,
+                         size_t act_stride, int64_t n_act_rows, float* y, int64_t y_stride, int64_t ahead) {
+    if (ahead <= 0 || n_act_rows > quant::kMaxDotCols) {  // several tiles re-read the rows from cache
+        dot_rows(kernel, w, r0, r1, act, act_stride, n_act_rows, y, y_stride);
+        return;
+    }
+    const auto line = [](const uint8_t* p) { return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}); };
+    const uint8_t* end = w.row(r1);
+    const uint8_t* next = line(w.row(r0));  // first line not yet requested
+    float tile[quant::kMaxDotCols];
+    const int nc = static_cast<int>(n_act_rows);
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* want = std::min(end, w.row(r) + ahead);
+        for (; next < want; next += 64) __builtin_prefetch(next, 0, 3);
+        kernel.dot(w.n_in, w.row(r), act, act_stride, nc, tile);
+        for (int j = 0; j < nc; ++j) y[j * y_stride + r] = tile[j];
+    }
+}
+
+// Splits n rows of `row_bytes` into chunks of about task_bytes: returns rows per chunk.
+int64_t rows_per_chunk(int64_t n, size_t row_bytes, int64_t task_bytes) {
+    const int64_t total = n * static_cast<int64_t>(row_bytes);
+    const int64_t chunks = std::clamp<int64_t>((total + task_bytes - 1) / std::max<int64_t>(task_bytes, 1), 1, n);
+    return (n + chunks - 1) / chunks;
+}
+
+// The same arithmetic as grouped_swiglu as one pool job (few tokens: decode). Tasks [0, n_u) compute
+// gate/up rows of one expert; the task finishing an expert's last block converts its hidden rows for
+// down and marks it ready. Tasks [n_u, n_u + n_d) compute down rows of one expert, waiting for it to
+// be ready; the task finishing a block of output rows for the last expert sums that block per token.
+// Claims follow task order, so every gate/up task is running or done when a down task starts, and a
+// wait always ends. Gate/up and down tasks go expert by expert, so expert 0's down overlaps the tail
+// of the gate/up tasks instead of waiting for all of them.
+void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& grp, const float* x, int64_t n_tokens,
+                  const MoeOptions& opt, MoeScratch& sc, float* out) {
+    const int64_t n_embd = w.gate.n_in, n_ff = w.gate.n_out;
+    const auto n_slots = static_cast<int64_t>(grp.token.size());
+    const auto n_active = static_cast<int64_t>(grp.experts.size());
+    const quant::DotKernel& kg = quant::dot_kernel(w.gate.type, ctx.isa);
+    const quant::DotKernel& ku = quant::dot_kernel(w.up.type, ctx.isa);
+    const quant::DotKernel& kd = quant::dot_kernel(w.down.type, ctx.isa);
+
+    // Activations. One token: every position reads the token's row, nothing to gather.
+    convert_activations(ctx, kg.act, x, n_tokens, n_embd, sc.tokens_act);
+    const ActivationRows* ag = &sc.tokens_act;
+    const ActivationRows* au = &sc.tokens_act;
+    if (ku.act != kg.act) {
+        convert_activations(ctx, ku.act, x, n_tokens, n_embd, sc.tokens_act_up);
+        au = &sc.tokens_act_up;
+    }
+    if (n_tokens > 1) {
+        gather(*ag, grp.token, sc.x_gate);
+        if (au != ag) {
+            gather(*au, grp.token, sc.x_up);
+            au = &sc.x_up;
+        } else {
+            au = &sc.x_gate;
+        }
+        ag = &sc.x_gate;
+    }
+    const auto act_row = [n_tokens](const ActivationRows* a, int64_t p) { return a->row(n_tokens > 1 ? p : 0); };
+    // One token that names an expert twice: both positions read the token's row.
+    const size_t stride_g = n_tokens > 1 ? ag->row_bytes : 0, stride_u = n_tokens > 1 ? au->row_bytes : 0;
+
+    sc.g.resize(static_cast<size_t>(n_slots * n_ff));
+    sc.u.resize(sc.g.size());
+    sc.h.resize(sc.g.size());
+    sc.y.resize(static_cast<size_t>(n_slots * n_embd));
+    ActivationRows& xd = sc.x_down;
+    xd.type = kd.act;
+    xd.n_rows = n_slots;
+    xd.row_bytes = quant::activation_row_bytes(kd.act, n_ff);
+    xd.data.resize(xd.row_bytes * static_cast<size_t>(n_slots));
+
+    const int64_t chunk_u = rows_per_chunk(n_ff, w.gate.row_bytes + w.up.row_bytes, opt.task_bytes);
+    const int64_t chunks_u = (n_ff + chunk_u - 1) / chunk_u;
+    const int64_t chunk_d = rows_per_chunk(n_embd, w.down.row_bytes, opt.task_bytes);
+    const int64_t chunks_d = (n_embd + chunk_d - 1) / chunk_d;
+    const int64_t n_u = n_active * chunks_u, n_d = n_active * chunks_d;
+
+    // Counters, each on its own cache line: pending gate/up blocks and a ready flag per expert, pending
+    // experts per block of output rows.
+    constexpr size_t kLine = 64 / sizeof(int32_t);
+    sc.sync.assign(static_cast<size_t>(2 * n_active + chunks_d) * kLine, 0);
+    const auto counter = [&](int64_t i) { return std::atomic_ref<int32_t>(sc.sync[static_cast<size_t>(i) * kLine]); };
+    const auto pending_u = [&](int64_t a) { return counter(a); };
+    const auto ready = [&](int64_t a) { return counter(n_active + a); };
+    const auto pending_d = [&](int64_t c) { return counter(2 * n_active + c); };
+    for (int64_t a = 0; a < n_active; ++a) pending_u(a).store(static_cast<int32_t>(chunks_u), std::memory_order_relaxed);
+    for (int64_t c = 0; c < chunks_d; ++c) pending_d(c).store(static_cast<int32_t>(n_active), std::memory_order_relaxed);
+    std::atomic<bool> failed{false};  // a throwing task must not leave down tasks waiting forever
+
+    const auto finish_expert = [&](int64_t a, int64_t p0, int64_t np) {
+        if (pending_u(a).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+        try {
+            for (int64_t p = p0; p < p0 + np; ++p)
+                quant::quantize_activations(kd.act, sc.h.data() + p * n_ff,
+                                            xd.data.data() + static_cast<size_t>(p) * xd.row_bytes, n_ff);
+        } catch (...) {
+            failed.store(true);
+            ready(a).store(1, std::memory_order_release);
+            throw;
+        }
+        ready(a).store(1, std::memory_order_release);
+    };
+
+    ctx.parallel(n_u + n_d, [&](int64_t task) {
+        if (task < n_u) {
+            const int64_t a = task / chunks_u;
+            const int64_t r0 = (task % chunks_u) * chunk_u, r1 = std::min(n_ff, r0 + chunk_u);
+            const int64_t e = grp.experts[static_cast<size_t>(a)];
+            const int64_t p0 = grp.offsets[static_cast<size_t>(a)], np = grp.offsets[static_cast<size_t>(a) + 1] - p0;
+            try {
+                float* g = sc.g.data() + p0 * n_ff;
+                float* u = sc.u.data() + p0 * n_ff;
+                dot_rows_prefetched(kg, w.gate.expert(e), r0, r1, act_row(ag, p0), stride_g, np, g, n_ff,
+                                    opt.prefetch_bytes);
+                dot_rows_prefetched(ku, w.up.expert(e), r0, r1, act_row(au, p0), stride_u, np, u, n_ff,
+                                    opt.prefetch_bytes);
+                float* h = sc.h.data() + p0 * n_ff;
+                for (int64_t p = 0; p < np; ++p)
+                    for (int64_t r = r0; r < r1; ++r) h[p * n_ff + r] = silu(g[p * n_ff + r]) * u[p * n_ff + r];
+            } catch (...) {
+                failed.store(true);
+                finish_expert(a, p0, np);
+                throw;
+            }
+            finish_expert(a, p0, np);
+            return;
+        }
+        const int64_t a = (task - n_u) / chunks_d, c = (task - n_u) % chunks_d;
+        const int64_t r0 = c * chunk_d, r1 = std::min(n_embd, r0 + chunk_d);
+        const int64_t p0 = grp.offsets[static_cast<size_t>(a)], np = grp.offsets[static_cast<size_t>(a) + 1] - p0;
+        // Spins briefly, then yields: on an oversubscribed machine the task it waits for may need this core.
+        for (int i = 0; ready(a).load(std::memory_order_acquire) == 0; ++i) {
+            if (i < 4096) cpu_relax();
+            else std::this_thread::yield();
+        }
+        if (failed.load()) return;
+        dot_rows_prefetched(kd, w.down.expert(grp.experts[static_cast<size_t>(a)]), r0, r1, xd.row(p0), xd.row_bytes,
+                            np, sc.y.data() + p0 * n_embd, n_embd, opt.prefetch_bytes);
+        if (pending_d(c).fetch_sub(1, std::memory_order_acq_rel) == 1)
+            reduce_rows(grp, sc.y.data(), n_tokens, n_embd, r0, r1, out);
+    });
+}
+
+void expert_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& grp, const float* x,
+                   int64_t n_tokens, const MoeOptions& opt, MoeScratch& sc, float* out) {
+    if (n_tokens <= opt.fused_max_tokens) fused_swiglu(ctx, w, grp, x, n_tokens, opt, sc, out);
+    else grouped_swiglu(ctx, w, grp, x, n_tokens, sc, out);
 }
 
 MoeScratch& scratch() {
@@ -175,26 +350,27 @@ MoeScratch& scratch() {
 }  // namespace
 
 void swiglu_ffn(const Context& ctx, const Weight& gate, const Weight& up, const Weight& down, const float* x,
-                int64_t n_tokens, float* out) {
+                int64_t n_tokens, float* out, const MoeOptions& options) {
     MoeScratch& sc = scratch();
     // One expert holding every token with weight 1 (1 * y is exact, so this is the plain FFN).
     ExpertGroups& g = sc.groups;
     g.k = 1;
     g.experts.assign(1, 0);
-    g.offsets = {0, n_tokens};
+    g.offsets.assign({0, n_tokens});
     g.token.resize(static_cast<size_t>(n_tokens));
     g.token_slots.resize(static_cast<size_t>(n_tokens));
     for (int64_t t = 0; t < n_tokens; ++t) g.token[static_cast<size_t>(t)] = g.token_slots[static_cast<size_t>(t)] = t;
     g.weight.assign(static_cast<size_t>(n_tokens), 1.0f);
-    grouped_swiglu(ctx, ExpertStack{gate, up, down}, g, x, n_tokens, sc, out);
+    expert_swiglu(ctx, ExpertStack{gate, up, down}, g, x, n_tokens, options, sc, out);
 }
 
-void moe_ffn(const Context& ctx, const ExpertStack& experts, const Routing& routing, const float* x, float* out) {
+void moe_ffn(const Context& ctx, const ExpertStack& experts, const Routing& routing, const float* x, float* out,
+             const MoeOptions& options) {
     MOX_CHECK(experts.gate.n_in == experts.up.n_in && experts.gate.n_out == experts.up.n_out &&
               experts.down.n_in == experts.gate.n_out && experts.down.n_out == experts.gate.n_in);
     MoeScratch& sc = scratch();
     group_by_expert(routing, experts.gate.n_expert, sc.groups);
-    grouped_swiglu(ctx, experts, sc.groups, x, routing.n_tokens, sc, out);
+    expert_swiglu(ctx, experts, sc.groups, x, routing.n_tokens, options, sc, out);
 }
 
 }  // namespace mox::ops
