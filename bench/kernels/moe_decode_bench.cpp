@@ -9,9 +9,11 @@
 // (spinning, or sleeping with --gap sleep), the GPU's part of the layer in the hybrid backend, during
 // which the pool's workers idle (spin, then sleep after the pool's spin window).
 //
-// Reported: time per call (median, min, max, p90, mean), GB/s of the expert bytes the call touched,
-// the fraction of a STREAM-style read of the same buffers on the same pool, how often workers slept.
-// Before timing, the first call is checked: the one-job path must equal the two-job path bit for bit
+// Several operator configurations (MoeOptions: --min-task-kib, --max-task-kib and --prefetch lists, and the two-job
+// path) are timed in turn on the same stacks, in rounds. Reported per configuration: time per call
+// (median, min, p10, p90, max, mean), GB/s of the expert bytes the call touched and the fraction of a
+// STREAM-style read of the same buffers on the same pool; overall, how often workers slept.
+// Before timing, the first call is checked: each one-job configuration must equal the two-job path bit for bit
 // and stay within 5% RMS of the scalar reference kernels, and the timed calls must not touch the heap
 // (counted through a replaced operator new); the tool exits 1 otherwise.
 #include "core/error.h"
@@ -89,7 +91,12 @@ struct Options {
     bool hold = false;
     bool huge_pages = false;
     std::string isa;
-    mox::ops::MoeOptions moe;
+    std::vector<int64_t> min_task_kib{mox::ops::MoeOptions{}.min_task_bytes >> 10};
+    std::vector<int64_t> max_task_kib{mox::ops::MoeOptions{}.max_task_bytes >> 10};
+    std::vector<int64_t> prefetch{mox::ops::MoeOptions{}.prefetch_bytes};
+    int64_t fused_max_tokens = mox::ops::MoeOptions{}.fused_max_tokens;
+    bool two_job = true;
+    int64_t rounds = 5;
     int64_t stream_mib = 1024;
     std::string output = "md";
     bool check = true;
@@ -319,9 +326,43 @@ TypeId parse_type(const std::string& s, const char* what) {
     return *t;
 }
 
+// One variant of the operator being timed.
+struct Config {
+    std::string name;
+    mox::ops::MoeOptions moe;
+    std::vector<double> us;  // per timed call
+    double bytes = 0;        // expert bytes touched, summed over timed calls
+    double wall = 0;
+};
+
+// Every combination of --min-task-kib x --max-task-kib x --prefetch on the one-job path, then the
+// two-job path (fused_max_tokens 0) unless --no-two-job.
+std::vector<Config> make_configs(const Options& o) {
+    std::vector<Config> configs;
+    for (int64_t lo : o.min_task_kib)
+        for (int64_t hi : o.max_task_kib)
+            for (int64_t pf : o.prefetch) {
+                if (hi < lo) continue;
+                Config c;
+                c.moe.fused_max_tokens = std::max(o.fused_max_tokens, o.tokens);
+                c.moe.min_task_bytes = lo << 10;
+                c.moe.max_task_bytes = hi << 10;
+                c.moe.prefetch_bytes = pf;
+                c.name = fmt::format("one job, tasks {}-{} KiB, prefetch {} B", lo, hi, pf);
+                configs.push_back(std::move(c));
+            }
+    if (o.two_job) {
+        Config c;
+        c.moe.fused_max_tokens = 0;
+        c.name = "two jobs (prefill path)";
+        configs.push_back(std::move(c));
+    }
+    return configs;
+}
+
 int run(const Options& o) {
     if (o.tokens < 1 || o.k < 1 || o.k > o.n_expert) mox::fail("need 1 <= k <= n_expert and tokens >= 1");
-    if (o.calls < 1) mox::fail("--calls {}: need at least one", o.calls);
+    if (o.calls < 1 || o.rounds < 1) mox::fail("--calls {} --rounds {}: need at least one", o.calls, o.rounds);
     const TypeId tg = parse_type(o.gate, "gate"), tu = parse_type(o.up.empty() ? o.gate : o.up, "up"),
                  td = parse_type(o.down, "down");
     mox::quant::Isa isa = mox::quant::host_isa();
@@ -330,6 +371,8 @@ int run(const Options& o) {
         if (!i || *i > isa) mox::fail("--isa {}: expected scalar, avx2 or avx512, at most {}", o.isa, mox::quant::isa_name(isa));
         isa = *i;
     }
+    std::vector<Config> configs = make_configs(o);
+    if (configs.empty()) mox::fail("nothing to time: give task sizes and --prefetch values or drop --no-two-job");
 
     mox::ThreadPool pool(o.threads);
     if (o.spin_us >= 0) pool.set_spin(std::chrono::microseconds(o.spin_us));
@@ -347,71 +390,93 @@ int run(const Options& o) {
     Router router(n_layers, o.n_expert);
     mox::ops::Routing r;
 
+    // Every configuration against the two-job path (bit for bit) and the scalar reference (5% RMS).
     bool ok = true;
     double check_err = 0;
     if (o.check) {
         router.route(0, o.tokens, o.k, o.n_expert, r);
         std::vector<float> two_job(out.size()), ref(out.size());
-        mox::ops::MoeOptions two = o.moe;
+        mox::ops::MoeOptions two;
         two.fused_max_tokens = 0;
-        mox::ops::moe_ffn(ctx, L.stacks[0], r, xs.data(), out.data(), o.moe);
         mox::ops::moe_ffn(ctx, L.stacks[0], r, xs.data(), two_job.data(), two);
         mox::ops::moe_ffn(mox::ops::Context{nullptr, mox::quant::Isa::scalar}, L.stacks[0], r, xs.data(), ref.data());
-        check_err = rel_rms(out, ref);
-        if (std::memcmp(out.data(), two_job.data(), out.size() * sizeof(float)) != 0) {
-            fmt::print(stderr, "the one-job path differs from the two-job path\n");
-            ok = false;
-        }
+        check_err = rel_rms(two_job, ref);
         if (!(check_err <= 0.05)) {
             fmt::print(stderr, "rel RMS {:.3g} against the scalar reference\n", check_err);
             ok = false;
+        }
+        for (const Config& c : configs) {
+            mox::ops::moe_ffn(ctx, L.stacks[0], r, xs.data(), out.data(), c.moe);
+            if (std::memcmp(out.data(), two_job.data(), out.size() * sizeof(float)) != 0) {
+                fmt::print(stderr, "{}: differs from the two-job path\n", c.name);
+                ok = false;
+            }
         }
     }
 
     const size_t stream_bytes = std::min(static_cast<size_t>(o.stream_mib) << 20, L.layer_bytes * static_cast<size_t>(n_layers));
     const double stream_gbs = stream_read(pool, L, stream_bytes, 5);
 
+    // Rounds: each configuration runs calls / rounds calls in turn, so slow drifts of the machine
+    // (other processes, clocks) spread over all of them. The first round also runs the warm-up.
     std::unique_ptr<mox::ThreadPool::Hold> hold;
     if (o.hold) hold = std::make_unique<mox::ThreadPool::Hold>(pool);
-    std::vector<double> us;
-    us.reserve(static_cast<size_t>(o.calls));
-    double bytes = 0;
-    const int64_t sleeps0 = pool.sleeps();
-    int64_t allocs0 = 0;
-    double wall = 0, cpu0 = 0;
+    const int64_t per_round = std::max<int64_t>(1, o.calls / o.rounds);
+    for (Config& c : configs) c.us.reserve(static_cast<size_t>(per_round * o.rounds));
     const bool sleep_gap = o.gap_mode == "sleep";
-    for (int64_t c = 0; c < o.warmup + o.calls; ++c) {
-        if (c == o.warmup) {
-            cpu0 = process_cpu_seconds();
-            allocs0 = g_allocations.load();
+    int64_t call = 0;
+    double cpu = 0, busy = 0;
+    const int64_t sleeps0 = pool.sleeps();
+    int64_t allocs = 0;
+    for (int64_t round = 0; round < o.rounds; ++round) {
+        for (Config& c : configs) {
+            const int64_t n = per_round + (round == 0 ? o.warmup : 0);
+            int64_t allocs0 = 0;
+            double cpu0 = 0;
+            for (int64_t i = 0; i < n; ++i, ++call) {
+                const bool timed = round > 0 || i >= o.warmup;
+                if (round == 0 && i == o.warmup) {
+                    allocs0 = g_allocations.load();
+                    cpu0 = process_cpu_seconds();
+                } else if (round > 0 && i == 0) {
+                    allocs0 = g_allocations.load();
+                    cpu0 = process_cpu_seconds();
+                }
+                const auto l = static_cast<size_t>(call % n_layers);
+                router.route(l, o.tokens, o.k, o.n_expert, r);
+                const float* x = xs.data() + (call % kInputs) * o.tokens * o.n_embd;
+                wait_gap(o.gap_us, sleep_gap);
+                const auto t0 = Clock::now();
+                mox::ops::moe_ffn(ctx, L.stacks[l], r, x, out.data(), c.moe);
+                const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+                if (!timed) continue;
+                c.us.push_back(sec * 1e6);
+                c.wall += sec;
+                int64_t distinct = 0;
+                for (int32_t e : r.expert_counts) distinct += e > 0;
+                c.bytes += static_cast<double>(distinct) * static_cast<double>(L.expert_bytes);
+            }
+            allocs += g_allocations.load() - allocs0;
+            cpu += process_cpu_seconds() - cpu0;
         }
-        const auto l = static_cast<size_t>(c % n_layers);
-        router.route(l, o.tokens, o.k, o.n_expert, r);
-        const float* x = xs.data() + (c % kInputs) * o.tokens * o.n_embd;
-        wait_gap(o.gap_us, sleep_gap);
-        const auto t0 = Clock::now();
-        mox::ops::moe_ffn(ctx, L.stacks[l], r, x, out.data(), o.moe);
-        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (c < o.warmup) continue;
-        us.push_back(s * 1e6);
-        wall += s;
-        int64_t distinct = 0;
-        for (int32_t n : r.expert_counts) distinct += n > 0;
-        bytes += static_cast<double>(distinct) * static_cast<double>(L.expert_bytes);
     }
-    const double cpu = process_cpu_seconds() - cpu0;
+    for (const Config& c : configs) busy += c.wall + o.gap_us * 1e-6 * static_cast<double>(c.us.size());
     const int64_t sleeps = pool.sleeps() - sleeps0;
-    const int64_t allocs = g_allocations.load() - allocs0;
     hold.reset();
     if (allocs > 0) {
         fmt::print(stderr, "{} heap allocations during the timed calls\n", allocs);
         ok = false;
     }
+    const double cpu_share = cpu / (busy * pool.size());
 
-    const double med = percentile(us, 0.5), mean = wall * 1e6 / static_cast<double>(us.size());
-    const double bytes_per_call = bytes / static_cast<double>(us.size());
-    const double gbs_med = bytes_per_call / (med * 1e-6) / 1e9, gbs_mean = bytes / wall / 1e9;
-    const double gap_total = o.gap_us * 1e-6 * static_cast<double>(us.size());
+    struct Row {
+        double med, min, p10, p90, max, mean, mb, gbs_med, gbs_mean;
+    };
+    auto row_of = [](const Config& c) {
+        const double med = percentile(c.us, 0.5), mb = c.bytes / static_cast<double>(c.us.size()) / 1e6;
+        return Row{med, percentile(c.us, 0), percentile(c.us, 0.1), percentile(c.us, 0.9), percentile(c.us, 1),
+                   c.wall * 1e6 / static_cast<double>(c.us.size()), mb, mb * 1e6 / (med * 1e-6) / 1e9, c.bytes / c.wall / 1e9};
+    };
     if (o.output == "json") {
         nlohmann::json j;
         j["cpu"] = cpu_name();
@@ -426,40 +491,47 @@ int run(const Options& o) {
         j["gap_mode"] = o.gap_mode;
         j["spin_us"] = pool.spin().count();
         j["hold"] = o.hold;
-        j["task_bytes"] = o.moe.task_bytes;
-        j["prefetch_bytes"] = o.moe.prefetch_bytes;
-        j["fused_max_tokens"] = o.moe.fused_max_tokens;
-        j["calls"] = us.size();
-        j["us"] = {{"median", med}, {"min", percentile(us, 0)}, {"max", percentile(us, 1)}, {"p10", percentile(us, 0.1)},
-                   {"p90", percentile(us, 0.9)}, {"mean", mean}};
-        j["mb_per_call"] = bytes_per_call / 1e6;
-        j["gbs_median"] = gbs_med;
-        j["gbs_mean"] = gbs_mean;
         j["stream_read_gbs"] = stream_gbs;
         j["worker_sleeps"] = sleeps;
         j["heap_allocations"] = allocs;
-        j["cpu_share"] = cpu / ((wall + gap_total) * pool.size());
+        j["cpu_share"] = cpu_share;
         j["check_rel_rms"] = check_err;
         j["ok"] = ok;
+        for (const Config& c : configs) {
+            const Row w = row_of(c);
+            j["configs"].push_back({{"name", c.name},
+                                    {"fused_max_tokens", c.moe.fused_max_tokens},
+                                    {"min_task_bytes", c.moe.min_task_bytes},
+                                    {"max_task_bytes", c.moe.max_task_bytes},
+                                    {"prefetch_bytes", c.moe.prefetch_bytes},
+                                    {"calls", c.us.size()},
+                                    {"us", {{"median", w.med}, {"min", w.min}, {"p10", w.p10}, {"p90", w.p90}, {"max", w.max}, {"mean", w.mean}}},
+                                    {"mb_per_call", w.mb},
+                                    {"gbs_median", w.gbs_med},
+                                    {"gbs_mean", w.gbs_mean},
+                                    {"fraction_of_stream", w.gbs_med / stream_gbs}});
+        }
         std::printf("%s\n", j.dump(2).c_str());
     } else {
         fmt::print("CPU: {}, {} thread(s), tier {}; gate {}, up {}, down {}; n_embd {}, n_ff {}, {} experts, top-{}, "
                    "{} token(s)\n",
                    cpu_name(), pool.size(), mox::quant::isa_name(isa), mox::quant::type_name(tg),
                    mox::quant::type_name(tu), mox::quant::type_name(td), o.n_embd, o.n_ff, o.n_expert, o.k, o.tokens);
-        fmt::print("{} layers, {:.0f} MiB of experts ({} pages); gap {} us ({}), pool spin {} us{}; task {} KiB, "
-                   "prefetch {} B\n",
-                   n_layers, static_cast<double>(L.layer_bytes * static_cast<size_t>(n_layers)) / (1 << 20),
+        fmt::print("{} layers, {:.0f} MiB of experts ({} pages); gap {} us ({}), pool spin {} us{}; {} rounds\n", n_layers,
+                   static_cast<double>(L.layer_bytes * static_cast<size_t>(n_layers)) / (1 << 20),
                    o.huge_pages ? "huge" : "small", o.gap_us, o.gap_mode, pool.spin().count(), o.hold ? ", held" : "",
-                   o.moe.task_bytes >> 10, o.moe.prefetch_bytes);
-        fmt::print("{} calls: {:.1f} us median [min {:.1f}, p10 {:.1f}, p90 {:.1f}, max {:.1f}], mean {:.1f} us\n",
-                   us.size(), med, percentile(us, 0), percentile(us, 0.1), percentile(us, 0.9), percentile(us, 1), mean);
-        fmt::print("{:.2f} MB of experts per call: {:.1f} GB/s at the median, {:.1f} GB/s overall; STREAM read {:.1f} "
-                   "GB/s ({:.0f}% of it)\n",
-                   bytes_per_call / 1e6, gbs_med, gbs_mean, stream_gbs, 100.0 * gbs_med / stream_gbs);
-        fmt::print("during the timed calls: {} worker sleeps, {} heap allocations; cpu share {:.0f}%; check: rel RMS "
+                   o.rounds);
+        fmt::print("STREAM-style read of the stacks: {:.1f} GB/s\n\n", stream_gbs);
+        fmt::print("| operator | calls | us median | [min, p10, p90, max] | us mean | MB/call | GB/s (median) | of STREAM |\n");
+        fmt::print("|---|---:|---:|---|---:|---:|---:|---:|\n");
+        for (const Config& c : configs) {
+            const Row w = row_of(c);
+            fmt::print("| {} | {} | {:.1f} | [{:.1f}, {:.1f}, {:.1f}, {:.1f}] | {:.1f} | {:.2f} | {:.1f} | {:.0f}% |\n", c.name,
+                       c.us.size(), w.med, w.min, w.p10, w.p90, w.max, w.mean, w.mb, w.gbs_med, 100.0 * w.gbs_med / stream_gbs);
+        }
+        fmt::print("\nduring the timed calls: {} worker sleeps, {} heap allocations; cpu share {:.0f}%; check: rel RMS "
                    "{:.2g} vs scalar{}\n",
-                   sleeps, allocs, 100.0 * cpu / ((wall + gap_total) * pool.size()), check_err, ok ? "" : " FAILED");
+                   sleeps, allocs, 100.0 * cpu_share, check_err, ok ? "" : " FAILED");
     }
     return ok ? 0 : 1;
 }
@@ -480,17 +552,22 @@ int main(int argc, char** argv) {
     app.add_option("--gate", o.gate, "Gate type, e.g. q4_k, q5_k, iq4_xs");
     app.add_option("--up", o.up, "Up type (default: the gate's)");
     app.add_option("--down", o.down, "Down type, e.g. q6_k, q4_k");
-    app.add_option("-n,--calls", o.calls, "Timed calls");
-    app.add_option("--warmup", o.warmup, "Untimed calls first");
+    app.add_option("-n,--calls", o.calls, "Timed calls per configuration");
+    app.add_option("--warmup", o.warmup, "Untimed calls per configuration first");
     app.add_option("--gap-us", o.gap_us, "Wait before each call, the GPU's part of a hybrid layer");
     app.add_option("--gap", o.gap_mode, "How the caller waits: spin or sleep")->check(CLI::IsMember({"spin", "sleep"}));
     app.add_option("--spin-us", o.spin_us, "Pool workers' spin window before sleeping (default: the pool's)");
     app.add_flag("--hold", o.hold, "Keep the pool's workers spinning for the whole run (ThreadPool::Hold)");
     app.add_flag("--huge-pages", o.huge_pages, "Back the stacks with transparent huge pages (default: small pages)");
     app.add_option("--isa", o.isa, "Kernel tier cap: scalar, avx2, avx512");
-    app.add_option("--task-bytes", o.moe.task_bytes, "MoeOptions::task_bytes (one-job path)");
-    app.add_option("--prefetch", o.moe.prefetch_bytes, "MoeOptions::prefetch_bytes (0: no software prefetch)");
-    app.add_option("--fused-max-tokens", o.moe.fused_max_tokens, "MoeOptions::fused_max_tokens (0: two-job path)");
+    app.add_option("--min-task-kib", o.min_task_kib, "MoeOptions::min_task_bytes / 1024, a list to compare")
+        ->delimiter(',');
+    app.add_option("--max-task-kib", o.max_task_kib, "MoeOptions::max_task_bytes / 1024, a list to compare")
+        ->delimiter(',');
+    app.add_option("--prefetch", o.prefetch, "MoeOptions::prefetch_bytes (0: no software prefetch), a list to compare")
+        ->delimiter(',');
+    app.add_flag("!--no-two-job", o.two_job, "Leave out the two-job (prefill) path");
+    app.add_option("--rounds", o.rounds, "Rounds over the configurations (calls split between them)");
     app.add_option("--stream-mib", o.stream_mib, "Bytes the STREAM-style read covers");
     app.add_option("-o,--output", o.output, "md or json")->check(CLI::IsMember({"md", "json"}));
     app.add_flag("!--no-check", o.check, "Skip the correctness check");

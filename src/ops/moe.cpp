@@ -87,6 +87,13 @@ void group_by_expert(const Routing& r, int64_t n_expert, ExpertGroups& g) {
         std::sort(g.token_slots.begin() + t * r.k, g.token_slots.begin() + (t + 1) * r.k);
 }
 
+// One task of the one-job path: rows [r0, r1) of gate and up (or of down) of active expert a.
+struct FusedTask {
+    int32_t a;
+    int32_t down;  // 0: gate/up, 1: down
+    int64_t r0, r1;
+};
+
 // Per-call buffers, kept by the calling thread so decode does not allocate per token.
 struct MoeScratch {
     ExpertGroups groups;
@@ -94,6 +101,7 @@ struct MoeScratch {
     ActivationRows tokens_act, tokens_act_up;  // per token, before the gather
     std::vector<float> g, u, h, y;             // [n_slots, n_ff] x3, [n_slots, n_embd]
     std::vector<int32_t> sync;                 // one-job path: counters, one per cache line
+    std::vector<FusedTask> tasks;              // one-job path: the task list
 };
 
 // Copies activation rows of tokens into position order.
@@ -209,20 +217,44 @@ void dot_rows_prefetched(const quant::DotKernel& kernel, const Weight& w, int64_
     }
 }
 
-// Splits n rows of `row_bytes` into chunks of about task_bytes: returns rows per chunk.
-int64_t rows_per_chunk(int64_t n, size_t row_bytes, int64_t task_bytes) {
-    const int64_t total = n * static_cast<int64_t>(row_bytes);
-    const int64_t chunks = std::clamp<int64_t>((total + task_bytes - 1) / std::max<int64_t>(task_bytes, 1), 1, n);
-    return (n + chunks - 1) / chunks;
+// Down rows are counted for the reduction in blocks of this many rows; down tasks cover whole blocks.
+constexpr int64_t kReduceRows = 16;
+
+// The task list of the one-job path: every gate/up task (expert by expert), then every down task.
+// Sizes are guided: a task takes about 1/(2 * threads) of the bytes still unassigned, within
+// [min_task_bytes, max_task_bytes]. Early tasks are long (long sequential streams, which the hardware
+// prefetchers reward, and few claims); the last ones are short, so the threads finish together.
+void plan_fused_tasks(const ExpertStack& w, int64_t n_active, int threads, const MoeOptions& opt,
+                      std::vector<FusedTask>& tasks) {
+    const int64_t n_embd = w.gate.n_in, n_ff = w.gate.n_out;
+    const auto ub = static_cast<int64_t>(w.gate.row_bytes + w.up.row_bytes), db = static_cast<int64_t>(w.down.row_bytes);
+    const int64_t lo = std::max<int64_t>(1, opt.min_task_bytes), hi = std::max(lo, opt.max_task_bytes);
+    int64_t remaining = n_active * (n_ff * ub + n_embd * db);
+    tasks.clear();
+    const auto add = [&](int32_t a, int32_t down, int64_t n_rows, int64_t row_bytes, int64_t align) {
+        for (int64_t r0 = 0; r0 < n_rows;) {
+            const int64_t want = std::clamp<int64_t>(remaining / (2 * static_cast<int64_t>(threads)), lo, hi);
+            int64_t rows = std::max<int64_t>(1, want / row_bytes);
+            rows = (rows + align - 1) / align * align;
+            // No sliver at an expert's end: a rest under half the smallest task joins this one.
+            if ((n_rows - r0 - rows) * row_bytes < lo / 2) rows = n_rows - r0;
+            rows = std::min(rows, n_rows - r0);
+            tasks.push_back({a, down, r0, r0 + rows});
+            remaining -= rows * row_bytes;
+            r0 += rows;
+        }
+    };
+    for (int64_t a = 0; a < n_active; ++a) add(static_cast<int32_t>(a), 0, n_ff, ub, 1);
+    for (int64_t a = 0; a < n_active; ++a) add(static_cast<int32_t>(a), 1, n_embd, db, kReduceRows);
 }
 
-// The same arithmetic as grouped_swiglu as one pool job (few tokens: decode). Tasks [0, n_u) compute
-// gate/up rows of one expert; the task finishing an expert's last block converts its hidden rows for
-// down and marks it ready. Tasks [n_u, n_u + n_d) compute down rows of one expert, waiting for it to
-// be ready; the task finishing a block of output rows for the last expert sums that block per token.
+// The same arithmetic as grouped_swiglu as one pool job (few tokens: decode), over the task list of
+// plan_fused_tasks. The gate/up task finishing an expert's last rows converts its hidden rows for down
+// and marks it ready. A down task waits for its expert to be ready; the task finishing a block of
+// output rows for the last expert sums that block per token, in slot order as the reference does.
 // Claims follow task order, so every gate/up task is running or done when a down task starts, and a
-// wait always ends. Gate/up and down tasks go expert by expert, so expert 0's down overlaps the tail
-// of the gate/up tasks instead of waiting for all of them.
+// wait always ends. Both lists go expert by expert, so the first experts' down overlaps the last
+// gate/up tasks instead of waiting for all of them.
 void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& grp, const float* x, int64_t n_tokens,
                   const MoeOptions& opt, MoeScratch& sc, float* out) {
     const int64_t n_embd = w.gate.n_in, n_ff = w.gate.n_out;
@@ -264,26 +296,23 @@ void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& 
     xd.row_bytes = quant::activation_row_bytes(kd.act, n_ff);
     xd.data.resize(xd.row_bytes * static_cast<size_t>(n_slots));
 
-    const int64_t chunk_u = rows_per_chunk(n_ff, w.gate.row_bytes + w.up.row_bytes, opt.task_bytes);
-    const int64_t chunks_u = (n_ff + chunk_u - 1) / chunk_u;
-    const int64_t chunk_d = rows_per_chunk(n_embd, w.down.row_bytes, opt.task_bytes);
-    const int64_t chunks_d = (n_embd + chunk_d - 1) / chunk_d;
-    const int64_t n_u = n_active * chunks_u, n_d = n_active * chunks_d;
+    plan_fused_tasks(w, n_active, ctx.threads(), opt, sc.tasks);
+    const int64_t n_blocks = (n_embd + kReduceRows - 1) / kReduceRows;
 
-    // Counters, each on its own cache line: pending gate/up blocks and a ready flag per expert, pending
-    // experts per block of output rows.
+    // Counters, each on its own cache line: gate/up rows still to do and a ready flag per expert,
+    // experts still to do per block of output rows.
     constexpr size_t kLine = 64 / sizeof(int32_t);
-    sc.sync.assign(static_cast<size_t>(2 * n_active + chunks_d) * kLine, 0);
+    sc.sync.assign(static_cast<size_t>(2 * n_active + n_blocks) * kLine, 0);
     const auto counter = [&](int64_t i) { return std::atomic_ref<int32_t>(sc.sync[static_cast<size_t>(i) * kLine]); };
     const auto pending_u = [&](int64_t a) { return counter(a); };
     const auto ready = [&](int64_t a) { return counter(n_active + a); };
-    const auto pending_d = [&](int64_t c) { return counter(2 * n_active + c); };
-    for (int64_t a = 0; a < n_active; ++a) pending_u(a).store(static_cast<int32_t>(chunks_u), std::memory_order_relaxed);
-    for (int64_t c = 0; c < chunks_d; ++c) pending_d(c).store(static_cast<int32_t>(n_active), std::memory_order_relaxed);
+    const auto pending_d = [&](int64_t b) { return counter(2 * n_active + b); };
+    for (int64_t a = 0; a < n_active; ++a) pending_u(a).store(static_cast<int32_t>(n_ff), std::memory_order_relaxed);
+    for (int64_t b = 0; b < n_blocks; ++b) pending_d(b).store(static_cast<int32_t>(n_active), std::memory_order_relaxed);
     std::atomic<bool> failed{false};  // a throwing task must not leave down tasks waiting forever
 
-    const auto finish_expert = [&](int64_t a, int64_t p0, int64_t np) {
-        if (pending_u(a).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    const auto finish_rows = [&](int64_t a, int64_t rows, int64_t p0, int64_t np) {
+        if (pending_u(a).fetch_sub(static_cast<int32_t>(rows), std::memory_order_acq_rel) != rows) return;
         try {
             for (int64_t p = p0; p < p0 + np; ++p)
                 quant::quantize_activations(kd.act, sc.h.data() + p * n_ff,
@@ -296,12 +325,12 @@ void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& 
         ready(a).store(1, std::memory_order_release);
     };
 
-    ctx.parallel(n_u + n_d, [&](int64_t task) {
-        if (task < n_u) {
-            const int64_t a = task / chunks_u;
-            const int64_t r0 = (task % chunks_u) * chunk_u, r1 = std::min(n_ff, r0 + chunk_u);
-            const int64_t e = grp.experts[static_cast<size_t>(a)];
-            const int64_t p0 = grp.offsets[static_cast<size_t>(a)], np = grp.offsets[static_cast<size_t>(a) + 1] - p0;
+    ctx.parallel(static_cast<int64_t>(sc.tasks.size()), [&](int64_t i) {
+        const FusedTask t = sc.tasks[static_cast<size_t>(i)];
+        const int64_t a = t.a, r0 = t.r0, r1 = t.r1;
+        const int64_t e = grp.experts[static_cast<size_t>(a)];
+        const int64_t p0 = grp.offsets[static_cast<size_t>(a)], np = grp.offsets[static_cast<size_t>(a) + 1] - p0;
+        if (!t.down) {
             try {
                 float* g = sc.g.data() + p0 * n_ff;
                 float* u = sc.u.data() + p0 * n_ff;
@@ -314,25 +343,24 @@ void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& 
                     for (int64_t r = r0; r < r1; ++r) h[p * n_ff + r] = silu(g[p * n_ff + r]) * u[p * n_ff + r];
             } catch (...) {
                 failed.store(true);
-                finish_expert(a, p0, np);
+                finish_rows(a, r1 - r0, p0, np);
                 throw;
             }
-            finish_expert(a, p0, np);
+            finish_rows(a, r1 - r0, p0, np);
             return;
         }
-        const int64_t a = (task - n_u) / chunks_d, c = (task - n_u) % chunks_d;
-        const int64_t r0 = c * chunk_d, r1 = std::min(n_embd, r0 + chunk_d);
-        const int64_t p0 = grp.offsets[static_cast<size_t>(a)], np = grp.offsets[static_cast<size_t>(a) + 1] - p0;
         // Spins briefly, then yields: on an oversubscribed machine the task it waits for may need this core.
-        for (int i = 0; ready(a).load(std::memory_order_acquire) == 0; ++i) {
-            if (i < 4096) cpu_relax();
+        for (int spin = 0; ready(a).load(std::memory_order_acquire) == 0; ++spin) {
+            if (spin < 4096) cpu_relax();
             else std::this_thread::yield();
         }
         if (failed.load()) return;
-        dot_rows_prefetched(kd, w.down.expert(grp.experts[static_cast<size_t>(a)]), r0, r1, xd.row(p0), xd.row_bytes,
-                            np, sc.y.data() + p0 * n_embd, n_embd, opt.prefetch_bytes);
-        if (pending_d(c).fetch_sub(1, std::memory_order_acq_rel) == 1)
-            reduce_rows(grp, sc.y.data(), n_tokens, n_embd, r0, r1, out);
+        dot_rows_prefetched(kd, w.down.expert(e), r0, r1, xd.row(p0), xd.row_bytes, np, sc.y.data() + p0 * n_embd,
+                            n_embd, opt.prefetch_bytes);
+        for (int64_t b = r0 / kReduceRows; b * kReduceRows < r1; ++b)
+            if (pending_d(b).fetch_sub(1, std::memory_order_acq_rel) == 1)
+                reduce_rows(grp, sc.y.data(), n_tokens, n_embd, b * kReduceRows, std::min(n_embd, (b + 1) * kReduceRows),
+                            out);
     });
 }
 

@@ -6,7 +6,8 @@
 // order, as the reference does. Batches of up to MoeOptions::fused_max_tokens tokens (decode) run the
 // same arithmetic as one pool job per layer: gate/up tasks first, then down tasks that start on an
 // expert as soon as its hidden vector is complete, so no thread waits at a barrier between the
-// phases; tasks are sized by the expert bytes they stream, and prefetch ahead of the rows they read.
+// phases; tasks are sized by the expert bytes they stream (long first, short last) and prefetch ahead
+// of the rows they read.
 // Both paths give bit-identical results; neither allocates once its scratch has grown.
 #pragma once
 
@@ -42,7 +43,8 @@ struct ExpertStack {
 // (bench/kernels/moe_decode_bench.cpp measures them).
 struct MoeOptions {
     int64_t fused_max_tokens = 8;  // batches up to this many tokens take the one-job path (0: never)
-    int64_t task_bytes = 32 << 10;  // expert bytes one task streams, about
+    int64_t min_task_bytes = 16 << 10;   // expert bytes a task streams: the last ones (balance)
+    int64_t max_task_bytes = 256 << 10;  // ... the first ones (long streams, few claims)
     int64_t prefetch_bytes = 2048;  // software prefetch distance inside a task's rows (0: none)
 };
 

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace mox::ops {
@@ -93,18 +94,21 @@ TEST_P(MoeDecodeTest, OneJobEqualsTwoJobsBitForBit) {
                 for (float& v : x) v = gauss(rng);
                 std::vector<float> want(x.size());
                 moe_ffn(ctx, stack, r, x.data(), want.data(), two_jobs);
-                // Tasks of one row to whole experts; no prefetch, short and long distances.
-                for (int64_t task_bytes : {int64_t{1}, int64_t{4096}, int64_t{1} << 30})
+                // Tasks of one row (down: one reduction block) to whole experts, guided sizes in
+                // between; no prefetch, short and long distances.
+                const std::pair<int64_t, int64_t> sizes[] = {{1, 1}, {1024, 65536}, {4096, 4096}, {int64_t{1} << 30, int64_t{1} << 30}};
+                for (const auto& [lo, hi] : sizes)
                     for (int64_t prefetch : {0, 256, 8192}) {
                         MoeOptions one_job;
-                        one_job.task_bytes = task_bytes;
+                        one_job.min_task_bytes = lo;
+                        one_job.max_task_bytes = hi;
                         one_job.prefetch_bytes = prefetch;
                         std::vector<float> got(x.size() + 16, -1234.5f);  // tail: guard values
                         moe_ffn(ctx, stack, r, x.data(), got.data(), one_job);
                         ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
                             << quant::type_name(ts.gate) << "/" << quant::type_name(ts.down) << " threads "
-                            << pool->size() << " tokens " << n_tokens << " pattern " << pattern << " task "
-                            << task_bytes << " prefetch " << prefetch;
+                            << pool->size() << " tokens " << n_tokens << " pattern " << pattern << " tasks "
+                            << lo << "-" << hi << " prefetch " << prefetch;
                         for (size_t i = want.size(); i < got.size(); ++i) ASSERT_EQ(got[i], -1234.5f);
                     }
             }
@@ -141,7 +145,7 @@ TEST(MoeDecode, RepeatedCallsAcrossSleepingWorkers) {
     pool.set_spin(std::chrono::microseconds(0));
     const Context ctx{&pool, quant::host_isa()};
     MoeOptions opt;
-    opt.task_bytes = 2048;  // many tasks per call
+    opt.min_task_bytes = opt.max_task_bytes = 2048;  // many tasks per call
     const Routing r = random_routing(1, n_expert, k, 0, rng);
     std::vector<float> x(static_cast<size_t>(n_embd), 0.5f), first(x.size()), again(x.size());
     moe_ffn(ctx, stack, r, x.data(), first.data(), opt);
