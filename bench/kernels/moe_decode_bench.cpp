@@ -89,6 +89,7 @@ struct Options {
     std::string gap_mode = "spin";
     int64_t spin_us = -1;  // -1: the pool's default (MOX_SPIN_US or 200)
     bool hold = false;
+    bool caller_idle = false;
     bool huge_pages = false;
     std::string isa;
     std::vector<int64_t> min_task_kib{mox::ops::MoeOptions{}.min_task_bytes >> 10};
@@ -376,6 +377,7 @@ int run(const Options& o) {
 
     mox::ThreadPool pool(o.threads);
     if (o.spin_us >= 0) pool.set_spin(std::chrono::microseconds(o.spin_us));
+    pool.set_caller_works(!o.caller_idle);
     const mox::ops::Context ctx{&pool, isa};
     fmt::print(stderr, "filling expert stacks...\n");
     const Layers L = make_layers(o, tg, tu, td);
@@ -491,6 +493,7 @@ int run(const Options& o) {
         j["gap_mode"] = o.gap_mode;
         j["spin_us"] = pool.spin().count();
         j["hold"] = o.hold;
+        j["caller_idle"] = o.caller_idle;
         j["stream_read_gbs"] = stream_gbs;
         j["worker_sleeps"] = sleeps;
         j["heap_allocations"] = allocs;
@@ -517,10 +520,10 @@ int run(const Options& o) {
                    "{} token(s)\n",
                    cpu_name(), pool.size(), mox::quant::isa_name(isa), mox::quant::type_name(tg),
                    mox::quant::type_name(tu), mox::quant::type_name(td), o.n_embd, o.n_ff, o.n_expert, o.k, o.tokens);
-        fmt::print("{} layers, {:.0f} MiB of experts ({} pages); gap {} us ({}), pool spin {} us{}; {} rounds\n", n_layers,
-                   static_cast<double>(L.layer_bytes * static_cast<size_t>(n_layers)) / (1 << 20),
+        fmt::print("{} layers, {:.0f} MiB of experts ({} pages); gap {} us ({}), pool spin {} us{}{}; {} rounds\n",
+                   n_layers, static_cast<double>(L.layer_bytes * static_cast<size_t>(n_layers)) / (1 << 20),
                    o.huge_pages ? "huge" : "small", o.gap_us, o.gap_mode, pool.spin().count(), o.hold ? ", held" : "",
-                   o.rounds);
+                   o.caller_idle ? ", caller idle" : "", o.rounds);
         fmt::print("STREAM-style read of the stacks: {:.1f} GB/s\n\n", stream_gbs);
         fmt::print("| operator | calls | us median | [min, p10, p90, max] | us mean | MB/call | GB/s (median) | of STREAM |\n");
         fmt::print("|---|---:|---:|---|---:|---:|---:|---:|\n");
@@ -558,6 +561,7 @@ int main(int argc, char** argv) {
     app.add_option("--gap", o.gap_mode, "How the caller waits: spin or sleep")->check(CLI::IsMember({"spin", "sleep"}));
     app.add_option("--spin-us", o.spin_us, "Pool workers' spin window before sleeping (default: the pool's)");
     app.add_flag("--hold", o.hold, "Keep the pool's workers spinning for the whole run (ThreadPool::Hold)");
+    app.add_flag("--caller-idle", o.caller_idle, "The calling thread takes no tasks (ThreadPool::set_caller_works)");
     app.add_flag("--huge-pages", o.huge_pages, "Back the stacks with transparent huge pages (default: small pages)");
     app.add_option("--isa", o.isa, "Kernel tier cap: scalar, avx2, avx512");
     app.add_option("--min-task-kib", o.min_task_kib, "MoeOptions::min_task_bytes / 1024, a list to compare")

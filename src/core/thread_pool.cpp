@@ -171,7 +171,7 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn) {
         std::lock_guard lock(mutex_);
         wake_.notify_all();
     }
-    const int64_t mine = work(generation);
+    const int64_t mine = caller_works_.load(std::memory_order_relaxed) ? work(generation) : 0;
     if (mine > 0) finished_.fetch_add(mine, std::memory_order_acq_rel);
     for (int i = 0; finished_.load(std::memory_order_acquire) < n_tasks; ++i) {
         if (i < 4096) MOX_CPU_RELAX();

@@ -73,6 +73,12 @@ public:
         ThreadPool* pool;
     };
 
+    // Whether run()'s caller takes tasks too (default). A caller that shares its core with another busy
+    // thread (e.g. a CUDA callback thread next to a thread spinning on the GPU) can be preempted for
+    // a scheduler slice while holding a task; an idle caller only waits.
+    void set_caller_works(bool works) { caller_works_.store(works, std::memory_order_relaxed); }
+    bool caller_works() const { return caller_works_.load(std::memory_order_relaxed); }
+
     // Times the workers went to sleep since the pool started (tests, benchmarks).
     int64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
 
@@ -95,6 +101,7 @@ private:
     std::atomic<int64_t> sleeps_{0};
     std::atomic<uint64_t> wakes_{0};  // bumped by hold(): wakes sleepers without a job
     std::atomic<bool> stop_{false};
+    std::atomic<bool> caller_works_{true};
     std::mutex mutex_;
     std::condition_variable wake_;
     std::mutex error_mutex_;

@@ -45,7 +45,7 @@ struct MoeOptions {
     int64_t fused_max_tokens = 8;  // batches up to this many tokens take the one-job path (0: never)
     int64_t min_task_bytes = 16 << 10;   // expert bytes a task streams: the last ones (balance)
     int64_t max_task_bytes = 256 << 10;  // ... the first ones (long streams, few claims)
-    int64_t prefetch_bytes = 2048;  // software prefetch distance inside a task's rows (0: none)
+    int64_t prefetch_bytes = 0;  // software prefetch distance inside a task's rows (0: none)
 };
 
 // out[t] = sum_i weights[t,i] * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t,i]. x, out: [n_tokens, n_embd].

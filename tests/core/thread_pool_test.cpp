@@ -143,6 +143,22 @@ TEST(ThreadPool, LateWorkersNeverRunAnotherJobsTasks) {
     }
 }
 
+TEST(ThreadPool, IdleCallerLeavesEveryTaskToTheWorkers) {
+    ThreadPool pool(3, /*pin=*/false);
+    pool.set_caller_works(false);
+    EXPECT_FALSE(pool.caller_works());
+    const std::thread::id caller = std::this_thread::get_id();
+    for (int job = 0; job < 200; ++job) {
+        std::atomic<int> on_caller{0}, ran{0};
+        pool.run(job % 7 + 2, [&](int64_t) {
+            ran++;
+            if (std::this_thread::get_id() == caller) on_caller++;
+        });
+        ASSERT_EQ(ran.load(), job % 7 + 2);
+        ASSERT_EQ(on_caller.load(), 0);
+    }
+}
+
 TEST(Topology, CountsAreSane) {
     const Topology& t = topology();
     EXPECT_GE(t.physical_cores, 1);
