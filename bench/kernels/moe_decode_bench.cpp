@@ -9,12 +9,12 @@
 // (spinning, or sleeping with --gap sleep), the GPU's part of the layer in the hybrid backend, during
 // which the pool's workers idle (spin, then sleep after the pool's spin window).
 //
-// Several operator configurations (MoeOptions: --min-task-kib, --max-task-kib and --prefetch lists, and the two-job
-// path) are timed in turn on the same stacks, in rounds. Reported per configuration: time per call
+// Several operator configurations (MoeOptions: --min-task-kib, --max-task-kib and --prefetch lists, and the
+// two-job path) are timed in turn on the same stacks, in rounds. Reported per configuration: time per call
 // (median, min, p10, p90, max, mean), GB/s of the expert bytes the call touched and the fraction of a
 // STREAM-style read of the same buffers on the same pool; overall, how often workers slept.
-// Before timing, the first call is checked: each one-job configuration must equal the two-job path bit for bit
-// and stay within 5% RMS of the scalar reference kernels, and the timed calls must not touch the heap
+// Before timing, the first call is checked: each one-job configuration must equal the two-job path bit for
+// bit and stay within 5% RMS of the scalar reference kernels, and the timed calls must not touch the heap
 // (counted through a replaced operator new); the tool exits 1 otherwise.
 #include "core/error.h"
 #include "core/fp16.h"
@@ -33,9 +33,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <cstdlib>
 #include <fstream>
 #include <new>
 #include <numeric>
@@ -158,8 +158,10 @@ void fill_rows(TypeId type, int64_t n_in, size_t n_rows, uint8_t* dst, std::mt19
         uint8_t* row = seed.data() + r * rb;
         if (type == TypeId::f32 || t.quantize) {
             for (float& v : x) v = gauss(rng);
-            if (type == TypeId::f32) std::memcpy(row, x.data(), rb);
-            else t.quantize(x.data(), row, n_in);
+            if (type == TypeId::f32)
+                std::memcpy(row, x.data(), rb);
+            else
+                t.quantize(x.data(), row, n_in);
             continue;
         }
         for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(byte(rng));
@@ -176,7 +178,8 @@ void fill_rows(TypeId type, int64_t n_in, size_t n_rows, uint8_t* dst, std::mt19
             }
         }
     }
-    for (size_t r = 0; r < n_rows; ++r) std::memcpy(dst + r * rb, seed.data() + ((r * 97 + r / seed_rows) % seed_rows) * rb, rb);
+    for (size_t r = 0; r < n_rows; ++r)
+        std::memcpy(dst + r * rb, seed.data() + ((r * 97 + r / seed_rows) % seed_rows) * rb, rb);
 }
 
 struct Layers {
@@ -205,8 +208,10 @@ Layers make_layers(const Options& o, TypeId tg, TypeId tu, TypeId td) {
     L.expert_bytes = gate_b + up_b + down_b;
     L.layer_bytes = L.expert_bytes * static_cast<size_t>(o.n_expert);
     const size_t min_bytes = static_cast<size_t>(o.min_mib) << 20;
-    const int64_t n_layers = o.layers > 0 ? o.layers
-                                          : std::max<int64_t>(2, static_cast<int64_t>((min_bytes + L.layer_bytes - 1) / L.layer_bytes));
+    const int64_t n_layers =
+        o.layers > 0
+            ? o.layers
+            : std::max<int64_t>(2, static_cast<int64_t>((min_bytes + L.layer_bytes - 1) / L.layer_bytes));
     std::mt19937 rng(1234);
     for (int64_t l = 0; l < n_layers; ++l) {
         auto r = std::make_unique<Region>(L.layer_bytes, o.huge_pages);
@@ -230,7 +235,8 @@ struct Router {
     std::vector<size_t> next;
     std::mt19937 rng{77};
 
-    Router(int64_t n_layers, int64_t n_expert) : decks(static_cast<size_t>(n_layers)), next(static_cast<size_t>(n_layers), 0) {
+    Router(int64_t n_layers, int64_t n_expert)
+        : decks(static_cast<size_t>(n_layers)), next(static_cast<size_t>(n_layers), 0) {
         for (auto& d : decks) {
             d.resize(static_cast<size_t>(n_expert));
             std::iota(d.begin(), d.end(), 0);
@@ -284,7 +290,8 @@ double stream_read(mox::ThreadPool& pool, const Layers& L, size_t bytes, int rep
         pool.run(static_cast<int64_t>(partial.size()), [&](int64_t i) {
             const auto& [p, n] = parts[static_cast<size_t>(i / per_part)];
             const size_t c = static_cast<size_t>(i % per_part);
-            const size_t w0 = n * c / static_cast<size_t>(per_part) / 4 * 4, w1 = n * (c + 1) / static_cast<size_t>(per_part) / 4 * 4;
+            const size_t w0 = n * c / static_cast<size_t>(per_part) / 4 * 4,
+                         w1 = n * (c + 1) / static_cast<size_t>(per_part) / 4 * 4;
             uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
             for (size_t w = w0; w < w1; w += 4) {
                 s0 += p[w];
@@ -315,7 +322,8 @@ double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
 void wait_gap(double us, bool sleep) {
     if (us <= 0) return;
     const auto until = Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(us * 1000));
-    if (sleep) std::this_thread::sleep_until(until);
+    if (sleep)
+        std::this_thread::sleep_until(until);
     else
         while (Clock::now() < until) {
         }
@@ -363,17 +371,21 @@ std::vector<Config> make_configs(const Options& o) {
 
 int run(const Options& o) {
     if (o.tokens < 1 || o.k < 1 || o.k > o.n_expert) mox::fail("need 1 <= k <= n_expert and tokens >= 1");
-    if (o.calls < 1 || o.rounds < 1) mox::fail("--calls {} --rounds {}: need at least one", o.calls, o.rounds);
+    if (o.calls < 1 || o.rounds < 1)
+        mox::fail("--calls {} --rounds {}: need at least one", o.calls, o.rounds);
     const TypeId tg = parse_type(o.gate, "gate"), tu = parse_type(o.up.empty() ? o.gate : o.up, "up"),
                  td = parse_type(o.down, "down");
     mox::quant::Isa isa = mox::quant::host_isa();
     if (!o.isa.empty()) {
         const auto i = mox::quant::isa_from_name(o.isa);
-        if (!i || *i > isa) mox::fail("--isa {}: expected scalar, avx2 or avx512, at most {}", o.isa, mox::quant::isa_name(isa));
+        if (!i || *i > isa)
+            mox::fail("--isa {}: expected scalar, avx2 or avx512, at most {}", o.isa,
+                      mox::quant::isa_name(isa));
         isa = *i;
     }
     std::vector<Config> configs = make_configs(o);
-    if (configs.empty()) mox::fail("nothing to time: give task sizes and --prefetch values or drop --no-two-job");
+    if (configs.empty())
+        mox::fail("nothing to time: give task sizes and --prefetch values or drop --no-two-job");
 
     mox::ThreadPool pool(o.threads);
     if (o.spin_us >= 0) pool.set_spin(std::chrono::microseconds(o.spin_us));
@@ -401,7 +413,8 @@ int run(const Options& o) {
         mox::ops::MoeOptions two;
         two.fused_max_tokens = 0;
         mox::ops::moe_ffn(ctx, L.stacks[0], r, xs.data(), two_job.data(), two);
-        mox::ops::moe_ffn(mox::ops::Context{nullptr, mox::quant::Isa::scalar}, L.stacks[0], r, xs.data(), ref.data());
+        mox::ops::moe_ffn(mox::ops::Context{nullptr, mox::quant::Isa::scalar}, L.stacks[0], r, xs.data(),
+                          ref.data());
         check_err = rel_rms(two_job, ref);
         if (!(check_err <= 0.05)) {
             fmt::print(stderr, "rel RMS {:.3g} against the scalar reference\n", check_err);
@@ -416,7 +429,8 @@ int run(const Options& o) {
         }
     }
 
-    const size_t stream_bytes = std::min(static_cast<size_t>(o.stream_mib) << 20, L.layer_bytes * static_cast<size_t>(n_layers));
+    const size_t stream_bytes =
+        std::min(static_cast<size_t>(o.stream_mib) << 20, L.layer_bytes * static_cast<size_t>(n_layers));
     const double stream_gbs = stream_read(pool, L, stream_bytes, 5);
 
     // Rounds: each configuration runs calls / rounds calls in turn, so slow drifts of the machine
@@ -476,8 +490,15 @@ int run(const Options& o) {
     };
     auto row_of = [](const Config& c) {
         const double med = percentile(c.us, 0.5), mb = c.bytes / static_cast<double>(c.us.size()) / 1e6;
-        return Row{med, percentile(c.us, 0), percentile(c.us, 0.1), percentile(c.us, 0.9), percentile(c.us, 1),
-                   c.wall * 1e6 / static_cast<double>(c.us.size()), mb, mb * 1e6 / (med * 1e-6) / 1e9, c.bytes / c.wall / 1e9};
+        return Row{med,
+                   percentile(c.us, 0),
+                   percentile(c.us, 0.1),
+                   percentile(c.us, 0.9),
+                   percentile(c.us, 1),
+                   c.wall * 1e6 / static_cast<double>(c.us.size()),
+                   mb,
+                   mb * 1e6 / (med * 1e-6) / 1e9,
+                   c.bytes / c.wall / 1e9};
     };
     if (o.output == "json") {
         nlohmann::json j;
@@ -485,7 +506,11 @@ int run(const Options& o) {
         j["threads"] = pool.size();
         j["isa"] = mox::quant::isa_name(isa);
         j["types"] = {mox::quant::type_name(tg), mox::quant::type_name(tu), mox::quant::type_name(td)};
-        j["shape"] = {{"n_embd", o.n_embd}, {"n_ff", o.n_ff}, {"n_expert", o.n_expert}, {"k", o.k}, {"tokens", o.tokens}};
+        j["shape"] = {{"n_embd", o.n_embd},
+                      {"n_ff", o.n_ff},
+                      {"n_expert", o.n_expert},
+                      {"k", o.k},
+                      {"tokens", o.tokens}};
         j["layers"] = n_layers;
         j["stack_mib"] = static_cast<double>(L.layer_bytes * static_cast<size_t>(n_layers)) / (1 << 20);
         j["huge_pages"] = o.huge_pages;
@@ -508,7 +533,13 @@ int run(const Options& o) {
                                     {"max_task_bytes", c.moe.max_task_bytes},
                                     {"prefetch_bytes", c.moe.prefetch_bytes},
                                     {"calls", c.us.size()},
-                                    {"us", {{"median", w.med}, {"min", w.min}, {"p10", w.p10}, {"p90", w.p90}, {"max", w.max}, {"mean", w.mean}}},
+                                    {"us",
+                                     {{"median", w.med},
+                                      {"min", w.min},
+                                      {"p10", w.p10},
+                                      {"p90", w.p90},
+                                      {"max", w.max},
+                                      {"mean", w.mean}}},
                                     {"mb_per_call", w.mb},
                                     {"gbs_median", w.gbs_med},
                                     {"gbs_mean", w.gbs_mean},
@@ -516,25 +547,36 @@ int run(const Options& o) {
         }
         std::printf("%s\n", j.dump(2).c_str());
     } else {
-        fmt::print("CPU: {}, {} thread(s), tier {}; gate {}, up {}, down {}; n_embd {}, n_ff {}, {} experts, top-{}, "
-                   "{} token(s)\n",
-                   cpu_name(), pool.size(), mox::quant::isa_name(isa), mox::quant::type_name(tg),
-                   mox::quant::type_name(tu), mox::quant::type_name(td), o.n_embd, o.n_ff, o.n_expert, o.k, o.tokens);
-        fmt::print("{} layers, {:.0f} MiB of experts ({} pages); gap {} us ({}), pool spin {} us{}{}; {} rounds\n",
-                   n_layers, static_cast<double>(L.layer_bytes * static_cast<size_t>(n_layers)) / (1 << 20),
-                   o.huge_pages ? "huge" : "small", o.gap_us, o.gap_mode, pool.spin().count(), o.hold ? ", held" : "",
-                   o.caller_idle ? ", caller idle" : "", o.rounds);
+        fmt::print(
+            "CPU: {}, {} thread(s), tier {}; gate {}, up {}, down {}; n_embd {}, n_ff {}, {} experts, "
+            "top-{}, "
+            "{} token(s)\n",
+            cpu_name(), pool.size(), mox::quant::isa_name(isa), mox::quant::type_name(tg),
+            mox::quant::type_name(tu), mox::quant::type_name(td), o.n_embd, o.n_ff, o.n_expert, o.k,
+            o.tokens);
+        fmt::print(
+            "{} layers, {:.0f} MiB of experts ({} pages); gap {} us ({}), pool spin {} us{}{}; {} rounds\n",
+            n_layers, static_cast<double>(L.layer_bytes * static_cast<size_t>(n_layers)) / (1 << 20),
+            o.huge_pages ? "huge" : "small", o.gap_us, o.gap_mode, pool.spin().count(),
+            o.hold ? ", held" : "", o.caller_idle ? ", caller idle" : "", o.rounds);
         fmt::print("STREAM-style read of the stacks: {:.1f} GB/s\n\n", stream_gbs);
-        fmt::print("| operator | calls | us median | [min, p10, p90, max] | us mean | MB/call | GB/s (median) | of STREAM |\n");
+        fmt::print(
+            "| operator | calls | us median | [min, p10, p90, max] | us mean | MB/call | GB/s (median) | of "
+            "STREAM |\n");
         fmt::print("|---|---:|---:|---|---:|---:|---:|---:|\n");
         for (const Config& c : configs) {
             const Row w = row_of(c);
-            fmt::print("| {} | {} | {:.1f} | [{:.1f}, {:.1f}, {:.1f}, {:.1f}] | {:.1f} | {:.2f} | {:.1f} | {:.0f}% |\n", c.name,
-                       c.us.size(), w.med, w.min, w.p10, w.p90, w.max, w.mean, w.mb, w.gbs_med, 100.0 * w.gbs_med / stream_gbs);
+            fmt::print(
+                "| {} | {} | {:.1f} | [{:.1f}, {:.1f}, {:.1f}, {:.1f}] | {:.1f} | {:.2f} | {:.1f} | {:.0f}% "
+                "|\n",
+                c.name, c.us.size(), w.med, w.min, w.p10, w.p90, w.max, w.mean, w.mb, w.gbs_med,
+                100.0 * w.gbs_med / stream_gbs);
         }
-        fmt::print("\nduring the timed calls: {} worker sleeps, {} heap allocations; cpu share {:.0f}%; check: rel RMS "
-                   "{:.2g} vs scalar{}\n",
-                   sleeps, allocs, 100.0 * cpu_share, check_err, ok ? "" : " FAILED");
+        fmt::print(
+            "\nduring the timed calls: {} worker sleeps, {} heap allocations; cpu share {:.0f}%; check: rel "
+            "RMS "
+            "{:.2g} vs scalar{}\n",
+            sleeps, allocs, 100.0 * cpu_share, check_err, ok ? "" : " FAILED");
     }
     return ok ? 0 : 1;
 }
@@ -558,17 +600,21 @@ int main(int argc, char** argv) {
     app.add_option("-n,--calls", o.calls, "Timed calls per configuration");
     app.add_option("--warmup", o.warmup, "Untimed calls per configuration first");
     app.add_option("--gap-us", o.gap_us, "Wait before each call, the GPU's part of a hybrid layer");
-    app.add_option("--gap", o.gap_mode, "How the caller waits: spin or sleep")->check(CLI::IsMember({"spin", "sleep"}));
+    app.add_option("--gap", o.gap_mode, "How the caller waits: spin or sleep")
+        ->check(CLI::IsMember({"spin", "sleep"}));
     app.add_option("--spin-us", o.spin_us, "Pool workers' spin window before sleeping (default: the pool's)");
     app.add_flag("--hold", o.hold, "Keep the pool's workers spinning for the whole run (ThreadPool::Hold)");
-    app.add_flag("--caller-idle", o.caller_idle, "The calling thread takes no tasks (ThreadPool::set_caller_works)");
-    app.add_flag("--huge-pages", o.huge_pages, "Back the stacks with transparent huge pages (default: small pages)");
+    app.add_flag("--caller-idle", o.caller_idle,
+                 "The calling thread takes no tasks (ThreadPool::set_caller_works)");
+    app.add_flag("--huge-pages", o.huge_pages,
+                 "Back the stacks with transparent huge pages (default: small pages)");
     app.add_option("--isa", o.isa, "Kernel tier cap: scalar, avx2, avx512");
     app.add_option("--min-task-kib", o.min_task_kib, "MoeOptions::min_task_bytes / 1024, a list to compare")
         ->delimiter(',');
     app.add_option("--max-task-kib", o.max_task_kib, "MoeOptions::max_task_bytes / 1024, a list to compare")
         ->delimiter(',');
-    app.add_option("--prefetch", o.prefetch, "MoeOptions::prefetch_bytes (0: no software prefetch), a list to compare")
+    app.add_option("--prefetch", o.prefetch,
+                   "MoeOptions::prefetch_bytes (0: no software prefetch), a list to compare")
         ->delimiter(',');
     app.add_flag("!--no-two-job", o.two_job, "Leave out the two-job (prefill) path");
     app.add_option("--rounds", o.rounds, "Rounds over the configurations (calls split between them)");

@@ -39,8 +39,10 @@ Stack make_stack(TypeId type, int64_t n_in, int64_t n_out, int64_t n_expert, std
     for (int64_t r = 0; r < n_out * n_expert; ++r) {
         for (float& v : row) v = gauss(rng);
         uint8_t* dst = s.bytes.data() + static_cast<size_t>(r) * rb;
-        if (type == TypeId::f32) std::memcpy(dst, row.data(), rb);
-        else t.quantize(row.data(), dst, n_in);
+        if (type == TypeId::f32)
+            std::memcpy(dst, row.data(), rb);
+        else
+            t.quantize(row.data(), dst, n_in);
     }
     s.w = Weight{s.bytes.data(), type, n_in, n_out, n_expert, rb};
     return s;
@@ -96,7 +98,8 @@ TEST_P(MoeDecodeTest, OneJobEqualsTwoJobsBitForBit) {
                 moe_ffn(ctx, stack, r, x.data(), want.data(), two_jobs);
                 // Tasks of one row (down: one reduction block) to whole experts, guided sizes in
                 // between; no prefetch, short and long distances.
-                const std::pair<int64_t, int64_t> sizes[] = {{1, 1}, {1024, 65536}, {4096, 4096}, {int64_t{1} << 30, int64_t{1} << 30}};
+                const std::pair<int64_t, int64_t> sizes[] = {
+                    {1, 1}, {1024, 65536}, {4096, 4096}, {int64_t{1} << 30, int64_t{1} << 30}};
                 for (const auto& [lo, hi] : sizes)
                     for (int64_t prefetch : {0, 256, 8192}) {
                         MoeOptions one_job;
@@ -118,15 +121,19 @@ TEST_P(MoeDecodeTest, OneJobEqualsTwoJobsBitForBit) {
             for (float& v : x) v = gauss(rng);
             std::vector<float> a(x.size()), b(x.size());
             swiglu_ffn(ctx, gate.w.expert(3), up.w.expert(3), down.w.expert(3), x.data(), n_tokens, a.data());
-            swiglu_ffn(ctx, gate.w.expert(3), up.w.expert(3), down.w.expert(3), x.data(), n_tokens, b.data(), two_jobs);
-            ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "swiglu tokens " << n_tokens;
+            swiglu_ffn(ctx, gate.w.expert(3), up.w.expert(3), down.w.expert(3), x.data(), n_tokens, b.data(),
+                       two_jobs);
+            ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+                << "swiglu tokens " << n_tokens;
         }
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MoeDecodeTest,
-                         ::testing::Values(TypeSet{TypeId::q4_k, TypeId::q6_k}, TypeSet{TypeId::q4_k, TypeId::q4_k},
-                                           TypeSet{TypeId::q5_k, TypeId::q8_0}, TypeSet{TypeId::f32, TypeId::f32}),
+                         ::testing::Values(TypeSet{TypeId::q4_k, TypeId::q6_k},
+                                           TypeSet{TypeId::q4_k, TypeId::q4_k},
+                                           TypeSet{TypeId::q5_k, TypeId::q8_0},
+                                           TypeSet{TypeId::f32, TypeId::f32}),
                          [](const ::testing::TestParamInfo<TypeSet>& info) {
                              return std::string(quant::type_name(info.param.gate)) + "_" +
                                     std::string(quant::type_name(info.param.down));
@@ -151,7 +158,8 @@ TEST(MoeDecode, RepeatedCallsAcrossSleepingWorkers) {
     moe_ffn(ctx, stack, r, x.data(), first.data(), opt);
     for (int call = 0; call < 300; ++call) {
         moe_ffn(ctx, stack, r, x.data(), again.data(), opt);
-        ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size() * sizeof(float)), 0) << "call " << call;
+        ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size() * sizeof(float)), 0)
+            << "call " << call;
         if (call % 60 == 59) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
 }
