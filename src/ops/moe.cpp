@@ -87,10 +87,12 @@ void group_by_expert(const Routing& r, int64_t n_expert, ExpertGroups& g) {
         std::sort(g.token_slots.begin() + t * r.k, g.token_slots.begin() + (t + 1) * r.k);
 }
 
-// One task of the one-job path: rows [r0, r1) of gate and up (or of down) of active expert a.
+// One task of the one-job path: rows [r0, r1) of gate and up (or of down) of active expert a, or
+// elements [r0, r1) of the token's activation row converted for gate (a = 0) or up (a = 1).
+enum class FusedKind : int32_t { act, gate_up, down };
 struct FusedTask {
+    FusedKind kind;
     int32_t a;
-    int32_t down;  // 0: gate/up, 1: down
     int64_t r0, r1;
 };
 
@@ -220,18 +222,33 @@ void dot_rows_prefetched(const quant::DotKernel& kernel, const Weight& w, int64_
 // Down rows are counted for the reduction in blocks of this many rows; down tasks cover whole blocks.
 constexpr int64_t kReduceRows = 16;
 
+// Converts elements [e0, e1) of an activation row x into `type` at its place in the converted row dst.
+// Blocks of the activation formats are independent, so pieces give the bytes of a whole-row conversion.
+void convert_piece(quant::TypeId type, const float* x, int64_t e0, int64_t e1, uint8_t* dst) {
+    const quant::TypeTraits& t = quant::traits(type);
+    quant::quantize_activations(type, x + e0, dst + static_cast<size_t>(e0 / t.block_elems) * t.block_bytes, e1 - e0);
+}
+
+// Activation pieces of one token's row of n elements in `type`: whole blocks, at most `max_pieces`.
+void add_act_pieces(quant::TypeId type, int32_t which, int64_t n, int64_t max_pieces, std::vector<FusedTask>& tasks) {
+    const int64_t blk = quant::traits(type).block_elems;
+    const int64_t blocks = n / blk, per = (blocks + max_pieces - 1) / max_pieces;
+    for (int64_t b = 0; b < blocks; b += per)
+        tasks.push_back({FusedKind::act, which, b * blk, std::min(blocks, b + per) * blk});
+}
+
 // The task list of the one-job path: every gate/up task (expert by expert), then every down task.
 // Sizes are guided: a task takes about 1/(2 * threads) of the bytes still unassigned, within
 // [min_task_bytes, max_task_bytes]. Early tasks are long (long sequential streams, which the hardware
 // prefetchers reward, and few claims); the last ones are short, so the threads finish together.
+// The caller may already have put activation tasks at the front.
 void plan_fused_tasks(const ExpertStack& w, int64_t n_active, int threads, const MoeOptions& opt,
                       std::vector<FusedTask>& tasks) {
     const int64_t n_embd = w.gate.n_in, n_ff = w.gate.n_out;
     const auto ub = static_cast<int64_t>(w.gate.row_bytes + w.up.row_bytes), db = static_cast<int64_t>(w.down.row_bytes);
     const int64_t lo = std::max<int64_t>(1, opt.min_task_bytes), hi = std::max(lo, opt.max_task_bytes);
     int64_t remaining = n_active * (n_ff * ub + n_embd * db);
-    tasks.clear();
-    const auto add = [&](int32_t a, int32_t down, int64_t n_rows, int64_t row_bytes, int64_t align) {
+    const auto add = [&](int32_t a, FusedKind kind, int64_t n_rows, int64_t row_bytes, int64_t align) {
         for (int64_t r0 = 0; r0 < n_rows;) {
             const int64_t want = std::clamp<int64_t>(remaining / (2 * static_cast<int64_t>(threads)), lo, hi);
             int64_t rows = std::max<int64_t>(1, want / row_bytes);
@@ -239,21 +256,22 @@ void plan_fused_tasks(const ExpertStack& w, int64_t n_active, int threads, const
             // No sliver at an expert's end: a rest under half the smallest task joins this one.
             if ((n_rows - r0 - rows) * row_bytes < lo / 2) rows = n_rows - r0;
             rows = std::min(rows, n_rows - r0);
-            tasks.push_back({a, down, r0, r0 + rows});
+            tasks.push_back({kind, a, r0, r0 + rows});
             remaining -= rows * row_bytes;
             r0 += rows;
         }
     };
-    for (int64_t a = 0; a < n_active; ++a) add(static_cast<int32_t>(a), 0, n_ff, ub, 1);
-    for (int64_t a = 0; a < n_active; ++a) add(static_cast<int32_t>(a), 1, n_embd, db, kReduceRows);
+    for (int64_t a = 0; a < n_active; ++a) add(static_cast<int32_t>(a), FusedKind::gate_up, n_ff, ub, 1);
+    for (int64_t a = 0; a < n_active; ++a) add(static_cast<int32_t>(a), FusedKind::down, n_embd, db, kReduceRows);
 }
 
 // The same arithmetic as grouped_swiglu as one pool job (few tokens: decode), over the task list of
-// plan_fused_tasks. The gate/up task finishing an expert's last rows converts its hidden rows for down
+// plan_fused_tasks, after (one token) the pieces of the activation conversion, which gate/up tasks
+// wait for. The gate/up task finishing an expert's last rows converts its hidden rows for down
 // and marks it ready. A down task waits for its expert to be ready; the task finishing a block of
 // output rows for the last expert sums that block per token, in slot order as the reference does.
-// Claims follow task order, so every gate/up task is running or done when a down task starts, and a
-// wait always ends. Both lists go expert by expert, so the first experts' down overlaps the last
+// Claims follow task order, so every task waited for is running or done when a waiting task starts,
+// and a wait always ends. Both lists go expert by expert, so the first experts' down overlaps the last
 // gate/up tasks instead of waiting for all of them.
 void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& grp, const float* x, int64_t n_tokens,
                   const MoeOptions& opt, MoeScratch& sc, float* out) {
@@ -264,14 +282,35 @@ void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& 
     const quant::DotKernel& ku = quant::dot_kernel(w.up.type, ctx.isa);
     const quant::DotKernel& kd = quant::dot_kernel(w.down.type, ctx.isa);
 
-    // Activations. One token: every position reads the token's row, nothing to gather.
-    convert_activations(ctx, kg.act, x, n_tokens, n_embd, sc.tokens_act);
+    // Activations. One token: every position reads the token's row, nothing to gather, and the job's
+    // first tasks convert it in pieces (a whole row takes the reference quantizer ~5 us for Q8_K
+    // [2048], which the caller would otherwise spend alone while the workers wait).
+    sc.tasks.clear();
     const ActivationRows* ag = &sc.tokens_act;
     const ActivationRows* au = &sc.tokens_act;
-    if (ku.act != kg.act) {
-        convert_activations(ctx, ku.act, x, n_tokens, n_embd, sc.tokens_act_up);
-        au = &sc.tokens_act_up;
+    const auto prepare = [&](quant::TypeId type, ActivationRows& rows) {
+        rows.type = type;
+        rows.n_rows = 1;
+        rows.row_bytes = quant::activation_row_bytes(type, n_embd);
+        rows.data.resize(rows.row_bytes);
+    };
+    if (n_tokens == 1) {
+        const int64_t max_pieces = std::min(ctx.threads(), 8);
+        prepare(kg.act, sc.tokens_act);
+        add_act_pieces(kg.act, 0, n_embd, max_pieces, sc.tasks);
+        if (ku.act != kg.act) {
+            prepare(ku.act, sc.tokens_act_up);
+            add_act_pieces(ku.act, 1, n_embd, max_pieces, sc.tasks);
+            au = &sc.tokens_act_up;
+        }
+    } else {
+        convert_activations(ctx, kg.act, x, n_tokens, n_embd, sc.tokens_act);
+        if (ku.act != kg.act) {
+            convert_activations(ctx, ku.act, x, n_tokens, n_embd, sc.tokens_act_up);
+            au = &sc.tokens_act_up;
+        }
     }
+    const auto n_pieces = static_cast<int32_t>(sc.tasks.size());
     if (n_tokens > 1) {
         gather(*ag, grp.token, sc.x_gate);
         if (au != ag) {
@@ -300,13 +339,14 @@ void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& 
     const int64_t n_blocks = (n_embd + kReduceRows - 1) / kReduceRows;
 
     // Counters, each on its own cache line: gate/up rows still to do and a ready flag per expert,
-    // experts still to do per block of output rows.
+    // experts still to do per block of output rows, activation pieces done.
     constexpr size_t kLine = 64 / sizeof(int32_t);
-    sc.sync.assign(static_cast<size_t>(2 * n_active + n_blocks) * kLine, 0);
+    sc.sync.assign(static_cast<size_t>(2 * n_active + n_blocks + 1) * kLine, 0);
     const auto counter = [&](int64_t i) { return std::atomic_ref<int32_t>(sc.sync[static_cast<size_t>(i) * kLine]); };
     const auto pending_u = [&](int64_t a) { return counter(a); };
     const auto ready = [&](int64_t a) { return counter(n_active + a); };
     const auto pending_d = [&](int64_t b) { return counter(2 * n_active + b); };
+    const auto act_done = [&] { return counter(2 * n_active + n_blocks); };
     for (int64_t a = 0; a < n_active; ++a) pending_u(a).store(static_cast<int32_t>(n_ff), std::memory_order_relaxed);
     for (int64_t b = 0; b < n_blocks; ++b) pending_d(b).store(static_cast<int32_t>(n_active), std::memory_order_relaxed);
     std::atomic<bool> failed{false};  // a throwing task must not leave down tasks waiting forever
@@ -325,12 +365,33 @@ void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& 
         ready(a).store(1, std::memory_order_release);
     };
 
+    // Spins briefly, then yields: on an oversubscribed machine the task waited for may need this core.
+    const auto wait_until = [&](auto&& done) {
+        for (int spin = 0; !done(); ++spin) {
+            if (spin < 4096) cpu_relax();
+            else std::this_thread::yield();
+        }
+    };
+
     ctx.parallel(static_cast<int64_t>(sc.tasks.size()), [&](int64_t i) {
         const FusedTask t = sc.tasks[static_cast<size_t>(i)];
         const int64_t a = t.a, r0 = t.r0, r1 = t.r1;
+        if (t.kind == FusedKind::act) {
+            ActivationRows& rows = a == 0 ? sc.tokens_act : sc.tokens_act_up;
+            try {
+                convert_piece(rows.type, x, r0, r1, rows.data.data());
+            } catch (...) {
+                failed.store(true);
+                act_done().fetch_add(1, std::memory_order_acq_rel);
+                throw;
+            }
+            act_done().fetch_add(1, std::memory_order_acq_rel);
+            return;
+        }
         const int64_t e = grp.experts[static_cast<size_t>(a)];
         const int64_t p0 = grp.offsets[static_cast<size_t>(a)], np = grp.offsets[static_cast<size_t>(a) + 1] - p0;
-        if (!t.down) {
+        if (t.kind == FusedKind::gate_up) {
+            wait_until([&] { return act_done().load(std::memory_order_acquire) == n_pieces; });
             try {
                 float* g = sc.g.data() + p0 * n_ff;
                 float* u = sc.u.data() + p0 * n_ff;
@@ -349,11 +410,7 @@ void fused_swiglu(const Context& ctx, const ExpertStack& w, const ExpertGroups& 
             finish_rows(a, r1 - r0, p0, np);
             return;
         }
-        // Spins briefly, then yields: on an oversubscribed machine the task it waits for may need this core.
-        for (int spin = 0; ready(a).load(std::memory_order_acquire) == 0; ++spin) {
-            if (spin < 4096) cpu_relax();
-            else std::this_thread::yield();
-        }
+        wait_until([&] { return ready(a).load(std::memory_order_acquire) != 0; });
         if (failed.load()) return;
         dot_rows_prefetched(kd, w.down.expert(e), r0, r1, xd.row(p0), xd.row_bytes, np, sc.y.data() + p0 * n_embd,
                             n_embd, opt.prefetch_bytes);

@@ -70,7 +70,7 @@ Routing random_routing(int64_t n_tokens, int64_t n_expert, int64_t k, int patter
 }
 
 struct TypeSet {
-    TypeId gate, down;
+    TypeId gate, up, down;
 };
 
 class MoeDecodeTest : public ::testing::TestWithParam<TypeSet> {};
@@ -80,7 +80,7 @@ TEST_P(MoeDecodeTest, OneJobEqualsTwoJobsBitForBit) {
     const int64_t n_embd = 512, n_ff = 256, n_expert = 12, k = 4;
     std::mt19937 rng(31 + static_cast<unsigned>(ts.gate) * 7 + static_cast<unsigned>(ts.down));
     const Stack gate = make_stack(ts.gate, n_embd, n_ff, n_expert, rng);
-    const Stack up = make_stack(ts.gate, n_embd, n_ff, n_expert, rng);
+    const Stack up = make_stack(ts.up, n_embd, n_ff, n_expert, rng);
     const Stack down = make_stack(ts.down, n_ff, n_embd, n_expert, rng);
     const ExpertStack stack{gate.w, up.w, down.w};
     ThreadPool pool1(1), pool3(3, /*pin=*/false);
@@ -109,9 +109,10 @@ TEST_P(MoeDecodeTest, OneJobEqualsTwoJobsBitForBit) {
                         std::vector<float> got(x.size() + 16, -1234.5f);  // tail: guard values
                         moe_ffn(ctx, stack, r, x.data(), got.data(), one_job);
                         ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
-                            << quant::type_name(ts.gate) << "/" << quant::type_name(ts.down) << " threads "
-                            << pool->size() << " tokens " << n_tokens << " pattern " << pattern << " tasks "
-                            << lo << "-" << hi << " prefetch " << prefetch;
+                            << quant::type_name(ts.gate) << "/" << quant::type_name(ts.up) << "/"
+                            << quant::type_name(ts.down) << " threads " << pool->size() << " tokens "
+                            << n_tokens << " pattern " << pattern << " tasks " << lo << "-" << hi
+                            << " prefetch " << prefetch;
                         for (size_t i = want.size(); i < got.size(); ++i) ASSERT_EQ(got[i], -1234.5f);
                     }
             }
@@ -129,13 +130,18 @@ TEST_P(MoeDecodeTest, OneJobEqualsTwoJobsBitForBit) {
     }
 }
 
+// Gate/up activation formats Q8_K, Q8_0 and Q8_1, gate and up in different formats (two conversions).
 INSTANTIATE_TEST_SUITE_P(Types, MoeDecodeTest,
-                         ::testing::Values(TypeSet{TypeId::q4_k, TypeId::q6_k},
-                                           TypeSet{TypeId::q4_k, TypeId::q4_k},
-                                           TypeSet{TypeId::q5_k, TypeId::q8_0},
-                                           TypeSet{TypeId::f32, TypeId::f32}),
+                         ::testing::Values(TypeSet{TypeId::q4_k, TypeId::q4_k, TypeId::q6_k},
+                                           TypeSet{TypeId::q4_k, TypeId::q4_k, TypeId::q4_k},
+                                           TypeSet{TypeId::q5_k, TypeId::q5_k, TypeId::q8_0},
+                                           TypeSet{TypeId::q8_0, TypeId::q8_0, TypeId::q4_k},
+                                           TypeSet{TypeId::q4_1, TypeId::q4_1, TypeId::q4_1},
+                                           TypeSet{TypeId::q4_k, TypeId::q8_0, TypeId::q6_k},
+                                           TypeSet{TypeId::f32, TypeId::f32, TypeId::f32}),
                          [](const ::testing::TestParamInfo<TypeSet>& info) {
                              return std::string(quant::type_name(info.param.gate)) + "_" +
+                                    std::string(quant::type_name(info.param.up)) + "_" +
                                     std::string(quant::type_name(info.param.down));
                          });
 
