@@ -57,12 +57,20 @@ ThreadPool::ThreadPool(int n_threads, bool pin) {
 }
 
 ThreadPool::~ThreadPool() {
-    {
-        std::lock_guard lock(mutex_);
-        stop_.store(true);
-    }
-    wake_.notify_all();
+    stop_.store(true);
+    wake_epoch_.fetch_add(1);
+    wake_epoch_.notify_all();
     for (auto& t : workers_) t.join();
+}
+
+// A sleeper registers in sleepers_, reads the epoch, then checks its wake condition before waiting on
+// that epoch value; a waker changes the condition, then reads sleepers_ and bumps the epoch (all
+// seq_cst). A sleeper that missed the change registered before the waker read sleepers_, and read the
+// epoch before the bump, so its wait returns.
+void ThreadPool::wake_sleepers() {
+    if (sleepers_.load() == 0) return;
+    wake_epoch_.fetch_add(1);
+    wake_epoch_.notify_all();
 }
 
 void ThreadPool::set_spin(std::chrono::microseconds spin) {
@@ -75,11 +83,7 @@ std::chrono::microseconds ThreadPool::spin() const {
 
 void ThreadPool::hold() {
     holds_.fetch_add(1);
-    // A sleeper checks holds_ under the mutex: it either sees the hold or is waiting when this notifies.
-    if (sleepers_.load() > 0) {
-        std::lock_guard lock(mutex_);
-        wake_.notify_all();
-    }
+    wake_sleepers();
 }
 
 void ThreadPool::release() {
@@ -128,13 +132,14 @@ void ThreadPool::worker_loop(int index) {
                 g = generation_of(state_.load(std::memory_order_acquire));
                 if ((i & 63) == 63 && g == seen && holds_.load(std::memory_order_relaxed) == 0 &&
                     std::chrono::steady_clock::now() > spin_until) {
-                    {
-                        std::unique_lock lock(mutex_);
-                        sleepers_.fetch_add(1);
-                        sleeps_.fetch_add(1, std::memory_order_relaxed);
-                        wake_.wait(lock, [&] { return wake_condition(seen); });
-                        sleepers_.fetch_sub(1);
+                    sleepers_.fetch_add(1);
+                    sleeps_.fetch_add(1, std::memory_order_relaxed);
+                    for (;;) {
+                        const uint32_t epoch = wake_epoch_.load();
+                        if (wake_condition(seen)) break;
+                        wake_epoch_.wait(epoch);
                     }
+                    sleepers_.fetch_sub(1);
                     g = generation_of(state_.load(std::memory_order_acquire));
                     // Woken by a hold (or spuriously): spin a full window again.
                     spin_until = std::chrono::steady_clock::now() +
@@ -167,10 +172,7 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn) {
     const uint64_t generation = (generation_of(state_.load()) + 1) & ((uint64_t{1} << 28) - 1);
     // seq_cst: publishes the job, ordered before the sleepers_ check
     state_.store((generation << (2 * kIndexBits)) | (static_cast<uint64_t>(n_tasks) << kIndexBits));
-    if (sleepers_.load() > 0) {
-        std::lock_guard lock(mutex_);
-        wake_.notify_all();
-    }
+    wake_sleepers();
     const int64_t mine = caller_works_.load(std::memory_order_relaxed) ? work(generation) : 0;
     if (mine > 0) finished_.fetch_add(mine, std::memory_order_acq_rel);
     for (int i = 0; finished_.load(std::memory_order_acquire) < n_tasks; ++i) {

@@ -3,7 +3,7 @@
 // time from an atomic counter, so uneven tasks balance.
 //
 // Decode calls run() hundreds of times per token with tasks of a few microseconds, so workers spin
-// (with pause) for a while after each job before sleeping on a condition variable: a wake-up through
+// (with pause) for a while after each job before sleeping (a futex wait): a wake-up through
 // the kernel costs more than many of those tasks. The spin window (default 200 us, env MOX_SPIN_US,
 // set_spin()) should outlast the serial gaps between the pool's jobs, e.g. the GPU's work between two
 // host expert layers; hold() keeps the workers spinning however long the gaps are, for a stretch of
@@ -14,7 +14,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -86,6 +85,7 @@ private:
     void worker_loop(int index);
     int64_t work(uint64_t generation);
     bool wake_condition(uint64_t seen) const;
+    void wake_sleepers();
 
     std::vector<std::thread> workers_;
     bool pinned_ = false;
@@ -99,11 +99,12 @@ private:
     std::atomic<int> holds_{0};
     std::atomic<int64_t> spin_ns_{0};
     std::atomic<int64_t> sleeps_{0};
-    std::atomic<uint64_t> wakes_{0};  // bumped by hold(): wakes sleepers without a job
+    // Sleepers wait on this word (a futex), bumped whenever one of them must look again: a new job, a
+    // hold, the destructor. Each wakes on its own, with no mutex to take in turn as with a condition
+    // variable, so fifteen sleeping workers resume in parallel.
+    std::atomic<uint32_t> wake_epoch_{0};
     std::atomic<bool> stop_{false};
     std::atomic<bool> caller_works_{true};
-    std::mutex mutex_;
-    std::condition_variable wake_;
     std::mutex error_mutex_;
     std::exception_ptr error_;
 };

@@ -144,11 +144,14 @@ TEST(ThreadPool, LateWorkersNeverRunAnotherJobsTasks) {
 }
 
 TEST(ThreadPool, IdleCallerLeavesEveryTaskToTheWorkers) {
+    // With no spin window every job must wake a sleeping worker: a lost wake-up hangs this test.
     ThreadPool pool(3, /*pin=*/false);
     pool.set_caller_works(false);
+    pool.set_spin(std::chrono::microseconds(0));
     EXPECT_FALSE(pool.caller_works());
     const std::thread::id caller = std::this_thread::get_id();
-    for (int job = 0; job < 200; ++job) {
+    for (int job = 0; job < 3000; ++job) {
+        if (job % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(job % 50));
         std::atomic<int> on_caller{0}, ran{0};
         pool.run(job % 7 + 2, [&](int64_t) {
             ran++;
