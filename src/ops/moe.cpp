@@ -206,9 +206,9 @@ void dot_rows_prefetched(const quant::DotKernel& kernel, const Weight& w, int64_
         dot_rows(kernel, w, r0, r1, act, act_stride, n_act_rows, y, y_stride);
         return;
     }
-    const auto line = [](const uint8_t* p) { return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}); };
     const uint8_t* end = w.row(r1);
-    const uint8_t* next = line(w.row(r0));  // first line not yet requested
+    // First cache line not yet requested.
+    const uint8_t* next = w.row(r0) - (reinterpret_cast<uintptr_t>(w.row(r0)) & 63);
     float tile[quant::kMaxDotCols];
     const int nc = static_cast<int>(n_act_rows);
     for (int64_t r = r0; r < r1; ++r) {
