@@ -71,6 +71,97 @@ TEST(ThreadPool, MoreTasksThanOneRoundHolds) {
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
 }
 
+TEST(ThreadPool, TakesLambdasWithLargeCaptures) {
+    // run() takes a TaskFn (a reference to the callable), so captures of any size work.
+    ThreadPool pool(3, /*pin=*/false);
+    int64_t a = 1, b = 2, c = 3, d = 4, e = 5;
+    std::vector<std::atomic<int64_t>> out(64);
+    pool.run(64, [&, a, b, c, d, e](int64_t i) { out[static_cast<size_t>(i)] = i * (a + b + c + d + e); });
+    for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(out[static_cast<size_t>(i)].load(), 15 * i);
+}
+
+TEST(ThreadPool, SpinWindowIsSettable) {
+    ThreadPool pool(3, /*pin=*/false);
+    pool.set_spin(std::chrono::microseconds(0));
+    EXPECT_EQ(pool.spin().count(), 0);
+    // With no spin window the workers sleep between jobs.
+    std::atomic<int> n{0};
+    for (int job = 0; job < 5; ++job) {
+        pool.run(8, [&](int64_t) { n++; });
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_EQ(n.load(), 40);
+    EXPECT_GT(pool.sleeps(), 0);
+    // A window much longer than the gaps: after the first job wakes them, they never sleep again.
+    pool.set_spin(std::chrono::seconds(30));
+    EXPECT_EQ(pool.spin().count(), 30'000'000);
+    pool.run(8, [&](int64_t) { n++; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const int64_t sleeps = pool.sleeps();
+    for (int job = 0; job < 5; ++job) {
+        pool.run(8, [&](int64_t) { n++; });
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_EQ(pool.sleeps(), sleeps);
+    EXPECT_EQ(n.load(), 88);
+    pool.set_spin(std::chrono::microseconds(0));  // lets the destructor find them asleep or spinning alike
+}
+
+TEST(ThreadPool, HoldKeepsWorkersAwake) {
+    ThreadPool pool(3, /*pin=*/false);
+    pool.set_spin(std::chrono::microseconds(0));
+    std::atomic<int> n{0};
+    pool.run(8, [&](int64_t) { n++; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the workers are asleep now
+    {
+        ThreadPool::Hold hold(pool);  // wakes them; they spin until released
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        const int64_t sleeps = pool.sleeps();
+        for (int job = 0; job < 5; ++job) {
+            pool.run(8, [&](int64_t) { n++; });
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        EXPECT_EQ(pool.sleeps(), sleeps);
+    }
+    // Released: with no spin window they go back to sleep.
+    const int64_t before = pool.sleeps();
+    pool.run(8, [&](int64_t) { n++; });
+    for (int i = 0; i < 500 && pool.sleeps() == before; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GT(pool.sleeps(), before);
+    EXPECT_EQ(n.load(), 56);
+}
+
+TEST(ThreadPool, LateWorkersNeverRunAnotherJobsTasks) {
+    // Jobs of one or two tasks back to back: workers often arrive after the caller has taken every
+    // task, and their claim then lands in the next job. Each job must still run each task exactly once.
+    ThreadPool pool(4, /*pin=*/false);
+    for (int job = 0; job < 20000; ++job) {
+        const int n = job % 3 + 2;
+        std::atomic<int> hits[4] = {0, 0, 0, 0};
+        pool.run(n, [&](int64_t i) { hits[i]++; });
+        for (int i = 0; i < 4; ++i) ASSERT_EQ(hits[i].load(), i < n ? 1 : 0) << "job " << job;
+    }
+}
+
+TEST(ThreadPool, IdleCallerLeavesEveryTaskToTheWorkers) {
+    // With no spin window every job must wake a sleeping worker: a lost wake-up hangs this test.
+    ThreadPool pool(3, /*pin=*/false);
+    pool.set_caller_works(false);
+    pool.set_spin(std::chrono::microseconds(0));
+    EXPECT_FALSE(pool.caller_works());
+    const std::thread::id caller = std::this_thread::get_id();
+    for (int job = 0; job < 3000; ++job) {
+        if (job % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(job % 50));
+        std::atomic<int> on_caller{0}, ran{0};
+        pool.run(job % 7 + 2, [&](int64_t) {
+            ran++;
+            if (std::this_thread::get_id() == caller) on_caller++;
+        });
+        ASSERT_EQ(ran.load(), job % 7 + 2);
+        ASSERT_EQ(on_caller.load(), 0);
+    }
+}
+
 TEST(Topology, CountsAreSane) {
     const Topology& t = topology();
     EXPECT_GE(t.physical_cores, 1);
