@@ -1,11 +1,14 @@
-// Kernel launches that overlap with the kernel before them (programmatic dependent launch, sm_90+).
-// Only .cu files include this header.
+// Kernel launches that may overlap with the kernel before them (programmatic dependent launch,
+// sm_90+), and L2 prefetch of weights ahead of use. Only .cu files include this header.
 //
-// Why: a decode step is ~420 short kernels in one graph, and each used to pay its launch, its ramp
-// over the SMs and a chain of dependent loads (weights from HBM, then math) strictly after the
-// previous kernel ended: ~10 us each for a few microseconds of bytes. With launch_overlapped the next
-// kernel's blocks start as soon as every block of the current one has passed its own dependency
-// wait, pull their weights into L2 (which depend on nothing computed this step), and only then wait.
+// The idea: a decode step is ~420 short kernels in one graph, and each pays its launch, its ramp over
+// the SMs and a chain of dependent loads strictly after the previous kernel ended. With
+// launch_overlapped the next kernel's blocks start as soon as every block of the current one has
+// passed its own dependency wait, may pull their weights into L2 (which depend on nothing computed
+// this step), and only then wait. Measured on the H200 (Qwen3.6-35B-A3B Q4_K_M, tg128), both made
+// decode slower, so both are off by default and kept behind switches for further experiments
+// (MOX_PDL=1, MOX_L2_PREFETCH=1): ncu shows the decode kernels themselves, not their boundaries,
+// take the time (bench/results/2026-11-29-cuda-decode-pdl-h200).
 //
 // The contract of a kernel launched with launch_overlapped:
 //  * it calls dependency_wait() in every thread that reads anything an earlier kernel of the stream
@@ -13,8 +16,7 @@
 //    data (weights, and state that no kernel of this step writes before it) and touch shared memory;
 //  * it calls allow_next_launch() after its wait (so at most one kernel runs ahead).
 // A grid completes only after its waits returned, so completion stays transitive along the stream.
-// Without sm_90 (or with MOX_PDL=0) the attribute is left off and both calls compile to nothing:
-// plain stream order.
+// Without the attribute (below sm_90, or MOX_PDL unset) both calls return at once: plain stream order.
 #pragma once
 
 #include "quant/cuda/check.cuh"
@@ -54,7 +56,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes) {
 // on the H200 (Qwen3.6-35B-A3B Q4_K_M, tg128, same run) it made decode slower, 196 t/s against 222
 // with plain stream order; the graph's kernel boundaries were not where the time goes.
 bool overlapped_launches();
-// Whether kernels pull their next weights into L2 ahead of use (prefetch_l2): MOX_L2_PREFETCH is not "0".
+// Whether kernels pull their next weights into L2 ahead of use (prefetch_l2): MOX_L2_PREFETCH=1. Off
+// by default: on the H200 it made decode slower too (tg128 221 t/s against 225 without, same run;
+// the MoE gate/up launch that also pulls moe_down's experts took 28.9 us against 23.7, ncu).
 bool l2_prefetch();
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the overlap attribute where enabled, plus up
