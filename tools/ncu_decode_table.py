@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Tables of one decode step's kernels from Nsight Compute's CSV output (issue 5's profiling).
+
+    tools/ncu_decode_table.py steps RAW.csv      # ncu --metrics gpu__time_duration.sum --csv --page raw
+    tools/ncu_decode_table.py details DETAILS.csv  # ncu --section ... --csv --page details
+
+`steps`: the run must hold whole forward passes of the GPU backend (e.g. `mox run -p Hello -n 5`).
+A pass starts at every 81st add_rms_norm launch (40 layers x 2 + the output norm of Qwen3.6-35B-A3B;
+--norms-per-pass for another depth). Prints each pass's kernel count and summed duration, then the
+last pass's kernels grouped by (name, grid): count, total, mean, min and max microseconds.
+
+`details`: one line per profiled kernel (use MOX_CUDA_PROFILE_STEP=N with --profile-from-start off
+so they are one decode step's): duration, SM frequency, DRAM and SM throughput, achieved occupancy,
+registers per thread, and cycles per issued instruction.
+
+Durations are ncu's gpu__time_duration of each kernel alone (ncu serializes launches): they include
+each launch's ramp, which a replayed graph may partly overlap, so their sum need not equal a step.
+"""
+import argparse
+import collections
+import csv
+import io
+import re
+import sys
+
+
+def read_rows(path):
+    lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    if start is None:
+        sys.exit(f"{path}: no CSV header (\"ID\",...) found: is it ncu --csv output?")
+    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+
+
+def short_name(name):
+    name = re.sub(r"\(.*", "", name)
+    for junk in ("void ", "mox::cuda::", "(anonymous namespace)::", "unnamed>::", "seg::"):
+        name = name.replace(junk, "")
+    return name[:44]
+
+
+def number(text):
+    """A metric value as float; None for empty cells and the raw page's units row ("ns")."""
+    try:
+        return float(text.replace(",", ""))
+    except (AttributeError, ValueError):
+        return None
+
+
+def steps(path, norms_per_pass):
+    rows = read_rows(path)
+    data = []
+    for r in rows:
+        ns = number(r.get("gpu__time_duration.sum", ""))
+        if ns is not None:
+            data.append((short_name(r["Kernel Name"]), ns, r["Grid Size"]))
+    norms = [i for i, (n, _, _) in enumerate(data) if n.startswith("add_rms_norm")]
+    starts = norms[::norms_per_pass]
+    if len(starts) < 1:
+        sys.exit("no add_rms_norm launches: not a run of the GPU backend's forward")
+    bounds = starts + [len(data)]
+    print("| pass | kernels | sum of kernel durations (us) |\n|---:|---:|---:|")
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        print(f"| {k} | {b - a} | {sum(d for _, d, _ in data[a:b]) / 1000:.1f} |")
+    last = data[bounds[-2]:bounds[-1]]
+    groups = collections.OrderedDict()
+    for name, ns, grid in last:
+        groups.setdefault((name, grid), []).append(ns / 1000)
+    print("\nLast pass, by kernel and grid:\n")
+    print("| kernel | grid | launches | total us | mean us | min | max |\n|---|---|---:|---:|---:|---:|---:|")
+    for (name, grid), v in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
+        print(f"| {name} | {grid} | {len(v)} | {sum(v):.1f} | {sum(v) / len(v):.2f} | {min(v):.1f} | {max(v):.1f} |")
+
+
+def details(path):
+    rows = read_rows(path)
+    kernels = collections.OrderedDict()
+    for r in rows:
+        key = (r["ID"], short_name(r["Kernel Name"]), r["Grid Size"], r["Block Size"])
+        kernels.setdefault(key, {})[r["Metric Name"]] = (r["Metric Value"], r["Metric Unit"])
+    want = [("Duration", "us"), ("SM Frequency", "GHz"), ("DRAM Throughput", "%"),
+            ("Compute (SM) Throughput", "%"), ("Achieved Occupancy", "%"), ("Registers Per Thread", ""),
+            ("Warp Cycles Per Issued Instruction", "")]
+    print("| # | kernel | grid | block | " + " | ".join(f"{w} {u}".strip() for w, u in want) + " |")
+    print("|---:|---|---|---|" + "---:|" * len(want))
+    for (kid, name, grid, block), m in kernels.items():
+        cells = []
+        for metric, unit in want:
+            value, got_unit = m.get(metric, ("", ""))
+            v = number(value)
+            if v is None:
+                cells.append("-")
+                continue
+            if metric == "Duration":
+                v = v / 1000 if got_unit == "ns" else v * 1000 if got_unit == "ms" else v
+            if metric == "SM Frequency":
+                v = v / 1e9 if got_unit == "hz" else v
+            cells.append(f"{v:.2f}" if v < 100 else f"{v:.0f}")
+        print(f"| {kid} | {name} | {grid} | {block} | " + " | ".join(cells) + " |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("steps")
+    s.add_argument("csv")
+    s.add_argument("--norms-per-pass", type=int, default=81)
+    d = sub.add_parser("details")
+    d.add_argument("csv")
+    a = ap.parse_args()
+    if a.cmd == "steps":
+        steps(a.csv, a.norms_per_pass)
+    else:
+        details(a.csv)
+
+
+if __name__ == "__main__":
+    main()
