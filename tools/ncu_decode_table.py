@@ -33,10 +33,11 @@ def read_rows(path):
 
 
 def short_name(name):
-    name = re.sub(r"\(.*", "", name)
-    for junk in ("void ", "mox::cuda::", "(anonymous namespace)::", "unnamed>::", "seg::"):
+    """'void mox::cuda::<unnamed>::matvec_kernel<mox::cuda::seg::Q4_K, 1>(const unsigned char *, ...)'
+    -> 'matvec_kernel<Q4_K, 1>': namespaces first (one is spelled with parentheses), then arguments."""
+    for junk in ("void ", "mox::cuda::", "(anonymous namespace)::", "<unnamed>::", "unnamed>::", "seg::", "mm::"):
         name = name.replace(junk, "")
-    return name[:44]
+    return re.sub(r"\(.*", "", name)[:44]
 
 
 def number(text):
