@@ -48,13 +48,10 @@ void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* 
 // route_softmax_topk (one token, logits [n_expert], n_expert = gate.n_expert) fused into
 // moe_gate_up: every block of the launch routes for itself (one warp, while the others stage x), so
 // the router's launch and its kernel boundary go; ids [k] and weights [k] are still written, for
-// moe_down. Same ids and weights as route_softmax_topk, same h as moe_gate_up. With `down` (the
-// stack moe_down will read), the selected experts' down matrices (and the shared expert's) are pulled
-// into L2 while this launch runs, so moe_down's loads wait on L2 rather than HBM.
+// moe_down. Same ids and weights as route_softmax_topk, same h as moe_gate_up.
 void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, float* weights,
                        const ops::Weight& gate, const ops::Weight& up, int64_t k, const float* x, float* h,
-                       StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr,
-                       const ops::Weight* down = nullptr);
+                       StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr);
 
 // out[:] = sum_i weights[i] * down_e h[i, :], e = ids[i] (overwrites out), plus, with `shared`,
 // sigmoid(*shared->gate_logit) * down_s(h + k * n_ff) (h as moe_gate_up left it). down: {n_ff,

@@ -524,7 +524,7 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n) {
             shared = {&L.shexp_gate_up.parts[0], &L.shexp_gate_up.parts[1], &L.shexp_down, logits + E};
         const cuda::MoeDecodeShared* sh = hp_.n_ff_shexp > 0 ? &shared : nullptr;
         cuda::moe_route_gate_up(logits, true, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps, L.up_exps, K,
-                                u, h_.as<float>(), s, sh, &L.down_exps);
+                                u, h_.as<float>(), s, sh);
         cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh);
         return;
     }

@@ -146,28 +146,7 @@ struct GateUpArgs {
     bool renormalize = true;
     int32_t* ids_out = nullptr;
     float* weights_out = nullptr;
-    // For moe_down, pulled into L2 once the ids are known: the selected experts' down matrices
-    // (down_expert_bytes each, from down) and the shared expert's (sh_down_bytes). Null: none.
-    const uint8_t* down = nullptr;
-    size_t down_expert_bytes = 0;
-    const uint8_t* sh_down = nullptr;
-    size_t sh_down_bytes = 0;
-    bool prefetch = false;  // l2_prefetch(): the shared expert's and moe_down's weights, as above
 };
-
-// This block's 1/gridDim share of the `slots` ranges [base[i], base[i] + bytes), pulled into L2.
-__device__ void prefetch_l2_share(const uint8_t* const* base, int slots, size_t bytes) {
-    const size_t total = static_cast<size_t>(slots) * bytes;
-    const size_t per = (total + gridDim.x - 1) / gridDim.x;
-    size_t lo = static_cast<size_t>(blockIdx.x) * per;
-    const size_t hi = min(total, lo + per);
-    while (lo < hi) {
-        const size_t i = lo / bytes, off = lo - i * bytes;
-        const size_t n = min(hi - lo, bytes - off);
-        prefetch_l2(base[i] + off, n);
-        lo += n;
-    }
-}
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
@@ -177,16 +156,9 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     __shared__ const uint8_t* ubase[kMaxK + 1];
     __shared__ int32_t route_ids[kMaxK];
     __shared__ float route_w[kMaxK];
-    __shared__ const uint8_t* dbase[kMaxK + 1];
     float* xs = reinterpret_cast<float*>(smem);
     const int tid = static_cast<int>(threadIdx.x);
     const int slots = a.k + (a.sh_gate != nullptr ? 1 : 0);
-    if (a.prefetch && a.sh_gate != nullptr) {
-        // The shared expert depends on nothing computed this step: into L2 before the wait.
-        const size_t sh_bytes = static_cast<size_t>(a.n_ff) * a.row_bytes;
-        const uint8_t* sh[2] = {a.sh_gate, a.sh_up};
-        prefetch_l2_share(sh, 2, sh_bytes);
-    }
     dependency_wait();  // launch.cuh: logits, ids and x come from earlier kernels
     allow_next_launch();
     int e = 0;
@@ -215,19 +187,12 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
             const size_t off = static_cast<size_t>(e) * static_cast<size_t>(a.n_ff) * a.row_bytes;
             gbase[tid] = a.gate + off;
             ubase[tid] = a.up + off;
-            if (a.down != nullptr) dbase[tid] = a.down + static_cast<size_t>(e) * a.down_expert_bytes;
         } else {
             gbase[tid] = a.sh_gate;
             ubase[tid] = a.sh_up;
         }
     }
     __syncthreads();
-    // moe_down's weights, now that the experts are known: they arrive in L2 while this launch runs.
-    if (a.prefetch && a.down != nullptr) prefetch_l2_share(dbase, a.k, a.down_expert_bytes);
-    if (a.prefetch && a.sh_down != nullptr) {
-        const uint8_t* sh[1] = {a.sh_down};
-        prefetch_l2_share(sh, 1, a.sh_down_bytes);
-    }
 
     const int warp = tid / kWarp, lane = tid % kWarp;
     const int64_t pairs = (a.n_ff + 1) / 2;
@@ -453,7 +418,6 @@ void gate_up_impl(const ops::Weight& gate, const ops::Weight& up, const int32_t*
     a.sh_up = fused ? shared->up->data : nullptr;
     a.x = x;
     a.h = h;
-    a.prefetch = l2_prefetch();
     dispatch_type(gate.type, [&](auto tag) {
         launch_gate_up<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), stream);
     });
@@ -485,7 +449,7 @@ void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* 
 
 void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, float* weights,
                        const ops::Weight& gate, const ops::Weight& up, int64_t k, const float* x, float* h,
-                       StreamHandle stream, const MoeDecodeShared* shared, const ops::Weight* down) {
+                       StreamHandle stream, const MoeDecodeShared* shared) {
     if (gate.n_expert < 1 || gate.n_expert > kWarp * kRouterPerLane || k < 1 || k > kMaxK ||
         k > gate.n_expert)
         fail("CUDA router: {} experts, top {} (supported: up to {} experts, k <= {})", gate.n_expert, k,
@@ -495,16 +459,6 @@ void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, floa
     route.renormalize = renormalize;
     route.ids_out = ids;
     route.weights_out = weights;
-    if (down != nullptr) {
-        MOX_CHECK(down->n_expert == gate.n_expert && down->n_in == gate.n_out, "MoE down stack {}x{}x{}",
-                  down->n_expert, down->n_out, down->n_in);
-        route.down = down->data;
-        route.down_expert_bytes = static_cast<size_t>(down->n_out) * down->row_bytes;
-        if (shared != nullptr && shared->down != nullptr) {
-            route.sh_down = shared->down->data;
-            route.sh_down_bytes = static_cast<size_t>(shared->down->n_out) * shared->down->row_bytes;
-        }
-    }
     gate_up_impl(gate, up, nullptr, k, x, h, stream, shared, route);
 }
 

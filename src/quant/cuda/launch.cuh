@@ -1,14 +1,14 @@
 // Kernel launches that may overlap with the kernel before them (programmatic dependent launch,
-// sm_90+), and L2 prefetch of weights ahead of use. Only .cu files include this header.
+// sm_90+). Only .cu files include this header.
 //
 // The idea: a decode step is ~420 short kernels in one graph, and each pays its launch, its ramp over
 // the SMs and a chain of dependent loads strictly after the previous kernel ended. With
 // launch_overlapped the next kernel's blocks start as soon as every block of the current one has
-// passed its own dependency wait, may pull their weights into L2 (which depend on nothing computed
-// this step), and only then wait. Measured on the H200 (Qwen3.6-35B-A3B Q4_K_M, tg128), both made
-// decode slower, so both are off by default and kept behind switches for further experiments
-// (MOX_PDL=1, MOX_L2_PREFETCH=1): ncu shows the decode kernels themselves, not their boundaries,
-// take the time (bench/results/2026-11-29-cuda-decode-pdl-h200).
+// passed its own dependency wait. Measured on the H200 (Qwen3.6-35B-A3B Q4_K_M, tg128) it made decode
+// 11% slower, so it is off by default (MOX_PDL=1 turns it on for further experiments): ncu shows the
+// decode kernels themselves, not their boundaries, take the time. Prefetching each kernel's weights
+// into L2 before its wait was slower too (2%) and was removed
+// (bench/results/2026-11-29-cuda-decode-pdl-h200).
 //
 // The contract of a kernel launched with launch_overlapped:
 //  * it calls dependency_wait() in every thread that reads anything an earlier kernel of the stream
@@ -41,25 +41,10 @@ __device__ __forceinline__ void allow_next_launch() {
 #endif
 }
 
-// Hints the L2 to fetch [p, p + bytes): one prefetch per 128-byte line, spread over the block's
-// threads. No register, no wait; prefetches never fault, but callers stay inside their tensors.
-__device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes) {
-    if (bytes == 0) return;
-    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~static_cast<uintptr_t>(127);
-    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
-    for (uintptr_t a = first + static_cast<uintptr_t>(threadIdx.x) * 128; a < end;
-         a += static_cast<uintptr_t>(blockDim.x) * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-}
-
 // Whether launches get the overlap attribute: the device is sm_90+ and MOX_PDL=1. Off by default:
 // on the H200 (Qwen3.6-35B-A3B Q4_K_M, tg128, same run) it made decode slower, 196 t/s against 222
 // with plain stream order; the graph's kernel boundaries were not where the time goes.
 bool overlapped_launches();
-// Whether kernels pull their next weights into L2 ahead of use (prefetch_l2): MOX_L2_PREFETCH=1. Off
-// by default: on the H200 it made decode slower too (tg128 221 t/s against 225 without, same run;
-// the MoE gate/up launch that also pulls moe_down's experts took 28.9 us against 23.7, ncu).
-bool l2_prefetch();
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the overlap attribute where enabled, plus up
 // to 3 `extra` attributes (e.g. a cluster shape).

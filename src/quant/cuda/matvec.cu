@@ -36,15 +36,6 @@ bool overlapped_launches() {
     return enabled;
 }
 
-bool l2_prefetch() {
-    static const bool enabled = [] {
-        // Off unless MOX_L2_PREFETCH=1: measured slower on the H200 (launch.cuh).
-        const char* env = std::getenv("MOX_L2_PREFETCH");
-        return env != nullptr && std::strcmp(env, "1") == 0;
-    }();
-    return enabled;
-}
-
 void prepare_smem(const void* kernel, size_t bytes, const char* what) {
     // 1 KiB stays free for the kernels' static shared memory (value tables).
     if (bytes + 1024 > static_cast<size_t>(launch_limits().max_smem_optin))
@@ -55,13 +46,12 @@ void prepare_smem(const void* kernel, size_t bytes, const char* what) {
                                             static_cast<int>(bytes)));
 }
 
-int grid_blocks(const void* kernel, size_t smem_bytes, int64_t work_blocks, int threads) {
+int grid_blocks(const void* kernel, size_t smem_bytes, int64_t work_blocks) {
     // The occupancy query runs on the host at every launch of a decode step (3 per MoE layer): keep
     // its answers, a handful of (kernel, shared-memory size) pairs per process.
     struct Entry {
         const void* kernel;
         size_t smem;
-        int threads;
         int per_sm;
     };
     static std::mutex mutex;
@@ -70,12 +60,12 @@ int grid_blocks(const void* kernel, size_t smem_bytes, int64_t work_blocks, int 
     {
         std::lock_guard<std::mutex> lock(mutex);
         for (const Entry& e : cache)
-            if (e.kernel == kernel && e.smem == smem_bytes && e.threads == threads) per_sm = e.per_sm;
+            if (e.kernel == kernel && e.smem == smem_bytes) per_sm = e.per_sm;
     }
     if (per_sm < 0) {
-        MOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
+        MOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
         std::lock_guard<std::mutex> lock(mutex);
-        cache.push_back({kernel, smem_bytes, threads, per_sm});
+        cache.push_back({kernel, smem_bytes, per_sm});
     }
     const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * launch_limits().sm_count;
     return static_cast<int>(std::max<int64_t>(1, std::min(work_blocks, resident)));
@@ -88,29 +78,21 @@ namespace {
 template <class T, int NC>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
-                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride,
-                  bool prefetch) {
+                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride) {
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
     float* xs = reinterpret_cast<float*>(smem);
     const int64_t n_segs = n_segments<T>(n_in);
     const int64_t xs_stride = n_units(n_segs) * 256;
     stage_table<T>(tbl);
-    // The weights depend on nothing computed this step: this block's first rows head for L2 while
-    // the kernel before it finishes (launch.cuh). Later passes (the output layer) stream as before.
-    const int64_t rows_per_block = static_cast<int64_t>(blockDim.x / kWarp) * kRows;
-    const int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block;
-    if (prefetch && first_row < n_out)
-        prefetch_l2(w + static_cast<size_t>(first_row) * row_bytes,
-                    static_cast<size_t>(min(rows_per_block, n_out - first_row)) * row_bytes);
-    dependency_wait();
+    dependency_wait();  // launch.cuh: x comes from an earlier kernel
     allow_next_launch();
     stage_x_rows<T>(xs, x, x_stride, NC, n_in, n_segs);
     __syncthreads();
 
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int64_t warps_total = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-    for (int64_t r0 = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + warp) * kRows; r0 < n_out;
+    const int64_t warps_total = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
+    for (int64_t r0 = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + warp) * kRows; r0 < n_out;
          r0 += warps_total * kRows) {
         const uint8_t* rows[kRows];
 #pragma unroll
@@ -137,12 +119,11 @@ void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const 
     // 8-warp blocks even for short matrices: one-warp blocks for the 257-row router (129 blocks on
     // as many SMs instead of 17) measured slower on the H200, 12.0 us against 9.8 (ncu), as a block
     // of few threads stages its activations in more round trips (stage_x_rows).
-    const int warps = kThreads / kWarp;
-    const int64_t rows_per_block = static_cast<int64_t>(warps) * kRows;
+    const int64_t rows_per_block = (kThreads / kWarp) * kRows;
     const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
-                                   (n_out + rows_per_block - 1) / rows_per_block, warps * kWarp);
-    launch_overlapped(kernel, blocks, warps * kWarp, smem, stream, static_cast<const uint8_t*>(w), row_bytes, n_in, n_out,
-                      x, n_in, y, n_out, l2_prefetch());
+                                   (n_out + rows_per_block - 1) / rows_per_block);
+    launch_overlapped(kernel, blocks, kThreads, smem, stream, static_cast<const uint8_t*>(w), row_bytes, n_in, n_out,
+                      x, n_in, y, n_out);
     MOX_CUDA_CHECK_LAUNCH("matvec_kernel");
 }
 

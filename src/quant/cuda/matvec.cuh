@@ -305,6 +305,6 @@ void prepare_smem(const void* kernel, size_t bytes, const char* what);
 
 // Blocks to launch: enough for `work_blocks`, capped at what fits on the device at once (the kernels
 // loop over the rest, so each block stages its activations once).
-int grid_blocks(const void* kernel, size_t smem_bytes, int64_t work_blocks, int threads = kThreads);
+int grid_blocks(const void* kernel, size_t smem_bytes, int64_t work_blocks);
 
 }  // namespace mox::cuda
