@@ -13,9 +13,10 @@
 //
 // Before timing, each kernel's first rows are checked against the scalar reference kernel (the same
 // activation format), so the table never reports the speed of a wrong kernel.
+#include "bench_common.h"
 #include "core/error.h"
-#include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "engine/bench_machine.h"
 #include "quant/dot.h"
 #include "quant/types.h"
 
@@ -67,15 +68,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// CPU seconds of the whole process. The pool's idle workers sleep, so over a timed pass this divided
-// by (wall time x threads) is the share of the cores the run actually got: on a shared machine a
-// share well below 1 means the GB/s are scaled down by other processes, not by the kernel.
-double process_cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Wall and CPU seconds summed over timed passes.
 struct Share {
     double wall = 0, cpu = 0;
@@ -92,7 +84,7 @@ Stats stream_read(mox::ThreadPool& pool, const std::vector<uint8_t>& buf, int re
     uint64_t sink = 0;
     for (int r = 0; r < reps + 1; ++r) {  // the first pass warms up and is not counted
         const auto t0 = std::chrono::steady_clock::now();
-        const double c0 = process_cpu_seconds();
+        const double c0 = mox::bench::process_cpu_seconds();
         pool.run(n_tasks, [&](int64_t i) {
             const size_t w0 = words * static_cast<size_t>(i) / static_cast<size_t>(n_tasks) / 4 * 4;
             const size_t w1 = i + 1 == n_tasks
@@ -111,7 +103,7 @@ Stats stream_read(mox::ThreadPool& pool, const std::vector<uint8_t>& buf, int re
         const double s = seconds_since(t0);
         if (r > 0) {
             share.wall += s;
-            share.cpu += process_cpu_seconds() - c0;
+            share.cpu += mox::bench::process_cpu_seconds() - c0;
         }
         for (uint64_t v : partial) sink += v;
         if (r > 0) gbs.push_back(static_cast<double>(words / 4 * 4 * 8) / s / 1e9);
@@ -120,42 +112,9 @@ Stats stream_read(mox::ThreadPool& pool, const std::vector<uint8_t>& buf, int re
     return stats_of(gbs);
 }
 
-// Weight bytes of one type: a seed of real-looking rows (quantized Gaussian values where the type has
-// a quantizer; random bytes with sane fp16 scales for the grid i-quants) tiled over the matrix.
+// Weight bytes of one type (bench_common.h).
 void fill_weights(TypeId type, int64_t k, size_t rows, std::vector<uint8_t>& w) {
-    const mox::quant::TypeTraits& t = mox::quant::traits(type);
-    const size_t rb = mox::quant::row_bytes(type, k);
-    const size_t seed_rows = std::min<size_t>(rows, 64);
-    std::mt19937 rng(17 + static_cast<unsigned>(type));
-    std::normal_distribution<float> gauss(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(k));
-    for (size_t r = 0; r < seed_rows; ++r) {
-        uint8_t* row = w.data() + r * rb;
-        if (type == TypeId::f32 || t.quantize) {
-            for (float& v : x) v = 0.05f * gauss(rng);
-            if (type == TypeId::f32)
-                std::memcpy(row, x.data(), rb);
-            else
-                t.quantize(x.data(), row, k);
-            continue;
-        }
-        std::uniform_int_distribution<int> byte(0, 255);
-        for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(byte(rng));
-        const uint16_t d = mox::fp32_to_fp16(0.01f);
-        for (size_t b = 0; b < rb / t.block_bytes; ++b) {
-            uint8_t* block = row + b * t.block_bytes;
-            if (type == TypeId::iq1_m) {  // fp16 d in the top nibbles of the last four u16 words
-                for (int i = 0; i < 4; ++i) {
-                    uint8_t& hi = block[t.block_bytes - 8 + 2 * i + 1];
-                    hi = static_cast<uint8_t>((hi & 0x0F) | (((d >> (4 * i)) & 0xF) << 4));
-                }
-            } else {
-                std::memcpy(block, &d, 2);
-            }
-        }
-    }
-    for (size_t r = seed_rows; r < rows; r += seed_rows)
-        std::memcpy(w.data() + r * rb, w.data(), std::min(seed_rows, rows - r) * rb);
+    mox::bench::fill_weight_rows(type, k, rows, w.data(), 17 + static_cast<uint32_t>(type), 64);
 }
 
 struct Result {
@@ -181,7 +140,7 @@ Stats time_pass(mox::ThreadPool& pool, const DotKernel& kern, const std::vector<
     std::vector<double> secs;
     for (int r = 0; r < reps + 1; ++r) {  // first pass: warm-up
         const auto t0 = std::chrono::steady_clock::now();
-        const double c0 = process_cpu_seconds();
+        const double c0 = mox::bench::process_cpu_seconds();
         pool.run(n_tasks, [&](int64_t i) {
             const size_t a = rows * static_cast<size_t>(i) / static_cast<size_t>(n_tasks);
             const size_t b = rows * static_cast<size_t>(i + 1) / static_cast<size_t>(n_tasks);
@@ -191,7 +150,7 @@ Stats time_pass(mox::ThreadPool& pool, const DotKernel& kern, const std::vector<
         if (r > 0) {
             secs.push_back(wall);
             share.wall += wall;
-            share.cpu += process_cpu_seconds() - c0;
+            share.cpu += mox::bench::process_cpu_seconds() - c0;
         }
     }
     return stats_of(secs);
@@ -248,14 +207,6 @@ Result bench_kernel(mox::ThreadPool& pool, const DotKernel& kern, const Options&
     const double flops = 2.0 * static_cast<double>(prows) * static_cast<double>(o.k) * nc;
     res.prefill_gflops = {flops / pf.median / 1e9, flops / pf.max / 1e9, flops / pf.min / 1e9};
     return res;
-}
-
-std::string cpu_name() {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    return "unknown";
 }
 
 int run(const Options& o) {
@@ -328,7 +279,7 @@ int run(const Options& o) {
     for (const Result& r : results) bad += r.max_rel_err > 1e-2;
     if (o.output == "json") {
         nlohmann::json j;
-        j["cpu"] = cpu_name();
+        j["cpu"] = mox::engine::cpu_model_name();
         j["threads"] = pool.size();
         j["host_isa"] = mox::quant::isa_name(host);
         j["size_mib"] = o.size_mib;
@@ -356,7 +307,7 @@ int run(const Options& o) {
         std::printf(
             "CPU: %s, %d thread(s), tier %s; matrix %lld MiB, k = %lld, %d repetitions (median "
             "[min-max])\n\n",
-            cpu_name().c_str(), pool.size(), std::string(mox::quant::isa_name(host)).c_str(),
+            mox::engine::cpu_model_name().c_str(), pool.size(), std::string(mox::quant::isa_name(host)).c_str(),
             static_cast<long long>(o.size_mib), static_cast<long long>(o.k), o.repetitions);
         fmt::print("STREAM-style read: {:.1f} GB/s [{:.1f}-{:.1f}], cpu share {:.0f}%\n\n", stream.median,
                    stream.min, stream.max, 100.0 * stream_share.of(pool.size()));

@@ -16,10 +16,11 @@
 // Before timing, the first call is checked: each one-job configuration must equal the two-job path bit for
 // bit and stay within 5% RMS of the scalar reference kernels, and the timed calls must not touch the heap
 // (counted through a replaced operator new); the tool exits 1 otherwise.
+#include "bench_common.h"
 #include "core/error.h"
-#include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "core/topology.h"
+#include "engine/bench_machine.h"
 #include "ops/moe.h"
 #include "quant/dot.h"
 #include "quant/types.h"
@@ -111,20 +112,6 @@ double percentile(std::vector<double> v, double q) {
     return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
-double process_cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-std::string cpu_name() {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    return "unknown";
-}
-
 // Anonymous memory with the page size decode sees: small pages by default (the runtime's experts live
 // in the page cache or in pinned buffers), 2 MiB transparent huge pages with --huge-pages.
 struct Region {
@@ -142,45 +129,6 @@ struct Region {
     Region(const Region&) = delete;
     Region& operator=(const Region&) = delete;
 };
-
-// Fills n_rows rows of `type` ([n_rows, n_in]): quantized Gaussian rows where the type has a quantizer,
-// random codes with a small fp16 scale at each block's start otherwise, from a seed of distinct rows
-// tiled in a scrambled order.
-void fill_rows(TypeId type, int64_t n_in, size_t n_rows, uint8_t* dst, std::mt19937& rng) {
-    const mox::quant::TypeTraits& t = mox::quant::traits(type);
-    const size_t rb = mox::quant::row_bytes(type, n_in);
-    const size_t seed_rows = std::min<size_t>(n_rows, 256);
-    std::vector<uint8_t> seed(seed_rows * rb);
-    std::normal_distribution<float> gauss(0.0f, 0.05f);
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::vector<float> x(static_cast<size_t>(n_in));
-    for (size_t r = 0; r < seed_rows; ++r) {
-        uint8_t* row = seed.data() + r * rb;
-        if (type == TypeId::f32 || t.quantize) {
-            for (float& v : x) v = gauss(rng);
-            if (type == TypeId::f32)
-                std::memcpy(row, x.data(), rb);
-            else
-                t.quantize(x.data(), row, n_in);
-            continue;
-        }
-        for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(byte(rng));
-        const uint16_t d = mox::fp32_to_fp16(0.002f);
-        for (size_t b = 0; b < rb / t.block_bytes; ++b) {
-            uint8_t* block = row + b * t.block_bytes;
-            if (type == TypeId::iq1_m) {  // fp16 d in the top nibbles of the last four u16 words
-                for (int i = 0; i < 4; ++i) {
-                    uint8_t& hi = block[t.block_bytes - 8 + 2 * i + 1];
-                    hi = static_cast<uint8_t>((hi & 0x0F) | (((d >> (4 * i)) & 0xF) << 4));
-                }
-            } else {
-                std::memcpy(block, &d, 2);
-            }
-        }
-    }
-    for (size_t r = 0; r < n_rows; ++r)
-        std::memcpy(dst + r * rb, seed.data() + ((r * 97 + r / seed_rows) % seed_rows) * rb, rb);
-}
 
 struct Layers {
     std::vector<std::unique_ptr<Region>> regions;
@@ -212,14 +160,14 @@ Layers make_layers(const Options& o, TypeId tg, TypeId tu, TypeId td) {
         o.layers > 0
             ? o.layers
             : std::max<int64_t>(2, static_cast<int64_t>((min_bytes + L.layer_bytes - 1) / L.layer_bytes));
-    std::mt19937 rng(1234);
     for (int64_t l = 0; l < n_layers; ++l) {
         auto r = std::make_unique<Region>(L.layer_bytes, o.huge_pages);
         uint8_t* p = r->data;
         const size_t ne = static_cast<size_t>(o.n_expert);
-        fill_rows(tg, o.n_embd, ne * static_cast<size_t>(o.n_ff), p, rng);
-        fill_rows(tu, o.n_embd, ne * static_cast<size_t>(o.n_ff), p + gate_b * ne, rng);
-        fill_rows(td, o.n_ff, ne * static_cast<size_t>(o.n_embd), p + (gate_b + up_b) * ne, rng);
+        const auto seed = static_cast<uint32_t>(1234 + 3 * l);  // distinct rows per layer and stack
+        mox::bench::fill_weight_rows(tg, o.n_embd, ne * static_cast<size_t>(o.n_ff), p, seed);
+        mox::bench::fill_weight_rows(tu, o.n_embd, ne * static_cast<size_t>(o.n_ff), p + gate_b * ne, seed + 1);
+        mox::bench::fill_weight_rows(td, o.n_ff, ne * static_cast<size_t>(o.n_embd), p + (gate_b + up_b) * ne, seed + 2);
         L.stacks.push_back({stack_view(p, tg, o.n_embd, o.n_ff, o.n_expert),
                             stack_view(p + gate_b * ne, tu, o.n_embd, o.n_ff, o.n_expert),
                             stack_view(p + (gate_b + up_b) * ne, td, o.n_ff, o.n_embd, o.n_expert)});
@@ -453,10 +401,10 @@ int run(const Options& o) {
                 const bool timed = round > 0 || i >= o.warmup;
                 if (round == 0 && i == o.warmup) {
                     allocs0 = g_allocations.load();
-                    cpu0 = process_cpu_seconds();
+                    cpu0 = mox::bench::process_cpu_seconds();
                 } else if (round > 0 && i == 0) {
                     allocs0 = g_allocations.load();
-                    cpu0 = process_cpu_seconds();
+                    cpu0 = mox::bench::process_cpu_seconds();
                 }
                 const auto l = static_cast<size_t>(call % n_layers);
                 router.route(l, o.tokens, o.k, o.n_expert, r);
@@ -473,7 +421,7 @@ int run(const Options& o) {
                 c.bytes += static_cast<double>(distinct) * static_cast<double>(L.expert_bytes);
             }
             allocs += g_allocations.load() - allocs0;
-            cpu += process_cpu_seconds() - cpu0;
+            cpu += mox::bench::process_cpu_seconds() - cpu0;
         }
     }
     for (const Config& c : configs) busy += c.wall + o.gap_us * 1e-6 * static_cast<double>(c.us.size());
@@ -502,7 +450,7 @@ int run(const Options& o) {
     };
     if (o.output == "json") {
         nlohmann::json j;
-        j["cpu"] = cpu_name();
+        j["cpu"] = mox::engine::cpu_model_name();
         j["threads"] = pool.size();
         j["isa"] = mox::quant::isa_name(isa);
         j["types"] = {mox::quant::type_name(tg), mox::quant::type_name(tu), mox::quant::type_name(td)};
@@ -551,7 +499,7 @@ int run(const Options& o) {
             "CPU: {}, {} thread(s), tier {}; gate {}, up {}, down {}; n_embd {}, n_ff {}, {} experts, "
             "top-{}, "
             "{} token(s)\n",
-            cpu_name(), pool.size(), mox::quant::isa_name(isa), mox::quant::type_name(tg),
+            mox::engine::cpu_model_name(), pool.size(), mox::quant::isa_name(isa), mox::quant::type_name(tg),
             mox::quant::type_name(tu), mox::quant::type_name(td), o.n_embd, o.n_ff, o.n_expert, o.k,
             o.tokens);
         fmt::print(

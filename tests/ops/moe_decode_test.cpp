@@ -5,13 +5,13 @@
 #include "core/thread_pool.h"
 #include "ops/moe.h"
 #include "quant/dot.h"
+#include "quant/random_blocks.h"
 #include "quant/types.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
@@ -28,23 +28,12 @@ struct Stack {
     Weight w;
 };
 
-// n_expert matrices [n_out, n_in] of quantized Gaussian rows.
+// n_expert matrices [n_out, n_in] of valid random blocks (quant::random_valid_blocks).
 Stack make_stack(TypeId type, int64_t n_in, int64_t n_out, int64_t n_expert, std::mt19937& rng) {
-    const quant::TypeTraits& t = quant::traits(type);
     Stack s;
-    const size_t rb = quant::row_bytes(type, n_in);
-    s.bytes.resize(rb * static_cast<size_t>(n_out * n_expert));
-    std::normal_distribution<float> gauss(0.0f, 0.05f);
-    std::vector<float> row(static_cast<size_t>(n_in));
-    for (int64_t r = 0; r < n_out * n_expert; ++r) {
-        for (float& v : row) v = gauss(rng);
-        uint8_t* dst = s.bytes.data() + static_cast<size_t>(r) * rb;
-        if (type == TypeId::f32)
-            std::memcpy(dst, row.data(), rb);
-        else
-            t.quantize(row.data(), dst, n_in);
-    }
-    s.w = Weight{s.bytes.data(), type, n_in, n_out, n_expert, rb};
+    const int64_t blocks_per_row = n_in / quant::traits(type).block_elems;
+    s.bytes = quant::random_valid_blocks(type, blocks_per_row * n_out * n_expert, static_cast<uint32_t>(rng()));
+    s.w = Weight{s.bytes.data(), type, n_in, n_out, n_expert, quant::row_bytes(type, n_in)};
     return s;
 }
 
