@@ -20,29 +20,24 @@ namespace mox::plan {
 HardwareProfile profile_or_calibrate(const std::string& path, const std::vector<quant::TypeId>& types,
                                      std::string* note) {
     std::optional<HardwareProfile> loaded = load_profile(path);
-    CalibrateOptions quick = quick_calibrate_options();
-    if (!loaded) {
-        quick.types = types.empty() ? quick.types : types;
-        HardwareProfile p = calibrate(quick);
-        save_profile(p, path);
-        if (note)
-            *note = fmt::format("no hardware profile yet: measured a quick one and saved it to {} (`mox calibrate` "
-                                "measures a fuller one)",
-                                path);
-        return p;
-    }
-    HardwareProfile p = std::move(*loaded);
-    // A profile made for another model may lack this one's weight types: measure just those.
+    const CalibrateOptions quick = quick_calibrate_options();
+    const bool fresh = !loaded;
+    HardwareProfile p = fresh ? calibrate(quick) : std::move(*loaded);
+    // A profile made for another model (or a quick one) may lack this one's weight types: measure
+    // just those (calibrate_missing_types skips float and activation-only types).
     const std::vector<quant::TypeId> added = calibrate_missing_types(p, types, quick);
-    if (added.empty()) {
-        if (note) *note = fmt::format("hardware profile {}", path);
-        return p;
-    }
-    save_profile(p, path);
+    if (fresh || !added.empty()) save_profile(p, path);
     if (note) {
         std::string names;
         for (const quant::TypeId t : added) names += (names.empty() ? "" : ", ") + std::string(quant::type_name(t));
-        *note = fmt::format("hardware profile {}; measured {} for this model and added them to it", path, names);
+        if (fresh)
+            *note = fmt::format("no hardware profile yet: measured a quick one and saved it to {} (`mox calibrate` "
+                                "measures a fuller one)",
+                                path);
+        else if (!added.empty())
+            *note = fmt::format("hardware profile {}; measured {} for this model and added them to it", path, names);
+        else
+            *note = fmt::format("hardware profile {}", path);
     }
     return p;
 }

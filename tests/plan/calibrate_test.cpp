@@ -3,10 +3,17 @@
 // exactly the types asked for, and the host facts are read.
 #include "plan/calibrate.h"
 #include "core/error.h"
+#include "plan/auto_plan.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <unistd.h>
 
 namespace mox::plan {
 namespace {
@@ -68,6 +75,23 @@ TEST(Calibrate, MissingTypesAreMeasuredOnceAndAdded) {
     EXPECT_GT(p.cpu.expert_gflops.at("Q6_K"), 0.0);
     EXPECT_EQ(p.cpu.expert_gbps.at("Q4_K"), q4);  // measured rates are kept, not redone
     EXPECT_TRUE(calibrate_missing_types(p, want, small_options()).empty());
+}
+
+TEST(Calibrate, AutoPlanCompletesACachedProfileWithTheModelsTypes) {
+    // A cached profile that lacks Q6_K (made for another model): --plan auto's profile_or_calibrate
+    // measures Q6_K once, saves it to the file and says so; the next call finds everything.
+    const std::string path =
+        (std::filesystem::temp_directory_path() / fmt::format("mox-profile-test-{}.json", ::getpid())).string();
+    save_profile(calibrate(small_options()), path);  // Q4_K only, no GPU
+    std::string note;
+    const std::vector<quant::TypeId> types = {quant::TypeId::q4_k, quant::TypeId::q6_k, quant::TypeId::f32};
+    const HardwareProfile p = profile_or_calibrate(path, types, &note);
+    EXPECT_GT(p.cpu.expert_gbps.at("Q6_K"), 0.0);
+    EXPECT_NE(note.find("measured Q6_K"), std::string::npos) << note;
+    EXPECT_EQ(load_profile(path)->cpu.expert_gbps.count("Q6_K"), 1u);
+    profile_or_calibrate(path, types, &note);
+    EXPECT_EQ(note, "hardware profile " + path);
+    std::filesystem::remove(path);
 }
 
 TEST(Calibrate, HostLockableIsCappedByRam) {

@@ -384,12 +384,12 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                     seq->decode_graph = cuda::Graph::end_capture(s);
                     seq->graph_keys = keys;
                 }
-                // MOX_CUDA_PROFILE_STEP=N: the N-th decode step of the process (from 1) alone runs
-                // between profiler start and stop, for `ncu --profile-from-start off` (docs/cuda.md).
                 // Host expert layers come ~60-110 us of GPU work apart: longer than the pool's
                 // spin window, so without a hold its workers would sleep and wake at every layer.
                 std::optional<ThreadPool::Hold> warm;
                 if (!host_.empty() && m_.ctx_.pool) warm.emplace(*m_.ctx_.pool);
+                // MOX_CUDA_PROFILE_STEP=N: the N-th decode step of the process (from 1) alone runs
+                // between profiler start and stop, for `ncu --profile-from-start off` (docs/cuda.md).
                 const bool profiled = ++decode_steps_ == profile_step_;
                 if (profiled) {
                     stream_.synchronize();
