@@ -2,8 +2,9 @@
 // W in its GGUF block format in device memory. Plain C++ (no CUDA headers); kernels in
 // quant/cuda/matvec.cu, linked only with -DMOX_CUDA=ON.
 //
-// Activations are fp32 (staged in shared memory; no quantization of x), so results match the CPU
-// reference dot product up to fp32 summation order.
+// Activations: for one column (decode) and weight types with an integer kernel (int8_activations),
+// x is quantized to 8 bits per 32-value segment inside the kernel (rule below); otherwise x stays
+// fp32 and results match the CPU reference dot product up to fp32 summation order.
 #pragma once
 
 #include "quant/cuda_stream.h"
@@ -11,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace mox::cuda {
 
@@ -31,5 +33,16 @@ bool matvec_supported(quant::TypeId type);
 // whose activations exceed the shared memory of a block.
 void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
             int n_cols, float* y, StreamHandle stream = nullptr);
+
+// Whether one-column products with `type` weights (matvec with n_cols 1, the batch-1 MoE kernels)
+// use 8-bit activations: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, unless MOX_CUDA_INT8=0. The rule: x is cut
+// into the type's 32-value segments (activation_segments); for each, amax = max |x|, dx = amax / 127
+// and q = round-half-even(x * (127 / amax)) in fp32 (q = 0, dx = 0 when amax is 0); the kernel then
+// computes W (dx q) exactly up to fp32 summation order.
+bool int8_activations(quant::TypeId type);
+
+// The element of x behind value j of segment g, at [32 g + j] (-1 past n_in): the order in which
+// the kernels consume a row of `type` (quant/cuda/segments.cuh). For tests.
+std::vector<int64_t> activation_segments(quant::TypeId type, int64_t n_in);
 
 }  // namespace mox::cuda

@@ -1,8 +1,10 @@
 // CUDA matvec against the CPU reference: weights quantized by the reference quantizer (random
 // valid blocks for the grid i-quants, which have none), dequantized by the reference dequantizer,
-// dotted in double precision. Every supported type, odd shapes (one block, odd block counts, n_out
+// dotted in double precision with the activations the kernel uses (8-bit ones for one column of
+// the int8 types: kernel_activations.h). Every supported type, odd shapes (one block, odd block counts, n_out
 // not a multiple of the rows a block handles), 1..8 columns.
 #include "cuda_test_util.h"
+#include "kernel_activations.h"
 #include "random_blocks.h"
 
 #include "quant/cuda_matvec.h"
@@ -69,14 +71,26 @@ void check_case(TypeId type, int64_t n_in, int64_t n_out, int n_cols, uint32_t s
 
     int bad = 0;
     for (int c = 0; c < n_cols; ++c) {
+        // matvec runs the columns in chunks of 8, 4, 2, 1: a column alone in its chunk (the last of
+        // an odd count) takes the one-column kernel and its activations.
+        const bool alone = n_cols % 2 == 1 && c == n_cols - 1;
+        const std::vector<double> xk = alone ? test::kernel_activations(type, x.data() + c * n_in, n_in)
+                                             : std::vector<double>(x.begin() + c * n_in, x.begin() + (c + 1) * n_in);
         for (int64_t r = 0; r < n_out; ++r) {
             double ref = 0, mag = 0;
             for (int64_t i = 0; i < n_in; ++i) {
-                const double t = static_cast<double>(wd[r * n_in + i]) * x[c * n_in + i];
+                const double t = static_cast<double>(wd[r * n_in + i]) * xk[static_cast<size_t>(i)];
                 ref += t;
                 mag += std::fabs(t);
             }
             const double got = y[c * n_out + r];
+            // 8-bit activations also stay near the fp32 product (a rule wrong in the kernel and its
+            // emulation alike, e.g. a zero scale, would pass the exact check): each x moves by at most
+            // amax / 254 of its segment.
+            double exact = 0;
+            for (int64_t i = 0; i < n_in; ++i) exact += static_cast<double>(wd[r * n_in + i]) * x[c * n_in + i];
+            if (!(std::fabs(got - exact) <= 2e-2 * mag + 1e-6) && bad++ < 5)
+                ADD_FAILURE() << "col " << c << " row " << r << ": got " << got << ", fp32 product " << exact;
             if (!(std::fabs(got - ref) <= 1e-5 * mag + 1e-6) && bad++ < 5)
                 ADD_FAILURE() << "col " << c << " row " << r << ": got " << got << ", reference " << ref
                               << " (sum |w x| " << mag << ")";
@@ -113,6 +127,11 @@ TEST(CudaMatvec, ModelSizedRowsMatchReference) {
         check_case(type, 2048, 40, 8, 8);
     }
     check_case(TypeId::f32, 2049, 20, 1, 9);
+    // Short float matrices of whole segments take the one-warp kernel (the router's 2048 -> 257).
+    for (TypeId type : {TypeId::f32, TypeId::f16, TypeId::bf16}) {
+        check_case(type, 2048, 257, 1, 13);
+        check_case(type, 96, 3, 1, 14);
+    }
     // 4096-wide rows: two passes of the batch-1 lanes (the second prefetched during the first).
     check_case(TypeId::q4_k, 4096, 33, 1, 10);
     check_case(TypeId::q6_k, 4096, 17, 1, 11);
@@ -135,7 +154,7 @@ TEST(CudaMatvec, BlockTypeBandwidth) {
     MOX_REQUIRE_CUDA_DEVICE();
     const int64_t n_in = 2048, n_out = 32768;
     for (TypeId type :
-         {TypeId::q4_k, TypeId::q4_1, TypeId::q5_0, TypeId::q5_1, TypeId::iq2_xxs, TypeId::iq2_xs,
+         {TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::q4_1, TypeId::q5_0, TypeId::q5_1, TypeId::iq2_xxs, TypeId::iq2_xs,
           TypeId::iq2_s, TypeId::iq3_xxs, TypeId::iq3_s, TypeId::iq1_s, TypeId::iq1_m}) {
         const size_t rb = quant::row_bytes(type, n_in), bytes = rb * static_cast<size_t>(n_out);
         std::mt19937 rng(5);

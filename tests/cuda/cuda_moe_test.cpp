@@ -1,9 +1,11 @@
-// CUDA MoE decode kernels against the CPU operators (ops::route_softmax_topk, ops::moe_ffn with the
-// scalar reference kernels: dequantize + fp32 dot).
+// CUDA MoE decode kernels against references: the router against ops::route_softmax_topk; gate/up
+// and down against the MoE math in double precision on dequantized weights, with the activations
+// the kernels use (8-bit ones for the int8 types, kernel_activations.h). The down check quantizes
+// the kernels' own h, so it does not inherit gate/up's rounding.
 #include "cuda_test_util.h"
 #include "expert_stack.h"
+#include "kernel_activations.h"
 
-#include "ops/context.h"
 #include "ops/cuda_moe.h"
 #include "ops/moe.h"
 #include "quant/types.h"
@@ -34,6 +36,53 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref, 
     for (size_t i = 0; i < ref.size(); ++i)
         if (!(std::fabs(double(got[i]) - ref[i]) <= 20 * rel * ref_max) && bad++ < 5)
             ADD_FAILURE() << "element " << i << ": got " << got[i] << ", reference " << ref[i];
+}
+
+// One slot of the reference: a routed expert or the shared one, with its output weight.
+struct RefSlot {
+    const ops::Weight* gate;
+    const ops::Weight* up;
+    const ops::Weight* down;
+    int64_t expert;
+    double weight;
+};
+
+double row_dot(const ops::Weight& w, int64_t expert, int64_t row, const double* x) {
+    std::vector<float> v(static_cast<size_t>(w.n_in));
+    const auto* bytes = static_cast<const uint8_t*>(w.data) + (expert * w.n_out + row) * w.row_bytes;
+    quant::traits(w.type).dequantize(bytes, v.data(), w.n_in);
+    double acc = 0;
+    for (int64_t i = 0; i < w.n_in; ++i) acc += static_cast<double>(v[static_cast<size_t>(i)]) * x[i];
+    return acc;
+}
+
+// Checks the kernels' h (slot s at h_got + s * n_ff of the routed stacks) and out against the
+// reference of the slots.
+void check_moe_reference(const std::vector<RefSlot>& slots, const std::vector<float>& x,
+                         const std::vector<float>& h_got, const std::vector<float>& out_got) {
+    std::vector<float> h_ref;
+    std::vector<double> out_ref(out_got.size(), 0.0);
+    size_t at = 0;
+    for (const RefSlot& sl : slots) {
+        const int64_t n_ff = sl.gate->n_out;
+        const std::vector<double> xk = test::kernel_activations(sl.gate->type, x.data(), sl.gate->n_in);
+        for (int64_t r = 0; r < n_ff; ++r) {
+            const double g = row_dot(*sl.gate, sl.expert, r, xk.data());
+            const double u = row_dot(*sl.up, sl.expert, r, xk.data());
+            h_ref.push_back(static_cast<float>(g / (1.0 + std::exp(-g)) * u));
+        }
+        ASSERT_LE(at + static_cast<size_t>(n_ff), h_got.size());
+        const std::vector<double> hk = test::kernel_activations(sl.down->type, h_got.data() + at, n_ff);
+        for (size_t o = 0; o < out_ref.size(); ++o)
+            out_ref[o] += sl.weight * row_dot(*sl.down, sl.expert, static_cast<int64_t>(o), hk.data());
+        at += static_cast<size_t>(n_ff);
+    }
+    {
+        SCOPED_TRACE("h (gate/up)");
+        expect_close(std::vector<float>(h_got.begin(), h_got.begin() + static_cast<std::ptrdiff_t>(at)), h_ref, 1e-4);
+    }
+    SCOPED_TRACE("out (down)");
+    expect_close(out_got, std::vector<float>(out_ref.begin(), out_ref.end()), 1e-4);
 }
 
 // Routes `n_tokens` random logit rows on the GPU and the CPU.
@@ -74,7 +123,7 @@ TEST(CudaMoe, RouterTiesGoToLowerId) {
     for (float w : test::to_host<float>(weights, 4)) EXPECT_NEAR(w, 0.25f, 1e-6f);
 }
 
-// Router -> gate/up -> down on the device, no host round trip in between, against ops::moe_ffn.
+// Router -> gate/up -> down on the device, no host round trip in between, against the reference.
 void check_moe(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_ff, int64_t n_expert,
                int64_t k, uint32_t seed) {
     SCOPED_TRACE(fmt::format("gate/up {} down {} n_embd={} n_ff={} experts={} k={}",
@@ -88,10 +137,6 @@ void check_moe(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_
 
     ops::Routing routing;
     ops::route_softmax_topk(logits.data(), 1, n_expert, k, true, routing);
-    ops::Context ctx;
-    ctx.isa = quant::Isa::scalar;  // the reference dot kernels: dequantize, fp32 dot
-    std::vector<float> ref(static_cast<size_t>(n_embd));
-    ops::moe_ffn(ctx, ops::ExpertStack{gate.w, up.w, down.w}, routing, x.data(), ref.data());
 
     Stream stream;
     const StreamHandle st = stream.handle();
@@ -109,12 +154,17 @@ void check_moe(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_
     route_softmax_topk(d_logits, 1, n_expert, k, true, d_ids, d_w, st);
     moe_gate_up(dg.view, du.view, d_ids, k, d_x, d_h, st);
     moe_down(dd.view, d_ids, d_w, k, d_h, d_out, st);
-    std::vector<float> got(static_cast<size_t>(n_embd));
+    std::vector<float> got(static_cast<size_t>(n_embd)), got_h(static_cast<size_t>(k * n_ff));
     std::vector<int32_t> got_ids(static_cast<size_t>(k));
     copy_to_host(got.data(), d_out, got.size() * 4, st);
+    copy_to_host(got_h.data(), d_h, got_h.size() * 4, st);
     copy_to_host(got_ids.data(), d_ids, got_ids.size() * 4, st);
     EXPECT_EQ(got_ids, routing.ids);
-    expect_close(got, ref, 1e-4);
+    std::vector<RefSlot> slots;
+    for (int64_t i = 0; i < k; ++i)
+        slots.push_back({&gate.w, &up.w, &down.w, routing.ids[static_cast<size_t>(i)],
+                         routing.weights[static_cast<size_t>(i)]});
+    check_moe_reference(slots, x, got_h, got);
 }
 
 TEST(CudaMoe, DecodeMatchesCpuMoeFfn) {
@@ -165,7 +215,7 @@ struct SharedCase {
 
 // Router (logits row with the shared gate logit appended) -> gate/up -> down with the shared
 // expert fused, all on the device; returns out [n_embd] and checks it against the CPU composition of
-// Qwen35Moe::moe: ops::moe_ffn + ops::swiglu_ffn + sigmoid(g . x) gate.
+// Qwen35Moe::moe: routed experts + the shared expert weighted by sigmoid(g . x).
 std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check, bool fused_route = false) {
     SCOPED_TRACE(
         fmt::format("routed {}/{} shared {}/{} n_embd={} n_ff={} n_ff_s={} experts={} k={} fused route={}",
@@ -224,20 +274,20 @@ std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check
 
     ops::Routing routing;
     ops::route_softmax_topk(logits.data(), 1, c.n_expert, c.k, true, routing);
-    ops::Context ctx;
-    ctx.isa = quant::Isa::scalar;
-    std::vector<float> ref(static_cast<size_t>(c.n_embd)), sh_out(static_cast<size_t>(c.n_embd));
-    ops::moe_ffn(ctx, ops::ExpertStack{gate.w, up.w, down.w}, routing, x.data(), ref.data());
-    ops::swiglu_ffn(ctx, sg.w, su.w, sd.w, x.data(), 1, sh_out.data());
-    const float gw = 1.0f / (1.0f + std::exp(-gate_logit));
-    for (size_t i = 0; i < ref.size(); ++i) ref[i] += gw * sh_out[i];
     std::vector<int32_t> got_ids(static_cast<size_t>(c.k));
     std::vector<float> got_w(static_cast<size_t>(c.k));
     copy_to_host(got_ids.data(), d_ids, got_ids.size() * 4, st);
     copy_to_host(got_w.data(), d_w, got_w.size() * 4, st);
     EXPECT_EQ(got_ids, routing.ids);
     for (size_t i = 0; i < got_w.size(); ++i) EXPECT_NEAR(got_w[i], routing.weights[i], 2e-6f);
-    expect_close(got, ref, 1e-4);
+    std::vector<float> got_h(static_cast<size_t>(h_len));
+    copy_to_host(got_h.data(), d_h, got_h.size() * 4, st);
+    std::vector<RefSlot> slots;
+    for (int64_t i = 0; i < c.k; ++i)
+        slots.push_back({&gate.w, &up.w, &down.w, routing.ids[static_cast<size_t>(i)],
+                         routing.weights[static_cast<size_t>(i)]});
+    slots.push_back({&sg.w, &su.w, &sd.w, 0, 1.0 / (1.0 + std::exp(-static_cast<double>(gate_logit)))});
+    check_moe_reference(slots, x, got_h, got);
     return got;
 }
 

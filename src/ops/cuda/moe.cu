@@ -148,7 +148,8 @@ struct GateUpArgs {
     float* weights_out = nullptr;
 };
 
-template <class T>
+// I8: x staged as 8-bit segments (quant/cuda/matvec.cuh).
+template <class T, bool I8>
 __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
@@ -180,7 +181,10 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     }
     const int64_t n_segs = n_segments<T>(a.n_in);
     stage_table<T>(tbl);
-    stage_x<T>(xs, a.x, a.n_in, n_segs);
+    if constexpr (I8)
+        stage_x_i8<T>(reinterpret_cast<uint8_t*>(smem), a.x, 0, 1, a.n_in, n_segs);
+    else
+        stage_x<T>(xs, a.x, a.n_in, n_segs);
     if (tid < slots) {
         if (tid < a.k) {
             if (e < 0 || e >= a.n_expert) __trap();  // a routing bug: a launch error on the host
@@ -206,7 +210,10 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
         const uint8_t* rows[4] = {gbase[i] + o0, ubase[i] + o0, gbase[i] + o1, ubase[i] + o1};
         float acc[4][1] = {};
         static_assert(kGateUpSlots == kDotSlots, "warp_dot's pass width is the gate/up design's");
-        warp_dot<T, 4, 1>(rows, xs, 0, a.n_in, n_segs, tbl, acc);
+        if constexpr (I8)
+            warp_dot_i8<T, 4>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc);
+        else
+            warp_dot<T, 4, 1>(rows, xs, 0, a.n_in, n_segs, tbl, acc);
         float v[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) v[r] = warp_sum(acc[r][0]);
@@ -232,7 +239,7 @@ struct DownArgs {
     bool accumulate;
 };
 
-template <class T>
+template <class T, bool I8>
 __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
@@ -255,8 +262,12 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
     }
     const int64_t n_segs = n_segments<T>(a.n_ff);
     const int64_t xs_stride = n_units(n_segs) * 256;
+    const int64_t xi_stride = i8_row_bytes<T>(n_segs);  // bytes per staged row, I8
     stage_table<T>(tbl);
-    stage_x_rows<T>(xs, a.h, a.n_ff, slots, a.n_ff, n_segs);
+    if constexpr (I8)
+        stage_x_i8<T>(reinterpret_cast<uint8_t*>(smem), a.h, a.n_ff, slots, a.n_ff, n_segs);
+    else
+        stage_x_rows<T>(xs, a.h, a.n_ff, slots, a.n_ff, n_segs);
     if (tid < slots) {
         if (tid < a.k) {
             if (e < 0 || e >= a.n_expert) __trap();
@@ -296,13 +307,23 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
                 const int tc = valid ? t : total - 1;
                 const int i = tc / segs;
                 const int g = tc - i * segs;
-                float xr[32];
-                load_x(xs + i * xs_stride, g, xr);
                 const uint8_t* base = base_s[i];
-                seg::Seg s0, s1;
-                T::load(base + o0, g, a.n_ff, s0, tbl);
-                T::load(base + o1, g, a.n_ff, s1, tbl);
-                const float d0 = seg_dot<T>(s0, xr), d1 = seg_dot<T>(s1, xr);
+                float d0, d1;
+                if constexpr (I8) {
+                    XSegI xr;
+                    load_xi<T>(reinterpret_cast<const uint8_t*>(smem) + i * xi_stride, n_units(n_segs), g, xr);
+                    seg::SegI s0, s1;
+                    T::load_i8(base + o0, g, s0);
+                    T::load_i8(base + o1, g, s1);
+                    d0 = seg_dot_i8<T>(s0, xr), d1 = seg_dot_i8<T>(s1, xr);
+                } else {
+                    float xr[32];
+                    load_x(xs + i * xs_stride, g, xr);
+                    seg::Seg s0, s1;
+                    T::load(base + o0, g, a.n_ff, s0, tbl);
+                    T::load(base + o1, g, a.n_ff, s1, tbl);
+                    d0 = seg_dot<T>(s0, xr), d1 = seg_dot<T>(s1, xr);
+                }
                 acc0 += valid ? w_s[i] * d0 : 0.0f;
                 acc1 += valid ? w_s[i] * d1 : 0.0f;
             }
@@ -316,10 +337,12 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
     }
 }
 
-template <class T>
-void launch_gate_up(const GateUpArgs& a, int slots, StreamHandle stream) {
-    const auto kernel = gate_up_kernel<T>;
-    const size_t smem = static_cast<size_t>(n_units(n_segments<T>(a.n_in)) * 256) * sizeof(float);
+template <class T, bool I8>
+void launch_gate_up_kernel(const GateUpArgs& a, int slots, StreamHandle stream) {
+    const auto kernel = gate_up_kernel<T, I8>;
+    const int64_t n_segs = n_segments<T>(a.n_in);
+    const size_t smem = I8 ? static_cast<size_t>(i8_row_bytes<T>(n_segs))
+                           : static_cast<size_t>(n_units(n_segs) * 256) * sizeof(float);
     prepare_smem(reinterpret_cast<const void*>(kernel), smem, "MoE gate/up");
     const int64_t tasks = slots * ((a.n_ff + 1) / 2);
     const int blocks =
@@ -328,16 +351,35 @@ void launch_gate_up(const GateUpArgs& a, int slots, StreamHandle stream) {
     MOX_CUDA_CHECK_LAUNCH("gate_up_kernel");
 }
 
-template <class T>
-void launch_down(const DownArgs& a, int slots, StreamHandle stream) {
-    const auto kernel = down_kernel<T>;
-    const size_t smem = static_cast<size_t>(slots * n_units(n_segments<T>(a.n_ff)) * 256) * sizeof(float);
+template <class T, bool I8>
+void launch_down_kernel(const DownArgs& a, int slots, StreamHandle stream) {
+    const auto kernel = down_kernel<T, I8>;
+    const int64_t n_segs = n_segments<T>(a.n_ff);
+    const size_t smem = I8 ? static_cast<size_t>(slots * i8_row_bytes<T>(n_segs))
+                           : static_cast<size_t>(slots * n_units(n_segs) * 256) * sizeof(float);
     prepare_smem(reinterpret_cast<const void*>(kernel), smem, "MoE down");
     const int64_t pairs = (a.n_embd + 1) / 2;
     const int blocks =
         grid_blocks(reinterpret_cast<const void*>(kernel), smem, (pairs + kWarps - 1) / kWarps);
     launch_overlapped(kernel, blocks, kThreads, smem, stream, a);
     MOX_CUDA_CHECK_LAUNCH("down_kernel");
+}
+
+// The int8-activation kernels where the type has them and they are enabled (matvec.cuh).
+template <class T>
+void launch_gate_up(const GateUpArgs& a, int slots, StreamHandle stream) {
+    if constexpr (kHasI8<T>) {
+        if (int8_activations_enabled()) return launch_gate_up_kernel<T, true>(a, slots, stream);
+    }
+    launch_gate_up_kernel<T, false>(a, slots, stream);
+}
+
+template <class T>
+void launch_down(const DownArgs& a, int slots, StreamHandle stream) {
+    if constexpr (kHasI8<T>) {
+        if (int8_activations_enabled()) return launch_down_kernel<T, true>(a, slots, stream);
+    }
+    launch_down_kernel<T, false>(a, slots, stream);
 }
 
 void check_stack(const ops::Weight& w, const char* name) {

@@ -245,16 +245,12 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-template <class T>
-inline constexpr bool kIsFloatType =
-    std::is_same_v<T, seg::F32> || std::is_same_v<T, seg::F16> || std::is_same_v<T, seg::BF16>;
-
 // Bytes of the block holding one segment (float types: the segment's own 32 elements).
 template <class T>
 __host__ __device__ constexpr int block_bytes() {
     if constexpr (std::is_same_v<T, seg::F32>)
         return 128;
-    else if constexpr (kIsFloatType<T>)
+    else if constexpr (seg::kIsFloat<T>)
         return 64;
     else
         return T::kBlockBytes;
@@ -269,7 +265,7 @@ __device__ __forceinline__ void prefetch_block(const uint8_t* row, int64_t g, in
     constexpr int kBytes = block_bytes<T>();
     const uint8_t* p = row + (g / T::kSegs) * kBytes;
     int bytes = kBytes;
-    if constexpr (kIsFloatType<T>) {
+    if constexpr (seg::kIsFloat<T>) {
         const int64_t left = (n_in - g * 32) * (kBytes / 32);
         if (left < bytes) bytes = static_cast<int>(left);
     }

@@ -74,11 +74,13 @@ int grid_blocks(const void* kernel, size_t smem_bytes, int64_t work_blocks) {
 namespace {
 
 // Each block stages the NC activation columns once, then its warps take kRows rows at a time,
-// striding over the matrix. y: [NC][n_out] with column stride y_stride.
-template <class T, int NC>
+// striding over the matrix. y: [NC][n_out] with column stride y_stride. I8: x staged as 8-bit
+// segments (matvec.cuh), one column only.
+template <class T, int NC, bool I8>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                   const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride) {
+    static_assert(!I8 || NC == 1, "int8 activations are the one-column path");
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
     float* xs = reinterpret_cast<float*>(smem);
@@ -87,7 +89,10 @@ __global__ void __launch_bounds__(kThreads)
     stage_table<T>(tbl);
     dependency_wait();  // launch.cuh: x comes from an earlier kernel
     allow_next_launch();
-    stage_x_rows<T>(xs, x, x_stride, NC, n_in, n_segs);
+    if constexpr (I8)
+        stage_x_i8<T>(reinterpret_cast<uint8_t*>(smem), x, x_stride, 1, n_in, n_segs);
+    else
+        stage_x_rows<T>(xs, x, x_stride, NC, n_in, n_segs);
     __syncthreads();
 
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -98,7 +103,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<size_t>(min(r0 + r, n_out - 1)) * row_bytes;
         float acc[kRows][NC] = {};
-        warp_dot<T, kRows, NC>(rows, xs, xs_stride, n_in, n_segs, tbl, acc);
+        if constexpr (I8)
+            warp_dot_i8<T, kRows>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc);
+        else
+            warp_dot<T, kRows, NC>(rows, xs, xs_stride, n_in, n_segs, tbl, acc);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -110,11 +118,13 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-template <class T, int NC>
-void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x, float* y,
-            StreamHandle stream) {
-    const auto kernel = matvec_kernel<T, NC>;
-    const size_t smem = static_cast<size_t>(NC * n_units(n_segments<T>(n_in)) * 256) * sizeof(float);
+template <class T, int NC, bool I8>
+void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x, float* y,
+                   StreamHandle stream) {
+    const auto kernel = matvec_kernel<T, NC, I8>;
+    const int64_t n_segs = n_segments<T>(n_in);
+    size_t smem = static_cast<size_t>(NC * n_units(n_segs) * 256) * sizeof(float);
+    if constexpr (I8) smem = static_cast<size_t>(i8_row_bytes<T>(n_segs));
     prepare_smem(reinterpret_cast<const void*>(kernel), smem, "matvec");
     // 8-warp blocks even for short matrices: one-warp blocks for the 257-row router (129 blocks on
     // as many SMs instead of 17) measured slower on the H200, 12.0 us against 9.8 (ncu), as a block
@@ -127,7 +137,115 @@ void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const 
     MOX_CUDA_CHECK_LAUNCH("matvec_kernel");
 }
 
+// Short float matrices at one column (the F32 router, 2048 -> 257): one warp per block and row
+// pair, x read straight from global memory (L2) with the weights instead of staged. The 8-warp
+// blocks above put the router's 2.1 MB on 17 SMs (9.2 us, ncu: each SM's loads in flight were
+// the limit); one-warp blocks that staged x were slower still (12.0 us), as 32 threads stage 2048
+// floats in several dependent round trips. Here a lane's x and weight loads leave together.
+template <class T>
+__global__ void __launch_bounds__(kWarp)
+    matvec_short_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                        const float* __restrict__ x, float* __restrict__ y) {
+    static_assert(seg::kIsFloat<T>, "x is read in element order: float weights only");
+    dependency_wait();  // launch.cuh
+    allow_next_launch();
+    const int lane = static_cast<int>(threadIdx.x);
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
+    const int64_t n_segs = n_in / 32;  // whole segments (the launcher checks)
+    const uint8_t* rows[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<size_t>(min(r0 + r, n_out - 1)) * row_bytes;
+    float acc[kRows] = {};
+    // One segment per lane and pass (x and two weight segments: 96 registers); the next pass's
+    // weight lines are prefetched into L1 first, so a 2048-wide row's two passes overlap.
+#pragma unroll 1
+    for (int64_t g = lane; g < n_segs; g += kWarp) {
+        if (g + kWarp < n_segs) {
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) prefetch_segment<T>(rows[r], g + kWarp);
+        }
+        float xr[32];
+        const float4* xp = reinterpret_cast<const float4*>(x) + g * 8;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float4 v = __ldg(xp + k);
+            xr[4 * k] = v.x, xr[4 * k + 1] = v.y, xr[4 * k + 2] = v.z, xr[4 * k + 3] = v.w;
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            seg::Seg sg;
+            T::load(rows[r], g, n_in, sg, nullptr);
+            acc[r] += seg_dot<T>(sg, xr);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0 && r0 + r < n_out) y[r0 + r] = v;
+    }
+}
+
+// Whether a one-column product takes matvec_short_kernel: float weights, whole 32-element
+// segments, 16-byte aligned x, and too few rows to give every SM an 8-warp block.
+template <class T>
+bool use_short_kernel(int64_t n_in, int64_t n_out, const float* x) {
+    if constexpr (!seg::kIsFloat<T>) {
+        return false;
+    } else {
+        const int64_t rows_per_block = (kThreads / kWarp) * kRows;
+        return n_in % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+               (n_out + rows_per_block - 1) / rows_per_block < launch_limits().sm_count;
+    }
+}
+
+template <class T, int NC>
+void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x, float* y,
+            StreamHandle stream) {
+    if constexpr (NC == 1 && kHasI8<T>) {
+        if (int8_activations_enabled()) return launch_kernel<T, 1, true>(w, row_bytes, n_in, n_out, x, y, stream);
+    }
+    if constexpr (NC == 1 && seg::kIsFloat<T>) {
+        if (use_short_kernel<T>(n_in, n_out, x)) {
+            const auto blocks = static_cast<unsigned>((n_out + kRows - 1) / kRows);
+            launch_overlapped(matvec_short_kernel<T>, blocks, kWarp, 0, stream, static_cast<const uint8_t*>(w),
+                              row_bytes, n_in, n_out, x, y);
+            MOX_CUDA_CHECK_LAUNCH("matvec_short_kernel");
+            return;
+        }
+    }
+    launch_kernel<T, NC, false>(w, row_bytes, n_in, n_out, x, y, stream);
+}
+
 }  // namespace
+
+bool int8_activations_enabled() {
+    static const bool enabled = [] {
+        const char* env = std::getenv("MOX_CUDA_INT8");
+        return env == nullptr || std::strcmp(env, "0") != 0;
+    }();
+    return enabled;
+}
+
+bool int8_activations(quant::TypeId type) {
+    bool has = false;
+    dispatch_type(type, [&](auto tag) { has = kHasI8<decltype(tag)>; });
+    return has && int8_activations_enabled();
+}
+
+std::vector<int64_t> activation_segments(quant::TypeId type, int64_t n_in) {
+    std::vector<int64_t> elems;
+    dispatch_type(type, [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t n_segs = n_segments<T>(n_in);
+        elems.resize(static_cast<size_t>(n_segs * 32));
+        for (int64_t g = 0; g < n_segs; ++g)
+            for (int j = 0; j < 32; ++j) {
+                const int64_t e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
+                elems[static_cast<size_t>(g * 32 + j)] = e < n_in ? e : -1;
+            }
+    });
+    return elems;
+}
 
 bool matvec_supported(quant::TypeId type) {
     return dispatch_type(type, [](auto) {});

@@ -205,6 +205,168 @@ __device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const 
     }
 }
 
+// ---- int8 activations (one column: decode). For types with an integer segment form (kHasI8),
+// the batch-1 kernels stage x as signed bytes instead of floats: each 32-value segment (in the
+// type's consumption order) gets its own scale dx = amax / 127 and q = round-half-even(x * 127 /
+// amax), so x is used as dx * q (q = 0 where amax is 0). A segment's dot is then
+// dx * sum_g (d[g] * idot_g - m[g] * qsum_g) over its 4 groups of 8, with idot_g = sum q_w q_x from
+// two dp4a and qsum_g = sum q_x (types with a min): 8 dp4a per 32 weights instead of 32 fp32 FMAs
+// plus 32 conversions, and 8 registers of weights instead of 32. Why: the fp32 kernels ran at
+// 10-21% of HBM bandwidth, issue- and latency-bound (bench/results/2026-11-29-cuda-decode-pdl-h200).
+// The error is that of 8-bit activations per 32 values (llama.cpp's CUDA and CPU paths and mox's
+// CPU kernels quantize activations too); tests check the kernels exactly against this rule.
+//
+// Staged row layout (bytes; U = n_units): [q: U * 256][dx: U * 8 floats][qsum: U * 8 int4, with
+// a min]. Unit u's q holds 16-byte chunk c (values 16c..16c+15) of its segment s at
+// 256 u + 128 c + 16 s: the 8 lanes reading one unit's chunk read 128 consecutive bytes.
+template <class T>
+inline constexpr bool kHasI8 = requires(const uint8_t* r, int64_t g, seg::SegI& s) { T::load_i8(r, g, s); };
+
+// MOX_CUDA_INT8=0 keeps fp32 activations for every type (A/B measurements); on by default.
+bool int8_activations_enabled();
+
+template <class T>
+__host__ __device__ inline int64_t i8_row_bytes(int64_t n_segs) {
+    return n_units(n_segs) * (256 + 32 + (T::kHasMin ? 128 : 0));
+}
+
+// Each group of 8 consumption-order values is 8 consecutive elements (so a thread loads them with
+// one address computation): true of every type with load_i8.
+template <class T>
+__host__ __device__ constexpr bool groups_contiguous() {
+    for (int sb = 0; sb < T::kSegs; ++sb)
+        for (int j = 0; j < 32; ++j)
+            if (T::elem_of(sb, j) != T::elem_of(sb, j & ~7) + (j & 7)) return false;
+    return true;
+}
+
+inline constexpr int kI8StageBatch = 2;  // (segment, group) items a thread loads before quantizing
+
+// n_rows rows of x (row c at x + c * x_stride) into xs, row c at xs + c * i8_row_bytes; all threads
+// of the block (blockDim a multiple of 32). Four consecutive threads own one segment's 4 groups.
+template <class T>
+__device__ void stage_x_i8(uint8_t* xs, const float* __restrict__ x, int64_t x_stride, int n_rows,
+                           int64_t n_in, int64_t n_segs) {
+    static_assert(groups_contiguous<T>(), "int8 staging loads each group of 8 as consecutive elements");
+    const int units = static_cast<int>(n_units(n_segs));
+    const int per_row = units * 32;  // (segment, group) items
+    const int total = per_row * n_rows;  // a multiple of 32: a warp is wholly in or out of the loop
+    const int64_t row_bytes = i8_row_bytes<T>(n_segs);
+    const int step = static_cast<int>(blockDim.x);
+    for (int p0 = static_cast<int>(threadIdx.x); p0 < total; p0 += kI8StageBatch * step) {
+        float v[kI8StageBatch][8];
+#pragma unroll
+        for (int b = 0; b < kI8StageBatch; ++b) {  // every load of the batch before any use
+            const int p = p0 + b * step;
+            const int c = p / per_row, it = p - c * per_row, g = it >> 2, grp = it & 3;
+            int64_t e0 = -1;
+            if (p < total && g < n_segs) e0 = (g / T::kSegs) * T::kBlockElems + T::elem_of(g % T::kSegs, 8 * grp);
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                v[b][i] = e0 >= 0 && e0 + i < n_in ? __ldg(x + c * x_stride + e0 + i) : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kI8StageBatch; ++b) {
+            const int p = p0 + b * step;
+            if (p >= total) break;  // uniform across the warp
+            const int c = p / per_row, it = p - c * per_row, g = it >> 2, grp = it & 3;
+            float amax = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[b][i]));
+            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+            const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+            uint32_t w[2] = {0u, 0u};
+            int qsum = 0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int q = __float2int_rn(__fmul_rn(v[b][i], inv));
+                qsum += q;
+                w[i >> 2] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i & 3));
+            }
+            uint8_t* row = xs + c * row_bytes;
+            *reinterpret_cast<uint2*>(row + (g >> 3) * 256 + (grp >> 1) * 128 + (g & 7) * 16 + (grp & 1) * 8) =
+                make_uint2(w[0], w[1]);
+            if (grp == 0) reinterpret_cast<float*>(row + units * 256)[g] = __fdiv_rn(amax, 127.0f);
+            if constexpr (T::kHasMin) reinterpret_cast<int*>(row + units * 288)[4 * g + grp] = qsum;
+        }
+    }
+}
+
+// One staged segment of x, in registers.
+struct XSegI {
+    uint32_t q[8];
+    float dx;
+    int qsum[4];
+};
+
+template <class T>
+__device__ __forceinline__ void load_xi(const uint8_t* row, int64_t units, int64_t g, XSegI& x) {
+    const uint8_t* q = row + (g >> 3) * 256 + (g & 7) * 16;
+    const uint4 lo = *reinterpret_cast<const uint4*>(q), hi = *reinterpret_cast<const uint4*>(q + 128);
+    x.q[0] = lo.x, x.q[1] = lo.y, x.q[2] = lo.z, x.q[3] = lo.w;
+    x.q[4] = hi.x, x.q[5] = hi.y, x.q[6] = hi.z, x.q[7] = hi.w;
+    x.dx = reinterpret_cast<const float*>(row + units * 256)[g];
+    if constexpr (T::kHasMin) {
+        const int4 t = reinterpret_cast<const int4*>(row + units * 288)[g];
+        x.qsum[0] = t.x, x.qsum[1] = t.y, x.qsum[2] = t.z, x.qsum[3] = t.w;
+    }
+}
+
+template <class T>
+__device__ __forceinline__ float seg_dot_i8(const seg::SegI& s, const XSegI& x) {
+    constexpr int G = T::kI8Groups, W = 8 / G, P = 4 / G;  // scale groups, their words and groups of 8
+    float acc = 0.0f;
+#pragma unroll
+    for (int gi = 0; gi < G; ++gi) {
+        int i = 0, qs = 0;
+#pragma unroll
+        for (int w = 0; w < W; ++w) i = __dp4a(static_cast<int>(s.q[gi * W + w]), static_cast<int>(x.q[gi * W + w]), i);
+        acc = fmaf(s.d[gi * P], static_cast<float>(i), acc);
+        if constexpr (T::kHasMin) {
+#pragma unroll
+            for (int p = 0; p < P; ++p) qs += x.qsum[gi * P + p];
+            acc = fmaf(-s.m[gi * P], static_cast<float>(qs), acc);
+        }
+    }
+    return acc * x.dx;
+}
+
+// warp_dot's one-column pass over int8-staged x (row at xs, U units): same lane layout, slots and
+// prefetch.
+template <class T, int R, int L = kWarp>
+__device__ __forceinline__ void warp_dot_i8(const uint8_t* const (&rows)[R], const uint8_t* xs, int64_t n_segs,
+                                            float (&acc)[R][1]) {
+    const int lane = threadIdx.x & (L - 1);
+    const int64_t units = n_units(n_segs);
+#pragma unroll 1
+    for (int64_t g0 = lane; g0 < n_segs; g0 += L * kDotSlots) {
+#pragma unroll
+        for (int u = 0; u < 2 * kDotSlots; ++u) {
+            const int64_t g = g0 + u * L;
+            if (u < kDotSlots || g < n_segs) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) prefetch_segment<T>(rows[r], min(g, n_segs - 1));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kDotSlots; ++u) {
+            const int64_t g = g0 + u * L;
+            const bool valid = g < n_segs;
+            const int64_t gc = valid ? g : n_segs - 1;
+            XSegI xr;
+            load_xi<T>(xs, units, gc, xr);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                seg::SegI s;
+                T::load_i8(rows[r], gc, s);
+                const float d = seg_dot_i8<T>(s, xr);
+                acc[r][0] += valid ? d : 0.0f;
+            }
+        }
+    }
+}
+
 // Sum over each aligned group of L lanes; every lane of the warp must call it.
 template <int L = kWarp>
 __device__ __forceinline__ float warp_sum(float v) {

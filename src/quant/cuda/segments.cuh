@@ -16,6 +16,11 @@
 // (value d * q + m) keep m negated, exactly; the grid i-quants keep the reference's sub-block scale
 // as d and the signed grid value (IQ1_*: grid + delta, formed first by the reference too) as q.
 //
+// Integer form (load_i8, only some types): the same segment as 8 words of 4 signed bytes q (values
+// in consumption order, word w holding j = 4w..4w+3) with d[j / 8] and m[j / 8] as above, for dot
+// products against 8-bit activations with dp4a (matvec.cuh, "int8 activations"). It exists where the
+// weight integers fit a signed byte exactly: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K.
+//
 // Block layouts: shared/spec/gguf-and-quants.md §3.1 (legacy), §3.3 (K-quants), §3.4 (IQ4_XS), §3.5,
 // §4 (grid i-quants; their tables live in quant/cuda/iq_tables.cuh).
 #pragma once
@@ -25,6 +30,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace mox::cuda::seg {
 
@@ -35,6 +41,15 @@ struct Seg {
     float d[4];
     float m[4];
 };
+
+struct SegI {
+    uint32_t q[8];  // 4 signed bytes each
+    float d[4];
+    float m[4];
+};
+// A type with load_i8 also says how many distinct (d, m) its segment has, kI8Groups (1, 2 or 4:
+// d[4 / kI8Groups * i] for words 8 / kI8Groups * i ..), so the dot converts one integer sum per
+// distinct scale instead of one per 8 values.
 
 // Table-driven types read their 16 values from a shared-memory copy (16 distinct words, so lanes
 // with different nibbles never conflict); these are the values it is filled from.
@@ -112,7 +127,14 @@ __device__ __forceinline__ void put4_table(float* q, uint32_t v, const float* tb
     q[3] = tbl[(v >> 24) & 15];
 }
 
-__device__ __forceinline__ void set_d(Seg& s, float d) {
+// Each byte of v minus c, as signed bytes (v's bytes and c < 128, every byte of the result in
+// -128..127): setting bit 7 first keeps the subtraction from borrowing across bytes.
+__device__ __forceinline__ uint32_t sub_bytes(uint32_t v, uint32_t c) {
+    return ((v | 0x80808080u) - c) ^ 0x80808080u;
+}
+
+template <class S>
+__device__ __forceinline__ void set_d(S& s, float d) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) s.d[g] = d;
 }
@@ -179,11 +201,15 @@ struct Half16 {
 using F16 = Half16<false>;
 using BF16 = Half16<true>;
 
+template <class T>
+inline constexpr bool kIsFloat = std::is_same_v<T, F32> || std::is_same_v<T, F16> || std::is_same_v<T, BF16>;
+
 // ---- 32-element blocks: low nibble of qs[i] is element i, high nibble element i + 16 (spec §3.1).
 
 struct Q4_0 {  // 18 B: d f16, qs[16]
     static constexpr int kBlockElems = 32, kBlockBytes = 18, kSegs = 1, kTable = kNoTable;
     static constexpr bool kHasMin = false;
+    static constexpr int kI8Groups = 1;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
@@ -195,6 +221,17 @@ struct Q4_0 {  // 18 B: d f16, qs[16]
             const uint32_t v = w[k];
             put4(s.q + 4 * k, v & 0x0F0F0F0Fu, kMagic + 8.0f);
             put4(s.q + 16 + 4 * k, (v >> 4) & 0x0F0F0F0Fu, kMagic + 8.0f);
+        }
+    }
+    __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
+        const uint8_t* b = row + g * kBlockBytes;
+        set_d(s, f16_at(b));
+        uint32_t w[4];
+        load_words(b + 2, w);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            s.q[k] = sub_bytes(w[k] & 0x0F0F0F0Fu, 0x08080808u);
+            s.q[4 + k] = sub_bytes((w[k] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
         }
     }
 };
@@ -241,6 +278,7 @@ struct MXFP4 {  // 17 B: e (E8M0) u8, qs[16]; value kvalues_mxfp4[nibble] * 2^(e
 struct Q8_0 {  // 34 B: d f16, qs[32] int8
     static constexpr int kBlockElems = 32, kBlockBytes = 34, kSegs = 1, kTable = kNoTable;
     static constexpr bool kHasMin = false;
+    static constexpr int kI8Groups = 1;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
@@ -249,6 +287,11 @@ struct Q8_0 {  // 34 B: d f16, qs[32] int8
         load_words(b + 2, w);
 #pragma unroll
         for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k] ^ 0x80808080u, kMagic + 128.0f);
+    }
+    __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
+        const uint8_t* b = row + g * kBlockBytes;
+        set_d(s, f16_at(b));
+        load_words(b + 2, s.q);
     }
 };
 
@@ -341,7 +384,25 @@ __host__ __device__ constexpr int k4_elem_of(int sb, int j) {
     return 64 * (sb >> 1) + 16 * (sb & 1) + (j < 16 ? j : 32 + (j - 16));
 }
 
-__device__ __forceinline__ void k4_scales(const uint8_t* b, int sb, Seg& s) {
+// k4_scales from the block's first 16 bytes held in registers (one 16-byte load: d, dmin and the
+// 12 scale bytes), without branches: bytes 2c and 2c + 1 (c = sb / 2) of the 6-bit scales and mins
+// as two-byte fields of the header words, selected by c < 2.
+template <class S>
+__device__ __forceinline__ void k4_scales_words(const uint4 hd, int sb, S& s) {
+    const int c = sb >> 1, sh = 16 * (c & 1);
+    const uint32_t w0 = hd.y >> sh, w1 = hd.z >> sh, w2 = hd.w >> sh;
+    const bool low = c < 2;
+    const uint32_t sc = low ? (w0 & 0x3F3Fu) : ((w2 & 0x0F0Fu) | ((w0 & 0xC0C0u) >> 2));
+    const uint32_t mn = low ? (w1 & 0x3F3Fu) : (((w2 >> 4) & 0x0F0Fu) | ((w1 & 0xC0C0u) >> 2));
+    const float d = f16_bits(hd.x & 0xFFFFu), dmin = f16_bits(hd.x >> 16);
+    s.d[0] = s.d[1] = d * static_cast<float>(sc & 0xFFu);
+    s.m[0] = s.m[1] = dmin * static_cast<float>(mn & 0xFFu);
+    s.d[2] = s.d[3] = d * static_cast<float>(sc >> 8);
+    s.m[2] = s.m[3] = dmin * static_cast<float>(mn >> 8);
+}
+
+template <class S>
+__device__ __forceinline__ void k4_scales(const uint8_t* b, int sb, S& s) {
     const float d = f16_at(b), dmin = f16_at(b + 2);
     const int c = sb >> 1;
     int sc0, m0, sc1, m1;
@@ -356,6 +417,7 @@ __device__ __forceinline__ void k4_scales(const uint8_t* b, int sb, Seg& s) {
 struct Q4_K {  // 144 B: d, dmin f16; scales[12]; qs[128]
     static constexpr int kBlockElems = 256, kBlockBytes = 144, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = true;
+    static constexpr int kI8Groups = 2;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k4_elem_of(sb, j); }
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
@@ -369,11 +431,24 @@ struct Q4_K {  // 144 B: d, dmin f16; scales[12]; qs[128]
         }
         k4_scales(b, sb, s);
     }
+    __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int sb = static_cast<int>(g & 7);
+        const uint4 v = ld128_a16(b + 16 + 32 * (sb >> 1) + 16 * (sb & 1));
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            s.q[k] = w[k] & 0x0F0F0F0Fu;
+            s.q[4 + k] = (w[k] >> 4) & 0x0F0F0F0Fu;
+        }
+        k4_scales(b, sb, s);
+    }
 };
 
 struct Q5_K {  // 176 B: d, dmin f16; scales[12]; qh[32]; qs[128]
     static constexpr int kBlockElems = 256, kBlockBytes = 176, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = true;
+    static constexpr int kI8Groups = 2;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k4_elem_of(sb, j); }
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
@@ -390,6 +465,21 @@ struct Q5_K {  // 176 B: d, dmin f16; scales[12]; qh[32]; qs[128]
             const uint32_t hi = ((w[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4);
             put4(s.q + 4 * k, lo, kMagic);
             put4(s.q + 16 + 4 * k, hi, kMagic);
+        }
+        k4_scales(b, sb, s);
+    }
+    __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int sb = static_cast<int>(g & 7);
+        const int c = sb >> 1;
+        const uint4 v = ld128_a16(b + 48 + 32 * c + 16 * (sb & 1));
+        const uint4 h = ld128_a16(b + 16 + 16 * (sb & 1));
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            s.q[k] = (w[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c)) & 0x01010101u) << 4);
+            s.q[4 + k] = ((w[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4);
         }
         k4_scales(b, sb, s);
     }
@@ -456,6 +546,7 @@ struct Q3_K {  // 110 B: hmask[32]; qs[64]; scales[12]; d f16
 struct Q6_K {  // 210 B: ql[128]; qh[64]; scales[16] int8; d f16
     static constexpr int kBlockElems = 256, kBlockBytes = 210, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = false;
+    static constexpr int kI8Groups = 4;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k2_elem_of(sb, j); }
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
@@ -474,6 +565,24 @@ struct Q6_K {  // 210 B: ql[128]; qh[64]; scales[16] int8; d f16
             const uint32_t n1 = k < 2 ? (s1 & 0x0F0F0F0Fu) : ((s1 >> 4) & 0x0F0F0F0Fu);
             put4(s.q + 8 * k, n0 | (((c0 >> (2 * k)) & 0x03030303u) << 4), kMagic + 32.0f);
             put4(s.q + 8 * k + 4, n1 | (((c1 >> (2 * k)) & 0x03030303u) << 4), kMagic + 32.0f);
+            s.d[k] = d * static_cast<float>(static_cast<int8_t>(b[192 + 8 * h + 2 * k + (lq >> 1)]));
+        }
+    }
+    __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int sb = static_cast<int>(g & 7);
+        const int h = sb >> 2, lq = sb & 3;
+        const uint8_t* a = b + 64 * h + 8 * lq;
+        const uint32_t a0 = ld32_a2(a), a1 = ld32_a2(a + 4), b0 = ld32_a2(a + 32), b1 = ld32_a2(a + 36);
+        const uint32_t c0 = ld32_a2(b + 128 + 32 * h + 8 * lq), c1 = ld32_a2(b + 132 + 32 * h + 8 * lq);
+        const float d = f16_at(b + 208);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t s0 = (k & 1) ? b0 : a0, s1 = (k & 1) ? b1 : a1;
+            const uint32_t n0 = k < 2 ? (s0 & 0x0F0F0F0Fu) : ((s0 >> 4) & 0x0F0F0F0Fu);
+            const uint32_t n1 = k < 2 ? (s1 & 0x0F0F0F0Fu) : ((s1 >> 4) & 0x0F0F0F0Fu);
+            s.q[2 * k] = sub_bytes(n0 | (((c0 >> (2 * k)) & 0x03030303u) << 4), 0x20202020u);
+            s.q[2 * k + 1] = sub_bytes(n1 | (((c1 >> (2 * k)) & 0x03030303u) << 4), 0x20202020u);
             s.d[k] = d * static_cast<float>(static_cast<int8_t>(b[192 + 8 * h + 2 * k + (lq >> 1)]));
         }
     }
