@@ -79,7 +79,8 @@ namespace {
 template <class T, int NC, bool I8>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
-                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride) {
+                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride,
+                  bool prefetch_pass) {
     static_assert(!I8 || NC == 1, "int8 activations are the one-column path");
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<size_t>(min(r0 + r, n_out - 1)) * row_bytes;
         float acc[kRows][NC] = {};
         if constexpr (I8)
-            warp_dot_i8<T, kRows>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc);
+            warp_dot_i8<T, kRows>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc, prefetch_pass);
         else
             warp_dot<T, kRows, NC>(rows, xs, xs_stride, n_in, n_segs, tbl, acc);
 #pragma unroll
@@ -133,7 +134,7 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
     const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
                                    (n_out + rows_per_block - 1) / rows_per_block);
     launch_overlapped(kernel, blocks, kThreads, smem, stream, static_cast<const uint8_t*>(w), row_bytes, n_in, n_out,
-                      x, n_in, y, n_out);
+                      x, n_in, y, n_out, i8_prefetch_enabled());
     MOX_CUDA_CHECK_LAUNCH("matvec_kernel");
 }
 
@@ -221,6 +222,14 @@ void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const 
 bool int8_activations_enabled() {
     static const bool enabled = [] {
         const char* env = std::getenv("MOX_CUDA_INT8");
+        return env == nullptr || std::strcmp(env, "0") != 0;
+    }();
+    return enabled;
+}
+
+bool i8_prefetch_enabled() {
+    static const bool enabled = [] {
+        const char* env = std::getenv("MOX_CUDA_I8_PREFETCH");
         return env == nullptr || std::strcmp(env, "0") != 0;
     }();
     return enabled;

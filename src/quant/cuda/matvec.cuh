@@ -224,6 +224,8 @@ inline constexpr bool kHasI8 = requires(const uint8_t* r, int64_t g, seg::SegI& 
 
 // MOX_CUDA_INT8=0 keeps fp32 activations for every type (A/B measurements); on by default.
 bool int8_activations_enabled();
+// MOX_CUDA_I8_PREFETCH=0 drops the int8 kernels' prefetch of each pass's own lines (warp_dot_i8).
+bool i8_prefetch_enabled();
 
 template <class T>
 __host__ __device__ inline int64_t i8_row_bytes(int64_t n_segs) {
@@ -334,9 +336,11 @@ __device__ __forceinline__ float seg_dot_i8(const seg::SegI& s, const XSegI& x) 
 
 // warp_dot's one-column pass over int8-staged x (row at xs, U units): same lane layout, slots and
 // prefetch.
+// prefetch_pass: also prefetch this pass's own lines (as warp_dot does); false leaves ordering the
+// pass's 2 x R x kDotSlots 16-byte loads to the compiler (MOX_CUDA_I8_PREFETCH=0, for measuring).
 template <class T, int R, int L = kWarp>
 __device__ __forceinline__ void warp_dot_i8(const uint8_t* const (&rows)[R], const uint8_t* xs, int64_t n_segs,
-                                            float (&acc)[R][1]) {
+                                            float (&acc)[R][1], bool prefetch_pass) {
     const int lane = threadIdx.x & (L - 1);
     const int64_t units = n_units(n_segs);
 #pragma unroll 1
@@ -344,7 +348,7 @@ __device__ __forceinline__ void warp_dot_i8(const uint8_t* const (&rows)[R], con
 #pragma unroll
         for (int u = 0; u < 2 * kDotSlots; ++u) {
             const int64_t g = g0 + u * L;
-            if (u < kDotSlots || g < n_segs) {
+            if ((u < kDotSlots && prefetch_pass) || (u >= kDotSlots && g < n_segs)) {
 #pragma unroll
                 for (int r = 0; r < R; ++r) prefetch_segment<T>(rows[r], min(g, n_segs - 1));
             }

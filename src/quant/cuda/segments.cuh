@@ -441,7 +441,7 @@ struct Q4_K {  // 144 B: d, dmin f16; scales[12]; qs[128]
             s.q[k] = w[k] & 0x0F0F0F0Fu;
             s.q[4 + k] = (w[k] >> 4) & 0x0F0F0F0Fu;
         }
-        k4_scales(b, sb, s);
+        k4_scales_words(ld128_a16(b), sb, s);
     }
 };
 
@@ -481,7 +481,7 @@ struct Q5_K {  // 176 B: d, dmin f16; scales[12]; qh[32]; qs[128]
             s.q[k] = (w[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c)) & 0x01010101u) << 4);
             s.q[4 + k] = ((w[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4);
         }
-        k4_scales(b, sb, s);
+        k4_scales_words(ld128_a16(b), sb, s);
     }
 };
 
