@@ -66,7 +66,6 @@ public:
 
     bool empty() const { return host_ == nullptr; }
     int64_t slots() const { return n_slots_; }
-    size_t bytes() const { return bytes_; }  // page-locked host bytes
 
     // ---- device side: launches on `stream`, capturable in a graph (kernel nodes only).
     // x [n_embd], ids [k], weights [k]: device memory.
@@ -77,7 +76,8 @@ public:
                  uint64_t timeout_ns = kDefaultTimeoutNs) const;
 
     // ---- host side, one thread; the stream must not be running a step of this channel.
-    // Clears the error word and publishes the next step number (never 0, the words' initial value).
+    // Clears the error word and publishes the next step number (1..2^31-1: never 0, the words'
+    // initial value).
     uint32_t begin_step();
     // Spins (pause, then yields after a millisecond) until the GPU published `slot` of `step`: true.
     // false: the step already failed (the error word is set; stop serving, the graph finishes on its

@@ -26,6 +26,9 @@ namespace {
 constexpr size_t kLine = 128;
 constexpr size_t kStepAt = 0, kErrorAt = kLine, kSlotsAt = 2 * kLine;
 constexpr int kThreads = 256;
+// done[slot] = step | kFailed: the host's computation failed (steps stay below 2^31), so the GPU
+// learns it from the word it polls anyway, with no second PCIe read on the success path.
+constexpr uint32_t kFailed = 0x80000000u;
 
 size_t ready_at(int64_t slot) {
     return kSlotsAt + static_cast<size_t>(slot) * 2 * kLine;
@@ -70,6 +73,8 @@ __global__ void publish_kernel(const float* __restrict__ x, const int32_t* __res
                                const float* __restrict__ weights, int d, int k, bool vec, float* hx,
                                int32_t* hids, float* hweights, const uint32_t* step_word, uint32_t* ready) {
     const int t = static_cast<int>(threadIdx.x);
+    // Thread 0 reads the step first: the PCIe read is in flight while the stores below issue.
+    const uint32_t step = t == 0 ? load_relaxed_sys(step_word) : 0;
     const int d4 = vec ? d / 4 : 0;
     for (int i = t; i < d4; i += kThreads)
         reinterpret_cast<float4*>(hx)[i] = reinterpret_cast<const float4*>(x)[i];
@@ -81,7 +86,6 @@ __global__ void publish_kernel(const float* __restrict__ x, const int32_t* __res
     __threadfence_system();  // this thread's stores reach the host before anything it does later
     __syncthreads();
     if (t == 0) {
-        const uint32_t step = load_relaxed_sys(step_word);
         __threadfence_system();
         store_release_sys(ready, step);
     }
@@ -104,9 +108,10 @@ __global__ void collect_kernel(const float* hresult, int d, bool vec, float* __r
             if (err != 0) break;  // this step failed already (keep the first error)
             if (seen == step) {
                 __threadfence_system();  // acquire: the host's result stores precede its done store
-                good = load_relaxed_sys(error) == 0;  // the host records cpu_failed before done
+                good = 1;
                 break;
             }
+            if (seen == (step | kFailed)) break;  // the host recorded cpu_failed before this
             if (global_ns() - start > timeout_ns) {
                 store_relaxed_sys(error, my_error);
                 break;
@@ -256,7 +261,8 @@ void HandoffChannel::collect(int64_t slot, float* out, StreamHandle stream, uint
 
 uint32_t HandoffChannel::begin_step() {
     MOX_CHECK(!empty(), "hand-off step on an empty channel");
-    if (++step_ == 0) step_ = 1;  // 0 is every word's initial value
+    step_ = (step_ + 1) & ~kFailed;  // 31 bits: the top one marks a failed answer
+    if (step_ == 0) step_ = 1;       // 0 is every word's initial value
     std::atomic_ref<uint32_t>(*word(kErrorAt)).store(0, std::memory_order_relaxed);
     std::atomic_ref<uint32_t>(*word(kStepAt)).store(step_, std::memory_order_release);
     // The graph launch that follows must not overtake these stores (the driver's doorbell write is
@@ -322,7 +328,8 @@ void HandoffChannel::answer(int64_t slot, uint32_t step, bool ok) {
     // join) and the error word must reach the GPU before done does: a release store, after a full
     // fence that also drains write-combining buffers in case a CPU kernel ever streams its output.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    std::atomic_ref<uint32_t>(*word(done_at(slot))).store(step, std::memory_order_release);
+    std::atomic_ref<uint32_t>(*word(done_at(slot)))
+        .store(ok ? step : step | kFailed, std::memory_order_release);
 }
 
 void HandoffChannel::abort(int64_t slot) {
