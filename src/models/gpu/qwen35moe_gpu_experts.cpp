@@ -211,7 +211,8 @@ void Qwen35MoeGpu::serve_host_layers(uint32_t step) {
         const auto i = static_cast<int64_t>(slot);
         // false: the GPU side gave up on this step already; its remaining collects return at once.
         if (!channel_.wait_ready(i, step, stream_.handle())) return;
-        const bool ok = host_moe(host_[slot].layer, 1, channel_.x(), channel_.ids(), channel_.weights(), channel_.result());
+        const bool ok =
+            host_moe(host_[slot].layer, 1, channel_.x(), channel_.ids(), channel_.weights(), channel_.result());
         channel_.answer(i, step, ok);  // !ok: the GPU writes zeros and stops waiting for the CPU
         if (!ok) return;
     }
@@ -220,7 +221,8 @@ void Qwen35MoeGpu::serve_host_layers(uint32_t step) {
 void Qwen35MoeGpu::check_handoff() const {
     const cuda::HandoffStatus st = channel_.status();
     if (st.error == cuda::HandoffError::none) return;
-    const int64_t layer = st.slot >= 0 && st.slot < static_cast<int64_t>(host_.size()) ? host_[static_cast<size_t>(st.slot)].layer : -1;
+    const bool known = st.slot >= 0 && st.slot < static_cast<int64_t>(host_.size());
+    const int64_t layer = known ? host_[static_cast<size_t>(st.slot)].layer : -1;
     switch (st.error) {
         case cuda::HandoffError::gpu_timeout:
             fail("decode: the GPU waited {:.0f} s for the CPU's experts of layer {} and gave up (the CPU side never "
@@ -250,7 +252,7 @@ void Qwen35MoeGpu::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
         shared_expert(L, n, side_stream_.handle());
         join_.record(side_stream_.handle());
     }
-    if (n == 1 && !channel_.empty()) {
+    if (n == 1 && !channel_.empty()) {  // n == 1 is always the decode graph (forward)
         const auto slot = host_index_[static_cast<size_t>(il)];
         channel_.publish(slot, u, ids_.as<int32_t>(), weights_.as<float>(), s);
         channel_.collect(slot, mix_.as<float>(), s);
