@@ -395,12 +395,18 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                     stream_.synchronize();
                     cuda::profiler_start();
                 }
+                // Polling hand-off (qwen35moe_gpu_experts.cpp): the step number goes to mapped memory
+                // before the launch; then this thread computes each host layer the graph publishes.
+                const bool poll = !channel_.empty();
+                const uint32_t step = poll ? channel_.begin_step() : 0;
                 seq->decode_graph.launch(s);
+                if (poll) serve_host_layers(step);
                 if (profiled) {
                     stream_.synchronize();
                     cuda::profiler_stop();
                 }
                 logits_fetch(1, logits.data() + row_out * V);  // the graph computed them
+                if (poll) check_handoff();  // the stream is done: a GPU-side failure is final now
                 ++row_out;
                 continue;
             }

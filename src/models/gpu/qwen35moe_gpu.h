@@ -5,11 +5,14 @@
 // Every weight the GpuOptions place on the GPU is uploaded once; activations live in buffers sized
 // for one micro-batch (n_ubatch tokens) at load, so a forward never allocates device memory. A
 // decode step (one token) is captured in a CUDA graph per sequence and replayed, host hand-offs
-// included (host nodes); it is re-captured only when the attention grid must grow (context buckets).
+// included (the graph's kernels and the launching thread meet in host-mapped memory,
+// ops/cuda_handoff.h; or host nodes with MOX_HANDOFF=hostfn); it is re-captured only when the
+// attention grid must grow (context buckets).
 #pragma once
 
 #include "models/qwen35moe.h"
 #include "ops/cuda_delta_net.h"
+#include "ops/cuda_handoff.h"
 #include "ops/cuda_memory.h"
 #include "ops/moe.h"
 
@@ -86,6 +89,7 @@ private:
 
 // A layer whose routed experts stay in host memory (GpuOptions::experts != gpu).
 struct HostExpertLayer {
+    int64_t layer = 0;  // trunk layer
     ExpertHome home = ExpertHome::mmap;
     ops::ExpertStack stack;       // host views the CPU computes from (the file's pages or `copy`)
     cuda::PinnedBuffer copy;      // ExpertHome::pinned: the three stacks, page-locked
@@ -135,6 +139,14 @@ private:
     // Host expert layers (qwen35moe_gpu_experts.cpp).
     void load_host_experts(const GpuOptions& o);
     void host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n);  // the CPU computes the experts
+    // out [n, d] = the host experts of trunk layer `layer` for x [n, d] routed by ids/weights [n, k],
+    // by the CPU; false (the exception kept for forward() to rethrow) if it failed now or before.
+    bool host_moe(int64_t layer, int64_t n, const float* x, const int32_t* ids, const float* weights,
+                  float* out) noexcept;
+    // Decode with the polling hand-off: after the graph of `step` was launched, the CPU side of every
+    // host layer in order; then, after the stream finished, the GPU side's verdict.
+    void serve_host_layers(uint32_t step);
+    void check_handoff() const;
     void host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n);  // the GPU, from staging
     void stream_begin();  // before a micro-batch: start copying the first two streamed layers
     void stream_copy(size_t order, int buffer);  // the order-th streamed layer into staging[buffer]
@@ -174,7 +186,10 @@ private:
     std::vector<int64_t> stream_order_;  // per trunk layer: its index in streamed_ (-1: none)
     cuda::DeviceBuffer staging_[2];
     std::vector<std::unique_ptr<HostJob>> decode_jobs_, batch_jobs_;  // per trunk layer
+    // Host nodes: batches (n > 1, not in a graph) always, decode with MOX_HANDOFF=hostfn.
     cuda::PinnedBuffer hand_x_, hand_out_, hand_ids_, hand_weights_, hand_embd_;
+    // Decode's polling hand-off, one slot per host layer (empty with MOX_HANDOFF=hostfn).
+    cuda::HandoffChannel channel_;
     ops::Routing host_routing_;  // reused by every hand-off (no allocation per token once grown)
     std::exception_ptr host_error_;
     // Time the CPU spent in hand-offs (MOX_PROFILE=1 prints it when the model goes away): what the

@@ -1,9 +1,14 @@
 // Routed experts that stay in host memory while the rest of the model runs on the GPU (issue 6).
 //
-// Decode (and small batches): the GPU computes the router and top-k, copies the normalized hidden
-// states and the routing (8 KiB per token for Qwen3.6) to pinned host buffers, a host node runs the
-// CPU's MoE operator on them, and the result comes back into mix_; meanwhile a second stream
-// computes the shared expert. All of it is captured in the decode graph like any kernel.
+// Decode: the GPU computes the router and top-k, a kernel stores the normalized hidden state and the
+// routing (8 KiB for Qwen3.6) straight into host-mapped memory and raises that layer's `ready` word;
+// the thread that launched the decode graph, spinning on it, runs the CPU's MoE operator and raises
+// `done`; a second kernel, spinning on that, copies the result into mix_ (ops/cuda_handoff.h). The
+// shared expert runs on a second stream meanwhile. A host node (cudaLaunchHostFunc) with copies
+// around it did the same at ~55 us per round trip on an H200; MOX_HANDOFF=hostfn selects it still.
+// Small batches (n > 1, launched eagerly, not in a graph) keep the host node: the launching thread
+// enqueues the whole forward before it could serve a layer, and a full launch queue would block it
+// while the GPU waits for it.
 // Prefill micro-batches of at least stream_min_tokens tokens copy each host layer's expert stacks
 // into one of two device staging buffers instead and run the batched MoE there: the copy of the next
 // streamed layer (copy stream) overlaps the compute of this one. A stack is copied whole: at
@@ -19,7 +24,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <unistd.h>
 
 namespace mox::models {
@@ -29,6 +36,16 @@ namespace {
 constexpr size_t kPad = 16;  // zero bytes after each staged stack (the kernels' vector loads)
 
 size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// MOX_HANDOFF=poll (default) | hostfn: how decode hands host layers to the CPU (to compare them).
+bool polling_handoff() {
+    const char* e = std::getenv("MOX_HANDOFF");
+    if (!e || !*e) return true;
+    const std::string v = e;
+    if (v == "poll") return true;
+    if (v == "hostfn") return false;
+    fail("MOX_HANDOFF={}: expected poll or hostfn", v);
+}
 
 void host_job_entry(void* arg) {
     const auto* job = static_cast<const HostJob*>(arg);
@@ -47,6 +64,7 @@ void Qwen35MoeGpu::load_host_experts(const GpuOptions& o) {
     stream_order_.assign(n_layer, -1);
     decode_jobs_.resize(n_layer);
     batch_jobs_.resize(n_layer);
+    const bool poll = polling_handoff();
     if (o.experts.empty()) return;
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     std::vector<Range> mapped;  // page-rounded stacks left in the mapped file
@@ -54,6 +72,7 @@ void Qwen35MoeGpu::load_host_experts(const GpuOptions& o) {
         if (o.experts[i] == ExpertHome::gpu) continue;
         host_index_[i] = static_cast<int64_t>(host_.size());
         HostExpertLayer h;
+        h.layer = static_cast<int64_t>(i);
         h.home = o.experts[i];
         h.stack = m_.layers_[i].experts;
         const size_t g = cuda::weight_bytes(h.stack.gate), u = cuda::weight_bytes(h.stack.up);
@@ -140,6 +159,7 @@ void Qwen35MoeGpu::load_host_experts(const GpuOptions& o) {
     hand_weights_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(nb * K) * sizeof(float), &why);
     if (hand_x_.empty() || hand_out_.empty() || hand_ids_.empty() || hand_weights_.empty())
         fail("--device cuda: pinned host memory for the CPU expert hand-off: {}", why);
+    if (poll && !host_.empty()) channel_ = cuda::HandoffChannel(static_cast<int64_t>(host_.size()), d, K);
     host_routing_.ids.reserve(static_cast<size_t>(nb * K));
     host_routing_.weights.reserve(static_cast<size_t>(nb * K));
     host_routing_.expert_counts.reserve(static_cast<size_t>(hp_.n_expert));
@@ -150,14 +170,18 @@ bool Qwen35MoeGpu::streaming(int64_t n) const {
 }
 
 void Qwen35MoeGpu::run_host_job(const HostJob& job) noexcept {
-    if (host_failed_) return;  // a failed hand-off poisons the rest of this forward
+    (void)host_moe(job.layer, job.n, hand_x_.as<float>(), hand_ids_.as<int32_t>(), hand_weights_.as<float>(),
+                   hand_out_.as<float>());
+}
+
+bool Qwen35MoeGpu::host_moe(int64_t layer, int64_t n, const float* x, const int32_t* ids, const float* w,
+                            float* out) noexcept {
+    if (host_failed_) return false;  // a failed hand-off poisons the rest of this forward
     try {
-        const int64_t n = job.n, K = hp_.n_expert_used, E = hp_.n_expert;
+        const int64_t K = hp_.n_expert_used, E = hp_.n_expert;
         ops::Routing& r = host_routing_;
         r.n_tokens = n;
         r.k = K;
-        const auto* ids = hand_ids_.as<int32_t>();
-        const auto* w = hand_weights_.as<float>();
         r.ids.assign(ids, ids + n * K);
         r.weights.assign(w, w + n * K);
         r.expert_counts.assign(static_cast<size_t>(E), 0);
@@ -165,17 +189,51 @@ void Qwen35MoeGpu::run_host_job(const HostJob& job) noexcept {
             MOX_CHECK(e >= 0 && e < E, "host expert hand-off: expert id {} of {}", e, E);
             r.expert_counts[static_cast<size_t>(e)]++;
         }
-        const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(job.layer)])];
+        const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(layer)])];
         const auto t0 = std::chrono::steady_clock::now();
-        ops::moe_ffn(m_.ctx_, h.stack, r, hand_x_.as<float>(), hand_out_.as<float>());
+        ops::moe_ffn(m_.ctx_, h.stack, r, x, out);
         if (profile_) {
             host_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
             host_jobs_++;
             host_tokens_ += n;
         }
+        return true;
     } catch (...) {
         host_error_ = std::current_exception();
         host_failed_ = true;
+        return false;
+    }
+}
+
+void Qwen35MoeGpu::serve_host_layers(uint32_t step) {
+    // The graph publishes the host layers in trunk order, which is host_'s order (= the slots).
+    for (size_t slot = 0; slot < host_.size(); ++slot) {
+        const auto i = static_cast<int64_t>(slot);
+        // false: the GPU side gave up on this step already; its remaining collects return at once.
+        if (!channel_.wait_ready(i, step, stream_.handle())) return;
+        const bool ok =
+            host_moe(host_[slot].layer, 1, channel_.x(), channel_.ids(), channel_.weights(), channel_.result());
+        channel_.answer(i, step, ok);  // !ok: the GPU writes zeros and stops waiting for the CPU
+        if (!ok) return;
+    }
+}
+
+void Qwen35MoeGpu::check_handoff() const {
+    const cuda::HandoffStatus st = channel_.status();
+    if (st.error == cuda::HandoffError::none) return;
+    const bool known = st.slot >= 0 && st.slot < static_cast<int64_t>(host_.size());
+    const int64_t layer = known ? host_[static_cast<size_t>(st.slot)].layer : -1;
+    switch (st.error) {
+        case cuda::HandoffError::gpu_timeout:
+            fail("decode: the GPU waited {:.0f} s for the CPU's experts of layer {} and gave up (the CPU side never "
+                 "answered); this step's output is invalid",
+                 cuda::HandoffChannel::kDefaultTimeoutNs / 1e9, layer);
+        case cuda::HandoffError::cpu_failed:
+            fail("decode: the CPU's experts of layer {} failed; this step's output is invalid", layer);
+        case cuda::HandoffError::host_abort:
+            fail("decode: the CPU expert hand-off of layer {} was aborted; this step's output is invalid", layer);
+        default:
+            fail("decode: CPU expert hand-off of layer {}: unknown error {}", layer, static_cast<uint32_t>(st.error));
     }
 }
 
@@ -194,13 +252,19 @@ void Qwen35MoeGpu::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
         shared_expert(L, n, side_stream_.handle());
         join_.record(side_stream_.handle());
     }
-    cuda::copy_to_host_async(hand_x_.data(), u, static_cast<size_t>(n * d) * sizeof(float), s);
-    cuda::copy_to_host_async(hand_ids_.data(), ids_.data(), static_cast<size_t>(n * K) * sizeof(int32_t), s);
-    cuda::copy_to_host_async(hand_weights_.data(), weights_.data(), static_cast<size_t>(n * K) * sizeof(float), s);
-    HostJob* job = n == 1 ? decode_jobs_[static_cast<size_t>(il)].get() : batch_jobs_[static_cast<size_t>(il)].get();
-    job->n = n;  // the previous micro-batch finished (forward synchronizes between them)
-    cuda::launch_host_func(s, host_job_entry, job);
-    cuda::copy_to_device(mix_.data(), hand_out_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
+    if (n == 1 && !channel_.empty()) {  // n == 1 is always the decode graph (forward)
+        const auto slot = host_index_[static_cast<size_t>(il)];
+        channel_.publish(slot, u, ids_.as<int32_t>(), weights_.as<float>(), s);
+        channel_.collect(slot, mix_.as<float>(), s);
+    } else {
+        cuda::copy_to_host_async(hand_x_.data(), u, static_cast<size_t>(n * d) * sizeof(float), s);
+        cuda::copy_to_host_async(hand_ids_.data(), ids_.data(), static_cast<size_t>(n * K) * sizeof(int32_t), s);
+        cuda::copy_to_host_async(hand_weights_.data(), weights_.data(), static_cast<size_t>(n * K) * sizeof(float), s);
+        HostJob* job = n == 1 ? decode_jobs_[static_cast<size_t>(il)].get() : batch_jobs_[static_cast<size_t>(il)].get();
+        job->n = n;  // the previous micro-batch finished (forward synchronizes between them)
+        cuda::launch_host_func(s, host_job_entry, job);
+        cuda::copy_to_device(mix_.data(), hand_out_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
+    }
     if (shared) {
         stream_.wait(join_.handle());
         cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp, n, d, s);
