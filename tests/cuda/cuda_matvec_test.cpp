@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -136,6 +137,33 @@ TEST(CudaMatvec, ModelSizedRowsMatchReference) {
     check_case(TypeId::q4_k, 4096, 33, 1, 10);
     check_case(TypeId::q6_k, 4096, 17, 1, 11);
     check_case(TypeId::bf16, 4096 + 7, 9, 1, 12);
+}
+
+// Host-side facts of the integer path (no device needed: runs in CI's CUDA stage too): which types
+// take it, and that their segments cover every element of x exactly once, in groups of 8
+// consecutive elements (what stage_x_i8 and the tests' emulation rely on).
+TEST(CudaMatvec, Int8SegmentsCoverEveryElementOnce) {
+    for (TypeId type : kTypes) {
+        const bool integer = type == TypeId::q4_0 || type == TypeId::q8_0 || type == TypeId::q4_k ||
+                             type == TypeId::q5_k || type == TypeId::q6_k;
+        if (std::getenv("MOX_CUDA_INT8") == nullptr) {
+            EXPECT_EQ(int8_activations(type), integer) << quant::type_name(type);
+        }
+        if (!integer) continue;
+        const int64_t n_in = 3 * quant::traits(type).block_elems;
+        const std::vector<int64_t> elems = activation_segments(type, n_in);
+        ASSERT_EQ(elems.size() % 32, 0u);
+        std::vector<int> seen(static_cast<size_t>(n_in), 0);
+        for (size_t i = 0; i < elems.size(); ++i) {
+            ASSERT_GE(elems[i], 0) << quant::type_name(type);
+            ASSERT_LT(elems[i], n_in);
+            ++seen[static_cast<size_t>(elems[i])];
+            if (i % 8 != 0) {
+                EXPECT_EQ(elems[i], elems[i - 1] + 1) << quant::type_name(type) << " value " << i;
+            }
+        }
+        for (int64_t e = 0; e < n_in; ++e) EXPECT_EQ(seen[static_cast<size_t>(e)], 1) << quant::type_name(type) << " element " << e;
+    }
 }
 
 TEST(CudaMatvec, RejectsWhatItCannotDo) {

@@ -127,9 +127,8 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
     size_t smem = static_cast<size_t>(NC * n_units(n_segs) * 256) * sizeof(float);
     if constexpr (I8) smem = static_cast<size_t>(i8_row_bytes<T>(n_segs));
     prepare_smem(reinterpret_cast<const void*>(kernel), smem, "matvec");
-    // 8-warp blocks even for short matrices: one-warp blocks for the 257-row router (129 blocks on
-    // as many SMs instead of 17) measured slower on the H200, 12.0 us against 9.8 (ncu), as a block
-    // of few threads stages its activations in more round trips (stage_x_rows).
+    // 8-warp blocks even for short matrices: a block of few threads stages its activations in more
+    // round trips (stage_x_rows); short float matrices take matvec_short_kernel below instead.
     const int64_t rows_per_block = (kThreads / kWarp) * kRows;
     const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
                                    (n_out + rows_per_block - 1) / rows_per_block);

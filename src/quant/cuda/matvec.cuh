@@ -1,7 +1,7 @@
 // The building blocks of the CUDA matvec and MoE kernels. Only .cu files include this header.
 //
-// Scheme (batch 1..8, memory-bound): activations stay fp32 and are staged once per thread block in
-// shared memory; each warp owns kRows weight rows at a time and each lane decodes 32-element
+// Scheme (batch 1..8, memory-bound): activations are staged once per thread block in shared memory
+// (fp32; or 8-bit for one column of the integer types, "int8 activations" below); each warp owns kRows weight rows at a time and each lane decodes 32-element
 // segments of them (segments.cuh) with wide, coalesced loads: consecutive lanes read consecutive
 // segments, so a warp streams contiguous bytes of the row. Partial sums are reduced with shuffles.
 //
