@@ -75,8 +75,9 @@ void check_case(TypeId type, int64_t n_in, int64_t n_out, int n_cols, uint32_t s
         // matvec runs the columns in chunks of 8, 4, 2, 1: a column alone in its chunk (the last of
         // an odd count) takes the one-column kernel and its activations.
         const bool alone = n_cols % 2 == 1 && c == n_cols - 1;
-        const std::vector<double> xk = alone ? test::kernel_activations(type, x.data() + c * n_in, n_in)
-                                             : std::vector<double>(x.begin() + c * n_in, x.begin() + (c + 1) * n_in);
+        const std::vector<double> xk =
+            alone ? test::kernel_activations(type, x.data() + c * n_in, n_in)
+                  : std::vector<double>(x.begin() + c * n_in, x.begin() + (c + 1) * n_in);
         for (int64_t r = 0; r < n_out; ++r) {
             double ref = 0, mag = 0;
             for (int64_t i = 0; i < n_in; ++i) {
@@ -89,7 +90,8 @@ void check_case(TypeId type, int64_t n_in, int64_t n_out, int n_cols, uint32_t s
             // emulation alike, e.g. a zero scale, would pass the exact check): each x moves by at most
             // amax / 254 of its segment.
             double exact = 0;
-            for (int64_t i = 0; i < n_in; ++i) exact += static_cast<double>(wd[r * n_in + i]) * x[c * n_in + i];
+            for (int64_t i = 0; i < n_in; ++i)
+                exact += static_cast<double>(wd[r * n_in + i]) * x[c * n_in + i];
             if (!(std::fabs(got - exact) <= 2e-2 * mag + 1e-6) && bad++ < 5)
                 ADD_FAILURE() << "col " << c << " row " << r << ": got " << got << ", fp32 product " << exact;
             if (!(std::fabs(got - ref) <= 1e-5 * mag + 1e-6) && bad++ < 5)
@@ -162,7 +164,8 @@ TEST(CudaMatvec, Int8SegmentsCoverEveryElementOnce) {
                 EXPECT_EQ(elems[i], elems[i - 1] + 1) << quant::type_name(type) << " value " << i;
             }
         }
-        for (int64_t e = 0; e < n_in; ++e) EXPECT_EQ(seen[static_cast<size_t>(e)], 1) << quant::type_name(type) << " element " << e;
+        for (int64_t e = 0; e < n_in; ++e)
+            EXPECT_EQ(seen[static_cast<size_t>(e)], 1) << quant::type_name(type) << " element " << e;
     }
 }
 
@@ -182,8 +185,8 @@ TEST(CudaMatvec, BlockTypeBandwidth) {
     MOX_REQUIRE_CUDA_DEVICE();
     const int64_t n_in = 2048, n_out = 32768;
     for (TypeId type :
-         {TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::q4_1, TypeId::q5_0, TypeId::q5_1, TypeId::iq2_xxs, TypeId::iq2_xs,
-          TypeId::iq2_s, TypeId::iq3_xxs, TypeId::iq3_s, TypeId::iq1_s, TypeId::iq1_m}) {
+         {TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::q4_1, TypeId::q5_0, TypeId::q5_1, TypeId::iq2_xxs,
+          TypeId::iq2_xs, TypeId::iq2_s, TypeId::iq3_xxs, TypeId::iq3_s, TypeId::iq1_s, TypeId::iq1_m}) {
         const size_t rb = quant::row_bytes(type, n_in), bytes = rb * static_cast<size_t>(n_out);
         std::mt19937 rng(5);
         std::vector<uint32_t> words((bytes + 3) / 4);

@@ -79,7 +79,8 @@ void check_moe_reference(const std::vector<RefSlot>& slots, const std::vector<fl
     }
     {
         SCOPED_TRACE("h (gate/up)");
-        expect_close(std::vector<float>(h_got.begin(), h_got.begin() + static_cast<std::ptrdiff_t>(at)), h_ref, 1e-4);
+        expect_close(std::vector<float>(h_got.begin(), h_got.begin() + static_cast<std::ptrdiff_t>(at)),
+                     h_ref, 1e-4);
     }
     SCOPED_TRACE("out (down)");
     expect_close(out_got, std::vector<float>(out_ref.begin(), out_ref.end()), 1e-4);

@@ -310,9 +310,10 @@ bool HandoffChannel::wait_ready(int64_t slot, uint32_t step, StreamHandle stream
         }
         if (now - start > timeout) {
             abort(slot);
-            fail("CPU expert hand-off {}: the GPU did not publish it within {:.1f} s (gave up; the GPU side "
-                 "was told to stop waiting)",
-                 slot, std::chrono::duration<double>(timeout).count());
+            fail(
+                "CPU expert hand-off {}: the GPU did not publish it within {:.1f} s (gave up; the GPU side "
+                "was told to stop waiting)",
+                slot, std::chrono::duration<double>(timeout).count());
         }
     }
 }

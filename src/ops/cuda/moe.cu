@@ -61,7 +61,8 @@ __device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool
 #pragma unroll
         for (int s = 0; s < kRouterPerLane; ++s) {
             if (s >= per) break;
-            if (!((taken >> s) & 1u) && better(p[s], lane + s * kWarp, bp, bi)) bp = p[s], bi = lane + s * kWarp;
+            if (!((taken >> s) & 1u) && better(p[s], lane + s * kWarp, bp, bi))
+                bp = p[s], bi = lane + s * kWarp;
         }
         for (int o = 16; o > 0; o >>= 1) {
             const float op = __shfl_xor_sync(0xFFFFFFFFu, bp, o);
@@ -314,7 +315,8 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
                 float d0, d1;
                 if constexpr (I8) {
                     XSegI xr;
-                    load_xi<T>(reinterpret_cast<const uint8_t*>(smem) + i * xi_stride, n_units(n_segs), g, xr);
+                    load_xi<T>(reinterpret_cast<const uint8_t*>(smem) + i * xi_stride, n_units(n_segs), g,
+                               xr);
                     seg::SegI s0, s1;
                     T::load_i8(base + o0, g, s0);
                     T::load_i8(base + o1, g, s1);

@@ -132,8 +132,8 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
     const int64_t rows_per_block = (kThreads / kWarp) * kRows;
     const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
                                    (n_out + rows_per_block - 1) / rows_per_block);
-    launch_overlapped(kernel, blocks, kThreads, smem, stream, static_cast<const uint8_t*>(w), row_bytes, n_in, n_out,
-                      x, n_in, y, n_out, i8_prefetch_enabled());
+    launch_overlapped(kernel, blocks, kThreads, smem, stream, static_cast<const uint8_t*>(w), row_bytes, n_in,
+                      n_out, x, n_in, y, n_out, i8_prefetch_enabled());
     MOX_CUDA_CHECK_LAUNCH("matvec_kernel");
 }
 
@@ -202,13 +202,14 @@ template <class T, int NC>
 void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x, float* y,
             StreamHandle stream) {
     if constexpr (NC == 1 && kHasI8<T>) {
-        if (int8_activations_enabled()) return launch_kernel<T, 1, true>(w, row_bytes, n_in, n_out, x, y, stream);
+        if (int8_activations_enabled())
+            return launch_kernel<T, 1, true>(w, row_bytes, n_in, n_out, x, y, stream);
     }
     if constexpr (NC == 1 && seg::kIsFloat<T>) {
         if (use_short_kernel<T>(n_in, n_out, x)) {
             const auto blocks = static_cast<unsigned>((n_out + kRows - 1) / kRows);
-            launch_overlapped(matvec_short_kernel<T>, blocks, kWarp, 0, stream, static_cast<const uint8_t*>(w),
-                              row_bytes, n_in, n_out, x, y);
+            launch_overlapped(matvec_short_kernel<T>, blocks, kWarp, 0, stream,
+                              static_cast<const uint8_t*>(w), row_bytes, n_in, n_out, x, y);
             MOX_CUDA_CHECK_LAUNCH("matvec_short_kernel");
             return;
         }
@@ -248,7 +249,8 @@ std::vector<int64_t> activation_segments(quant::TypeId type, int64_t n_in) {
         elems.resize(static_cast<size_t>(n_segs * 32));
         for (int64_t g = 0; g < n_segs; ++g)
             for (int j = 0; j < 32; ++j) {
-                const int64_t e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
+                const int64_t e =
+                    (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
                 elems[static_cast<size_t>(g * 32 + j)] = e < n_in ? e : -1;
             }
     });

@@ -1,9 +1,10 @@
 // The building blocks of the CUDA matvec and MoE kernels. Only .cu files include this header.
 //
 // Scheme (batch 1..8, memory-bound): activations are staged once per thread block in shared memory
-// (fp32; or 8-bit for one column of the integer types, "int8 activations" below); each warp owns kRows weight rows at a time and each lane decodes 32-element
-// segments of them (segments.cuh) with wide, coalesced loads: consecutive lanes read consecutive
-// segments, so a warp streams contiguous bytes of the row. Partial sums are reduced with shuffles.
+// (fp32; or 8-bit for one column of the integer types, "int8 activations" below); each warp owns kRows weight
+// rows at a time and each lane decodes 32-element segments of them (segments.cuh) with wide, coalesced loads:
+// consecutive lanes read consecutive segments, so a warp streams contiguous bytes of the row. Partial sums
+// are reduced with shuffles.
 //
 // Shared-memory layout of one activation row (the "permuted" order): the row's segments are grouped
 // in units of 8 (one K-quant super-block, or 8 consecutive 32-element blocks). Inside a unit,
@@ -220,7 +221,9 @@ __device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const 
 // a min]. Unit u's q holds 16-byte chunk c (values 16c..16c+15) of its segment s at
 // 256 u + 128 c + 16 s: the 8 lanes reading one unit's chunk read 128 consecutive bytes.
 template <class T>
-inline constexpr bool kHasI8 = requires(const uint8_t* r, int64_t g, seg::SegI& s) { T::load_i8(r, g, s); };
+inline constexpr bool kHasI8 = requires(const uint8_t* r, int64_t g, seg::SegI& s) {
+    T::load_i8(r, g, s);
+};
 
 // MOX_CUDA_INT8=0 keeps fp32 activations for every type (A/B measurements); on by default.
 bool int8_activations_enabled();
@@ -251,7 +254,7 @@ __device__ void stage_x_i8(uint8_t* xs, const float* __restrict__ x, int64_t x_s
                            int64_t n_in, int64_t n_segs) {
     static_assert(groups_contiguous<T>(), "int8 staging loads each group of 8 as consecutive elements");
     const int units = static_cast<int>(n_units(n_segs));
-    const int per_row = units * 32;  // (segment, group) items
+    const int per_row = units * 32;      // (segment, group) items
     const int total = per_row * n_rows;  // a multiple of 32: a warp is wholly in or out of the loop
     const int64_t row_bytes = i8_row_bytes<T>(n_segs);
     const int step = static_cast<int>(blockDim.x);
@@ -262,7 +265,8 @@ __device__ void stage_x_i8(uint8_t* xs, const float* __restrict__ x, int64_t x_s
             const int p = p0 + b * step;
             const int c = p / per_row, it = p - c * per_row, g = it >> 2, grp = it & 3;
             int64_t e0 = -1;
-            if (p < total && g < n_segs) e0 = (g / T::kSegs) * T::kBlockElems + T::elem_of(g % T::kSegs, 8 * grp);
+            if (p < total && g < n_segs)
+                e0 = (g / T::kSegs) * T::kBlockElems + T::elem_of(g % T::kSegs, 8 * grp);
 #pragma unroll
             for (int i = 0; i < 8; ++i)
                 v[b][i] = e0 >= 0 && e0 + i < n_in ? __ldg(x + c * x_stride + e0 + i) : 0.0f;
@@ -287,8 +291,8 @@ __device__ void stage_x_i8(uint8_t* xs, const float* __restrict__ x, int64_t x_s
                 w[i >> 2] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i & 3));
             }
             uint8_t* row = xs + c * row_bytes;
-            *reinterpret_cast<uint2*>(row + (g >> 3) * 256 + (grp >> 1) * 128 + (g & 7) * 16 + (grp & 1) * 8) =
-                make_uint2(w[0], w[1]);
+            *reinterpret_cast<uint2*>(row + (g >> 3) * 256 + (grp >> 1) * 128 + (g & 7) * 16 +
+                                      (grp & 1) * 8) = make_uint2(w[0], w[1]);
             if (grp == 0) reinterpret_cast<float*>(row + units * 256)[g] = __fdiv_rn(amax, 127.0f);
             if constexpr (T::kHasMin) reinterpret_cast<int*>(row + units * 288)[4 * g + grp] = qsum;
         }
@@ -323,7 +327,8 @@ __device__ __forceinline__ float seg_dot_i8(const seg::SegI& s, const XSegI& x) 
     for (int gi = 0; gi < G; ++gi) {
         int i = 0, qs = 0;
 #pragma unroll
-        for (int w = 0; w < W; ++w) i = __dp4a(static_cast<int>(s.q[gi * W + w]), static_cast<int>(x.q[gi * W + w]), i);
+        for (int w = 0; w < W; ++w)
+            i = __dp4a(static_cast<int>(s.q[gi * W + w]), static_cast<int>(x.q[gi * W + w]), i);
         acc = fmaf(s.d[gi * P], static_cast<float>(i), acc);
         if constexpr (T::kHasMin) {
 #pragma unroll
@@ -339,8 +344,8 @@ __device__ __forceinline__ float seg_dot_i8(const seg::SegI& s, const XSegI& x) 
 // prefetch_pass: also prefetch this pass's own lines (as warp_dot does); false leaves ordering the
 // pass's 2 x R x kDotSlots 16-byte loads to the compiler (MOX_CUDA_I8_PREFETCH=0, for measuring).
 template <class T, int R, int L = kWarp>
-__device__ __forceinline__ void warp_dot_i8(const uint8_t* const (&rows)[R], const uint8_t* xs, int64_t n_segs,
-                                            float (&acc)[R][1], bool prefetch_pass) {
+__device__ __forceinline__ void warp_dot_i8(const uint8_t* const (&rows)[R], const uint8_t* xs,
+                                            int64_t n_segs, float (&acc)[R][1], bool prefetch_pass) {
     const int lane = threadIdx.x & (L - 1);
     const int64_t units = n_units(n_segs);
 #pragma unroll 1
