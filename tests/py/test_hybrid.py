@@ -95,15 +95,30 @@ def test_hybrid_prefill_matches_transformers(mox_bin, model, ids_file, tmp_path,
 
 
 @gpu_only
+@pytest.mark.parametrize("handoff", ["poll", "hostfn"])
 @pytest.mark.parametrize("flags", [["--cpu-moe"], ["--n-cpu-moe", "2", "-ot", r"blk\.3\.ffn_.*_exps=pinned_host"]])
-def test_hybrid_decode_matches_transformers(mox_bin, model, ids_file, tmp_path, flags):
-    """Decode runs the CPU hand-off inside the captured CUDA graph (host nodes), token after token."""
+def test_hybrid_decode_matches_transformers(mox_bin, model, ids_file, tmp_path, flags, handoff, monkeypatch):
+    """Decode runs the CPU hand-off inside the captured CUDA graph, token after token: through
+    host-mapped memory (poll, the default; the second placement checks slots map to the right layers
+    around a GPU layer) and through host nodes (MOX_HANDOFF=hostfn)."""
+    monkeypatch.setenv("MOX_HANDOFF", handoff)
     m = meta()
     k = m["decode_prefill"]
     decode = np.load(GOLDEN / "logits_decode.npy")
     got = logits(mox_bin, model, ids_file, tmp_path / "l.npy", "--incremental", str(k), *flags)
     assert rel_err(got[k:], decode) < 5e-2
     assert agreement(got[k:], decode) >= 0.95
+
+
+@gpu_only
+def test_unknown_handoff_mode_is_a_clear_error(mox_bin, model, ids_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("MOX_HANDOFF", "bogus")
+    r = subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o",
+                        str(tmp_path / "l.npy"), "--device", "cuda", "--plan", "manual", "--cpu-moe"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "MOX_HANDOFF=bogus: expected poll or hostfn" in r.stderr
+    assert not (tmp_path / "l.npy").exists()
 
 
 @gpu_only
