@@ -147,7 +147,6 @@ struct GateUpArgs {
     bool renormalize = true;
     int32_t* ids_out = nullptr;
     float* weights_out = nullptr;
-    bool prefetch_pass = true;  // int8 path: matvec.cuh, warp_dot_i8
 };
 
 // I8: x staged as 8-bit segments (quant/cuda/matvec.cuh).
@@ -213,7 +212,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
         float acc[4][1] = {};
         static_assert(kGateUpSlots == kDotSlots, "warp_dot's pass width is the gate/up design's");
         if constexpr (I8)
-            warp_dot_i8<T, 4>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc, a.prefetch_pass);
+            warp_dot_i8<T, 4>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc);
         else
             warp_dot<T, 4, 1>(rows, xs, 0, a.n_in, n_segs, tbl, acc);
         float v[4];
@@ -239,7 +238,6 @@ struct DownArgs {
     const float* h;  // [slots, n_ff]
     float* out;      // [n_embd]
     bool accumulate;
-    bool prefetch_pass = true;  // int8 path: prefetch each pass's lines first (as the fp32 path)
 };
 
 template <class T, bool I8>
@@ -297,7 +295,6 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
         for (int t0 = lane; t0 < total; t0 += kWarp * kDownSlots) {
 #pragma unroll
             for (int u = 0; u < kDownSlots; ++u) {  // every line of the pass in flight first
-                if (I8 && !a.prefetch_pass) break;
                 const int tc = min(t0 + u * kWarp, total - 1);
                 const int i = tc / segs;
                 prefetch_segment<T>(base_s[i] + o0, tc - i * segs);
@@ -343,9 +340,8 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
 }
 
 template <class T, bool I8>
-void launch_gate_up_kernel(GateUpArgs a, int slots, StreamHandle stream) {
+void launch_gate_up_kernel(const GateUpArgs& a, int slots, StreamHandle stream) {
     const auto kernel = gate_up_kernel<T, I8>;
-    a.prefetch_pass = i8_prefetch_enabled();
     const int64_t n_segs = n_segments<T>(a.n_in);
     const size_t smem = I8 ? static_cast<size_t>(i8_row_bytes<T>(n_segs))
                            : static_cast<size_t>(n_units(n_segs) * 256) * sizeof(float);
@@ -358,9 +354,8 @@ void launch_gate_up_kernel(GateUpArgs a, int slots, StreamHandle stream) {
 }
 
 template <class T, bool I8>
-void launch_down_kernel(DownArgs a, int slots, StreamHandle stream) {
+void launch_down_kernel(const DownArgs& a, int slots, StreamHandle stream) {
     const auto kernel = down_kernel<T, I8>;
-    a.prefetch_pass = i8_prefetch_enabled();
     const int64_t n_segs = n_segments<T>(a.n_ff);
     const size_t smem = I8 ? static_cast<size_t>(slots * i8_row_bytes<T>(n_segs))
                            : static_cast<size_t>(slots * n_units(n_segs) * 256) * sizeof(float);

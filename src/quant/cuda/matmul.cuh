@@ -101,7 +101,7 @@ __device__ void mma_tile(const uint8_t* const (&wrow)[NW], int64_t n_in, const f
             const int64_t g = g0 + ks;
             int64_t e = -1;
             if (g < n_segs) {
-                e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), kj);
+                e = segment_elem<T>(g, kj);
                 if (e >= n_in) e = -1;
             }
 #pragma unroll 4
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(256)
     const int j = static_cast<int>(p & 31);
     int64_t e = -1;
     if (g < n_segs) {
-        e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
+        e = segment_elem<T>(g, j);
         if (e >= n_in) e = -1;
     }
     for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) {

@@ -79,8 +79,7 @@ namespace {
 template <class T, int NC, bool I8>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
-                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride,
-                  bool prefetch_pass) {
+                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride) {
     static_assert(!I8 || NC == 1, "int8 activations are the one-column path");
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
@@ -105,7 +104,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<size_t>(min(r0 + r, n_out - 1)) * row_bytes;
         float acc[kRows][NC] = {};
         if constexpr (I8)
-            warp_dot_i8<T, kRows>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc, prefetch_pass);
+            warp_dot_i8<T, kRows>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc);
         else
             warp_dot<T, kRows, NC>(rows, xs, xs_stride, n_in, n_segs, tbl, acc);
 #pragma unroll
@@ -133,7 +132,7 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
     const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
                                    (n_out + rows_per_block - 1) / rows_per_block);
     launch_overlapped(kernel, blocks, kThreads, smem, stream, static_cast<const uint8_t*>(w), row_bytes, n_in,
-                      n_out, x, n_in, y, n_out, i8_prefetch_enabled());
+                      n_out, x, n_in, y, n_out);
     MOX_CUDA_CHECK_LAUNCH("matvec_kernel");
 }
 
@@ -227,14 +226,6 @@ bool int8_activations_enabled() {
     return enabled;
 }
 
-bool i8_prefetch_enabled() {
-    static const bool enabled = [] {
-        const char* env = std::getenv("MOX_CUDA_I8_PREFETCH");
-        return env == nullptr || std::strcmp(env, "0") != 0;
-    }();
-    return enabled;
-}
-
 bool int8_activations(quant::TypeId type) {
     bool has = false;
     dispatch_type(type, [&](auto tag) { has = kHasI8<decltype(tag)>; });
@@ -249,8 +240,7 @@ std::vector<int64_t> activation_segments(quant::TypeId type, int64_t n_in) {
         elems.resize(static_cast<size_t>(n_segs * 32));
         for (int64_t g = 0; g < n_segs; ++g)
             for (int j = 0; j < 32; ++j) {
-                const int64_t e =
-                    (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
+                const int64_t e = segment_elem<T>(g, j);
                 elems[static_cast<size_t>(g * 32 + j)] = e < n_in ? e : -1;
             }
     });

@@ -36,6 +36,12 @@ __host__ __device__ inline int64_t n_units(int64_t n_segs) {
     return (n_segs + 7) / 8;
 }
 
+// The element of x behind value j (consumption order) of segment g of a row.
+template <class T>
+__host__ __device__ inline int64_t segment_elem(int64_t g, int j) {
+    return (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
+}
+
 // Stages n_rows activation rows (row c at x + c * x_stride, n_in values) into xs in the permuted
 // order, row c at xs + c * n_units(n_segs) * 256; all threads of the block. Each thread issues the
 // loads of kStageBatch elements before any store: a plain strided loop waits one L2 round trip
@@ -58,7 +64,7 @@ __device__ void stage_x_rows(float* xs, const float* __restrict__ x, int64_t x_s
             const int64_t g = static_cast<int64_t>(q >> 8) * 8 + s;
             int64_t e = -1;
             if (p0 + b * step < total && g < n_segs) {
-                e = (g / T::kSegs) * T::kBlockElems + T::elem_of(static_cast<int>(g % T::kSegs), j);
+                e = segment_elem<T>(g, j);
                 if (e >= n_in) e = -1;
             }
             v[b] = e >= 0 ? __ldg(x + c * x_stride + e) : 0.0f;
@@ -145,16 +151,29 @@ __device__ __forceinline__ void prefetch_segment(const uint8_t* row, int64_t g) 
     }
 }
 
-// A group of L lanes (a warp, or half of one for short rows): acc[r][c] += this lane's share of
-// dot(row r, activation column c), for R rows and NC staged columns (column c at xs + c * xs_stride).
-// Reduce across the L lanes afterwards (warp_sum<L>).
-//
-// NC == 1 (decode): each pass covers kDotSlots segments per lane, whose R * kDotSlots weight loads
+// One-column passes (decode): each pass covers kDotSlots segments per lane, whose R * kDotSlots weight loads
 // are independent and unconditional (a slot past the row re-reads the row's last segment and its
 // result is dropped), so they are all in flight before the first is used: a 2048-wide Q4_K row
 // pair is one memory round trip (~0.6-1 us) per lane instead of two back to back.
 inline constexpr int kDotSlots = 2;
 
+// warp_dot's pass from segment g0 (one-column path): this pass's lines, and the next pass's where
+// the row has one (rows > 2048 wide), all in flight before the decoders' loads.
+template <class T, int R, int L>
+__device__ __forceinline__ void prefetch_pass(const uint8_t* const (&rows)[R], int64_t g0, int64_t n_segs) {
+#pragma unroll
+    for (int u = 0; u < 2 * kDotSlots; ++u) {
+        const int64_t g = g0 + u * L;
+        if (u < kDotSlots || g < n_segs) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) prefetch_segment<T>(rows[r], min(g, n_segs - 1));
+        }
+    }
+}
+
+// A group of L lanes (a warp, or half of one for short rows): acc[r][c] += this lane's share of
+// dot(row r, activation column c), for R rows and NC staged columns (column c at xs + c * xs_stride).
+// Reduce across the L lanes afterwards (warp_sum<L>).
 template <class T, int R, int NC, int L = kWarp>
 __device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const float* xs, int64_t xs_stride,
                                          int64_t n_in, int64_t n_segs, const float* tbl,
@@ -163,15 +182,7 @@ __device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const 
     if constexpr (NC == 1) {
 #pragma unroll 1
         for (int64_t g0 = lane; g0 < n_segs; g0 += L * kDotSlots) {
-            // This pass's lines, and the next pass's where the row has one (rows > 2048 wide).
-#pragma unroll
-            for (int u = 0; u < 2 * kDotSlots; ++u) {
-                const int64_t g = g0 + u * L;
-                if (u < kDotSlots || g < n_segs) {
-#pragma unroll
-                    for (int r = 0; r < R; ++r) prefetch_segment<T>(rows[r], min(g, n_segs - 1));
-                }
-            }
+            prefetch_pass<T, R, L>(rows, g0, n_segs);
 #pragma unroll
             for (int u = 0; u < kDotSlots; ++u) {
                 const int64_t g = g0 + u * L;
@@ -227,8 +238,6 @@ inline constexpr bool kHasI8 = requires(const uint8_t* r, int64_t g, seg::SegI& 
 
 // MOX_CUDA_INT8=0 keeps fp32 activations for every type (A/B measurements); on by default.
 bool int8_activations_enabled();
-// MOX_CUDA_I8_PREFETCH=0 drops the int8 kernels' prefetch of each pass's own lines (warp_dot_i8).
-bool i8_prefetch_enabled();
 
 template <class T>
 __host__ __device__ inline int64_t i8_row_bytes(int64_t n_segs) {
@@ -265,8 +274,7 @@ __device__ void stage_x_i8(uint8_t* xs, const float* __restrict__ x, int64_t x_s
             const int p = p0 + b * step;
             const int c = p / per_row, it = p - c * per_row, g = it >> 2, grp = it & 3;
             int64_t e0 = -1;
-            if (p < total && g < n_segs)
-                e0 = (g / T::kSegs) * T::kBlockElems + T::elem_of(g % T::kSegs, 8 * grp);
+            if (p < total && g < n_segs) e0 = segment_elem<T>(g, 8 * grp);
 #pragma unroll
             for (int i = 0; i < 8; ++i)
                 v[b][i] = e0 >= 0 && e0 + i < n_in ? __ldg(x + c * x_stride + e0 + i) : 0.0f;
@@ -341,23 +349,14 @@ __device__ __forceinline__ float seg_dot_i8(const seg::SegI& s, const XSegI& x) 
 
 // warp_dot's one-column pass over int8-staged x (row at xs, U units): same lane layout, slots and
 // prefetch.
-// prefetch_pass: also prefetch this pass's own lines (as warp_dot does); false leaves ordering the
-// pass's 2 x R x kDotSlots 16-byte loads to the compiler (MOX_CUDA_I8_PREFETCH=0, for measuring).
 template <class T, int R, int L = kWarp>
 __device__ __forceinline__ void warp_dot_i8(const uint8_t* const (&rows)[R], const uint8_t* xs,
-                                            int64_t n_segs, float (&acc)[R][1], bool prefetch_pass) {
+                                            int64_t n_segs, float (&acc)[R][1]) {
     const int lane = threadIdx.x & (L - 1);
     const int64_t units = n_units(n_segs);
 #pragma unroll 1
     for (int64_t g0 = lane; g0 < n_segs; g0 += L * kDotSlots) {
-#pragma unroll
-        for (int u = 0; u < 2 * kDotSlots; ++u) {
-            const int64_t g = g0 + u * L;
-            if ((u < kDotSlots && prefetch_pass) || (u >= kDotSlots && g < n_segs)) {
-#pragma unroll
-                for (int r = 0; r < R; ++r) prefetch_segment<T>(rows[r], min(g, n_segs - 1));
-            }
-        }
+        prefetch_pass<T, R, L>(rows, g0, n_segs);
 #pragma unroll
         for (int u = 0; u < kDotSlots; ++u) {
             const int64_t g = g0 + u * L;

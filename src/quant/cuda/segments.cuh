@@ -211,28 +211,28 @@ struct Q4_0 {  // 18 B: d f16, qs[16]
     static constexpr bool kHasMin = false;
     static constexpr int kI8Groups = 1;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    // The 32 nibble values (0..15) in consumption order, 4 per word: word k < 4 the low nibbles of
+    // bytes 4k..4k+3, word 4 + k their high nibbles. Both decoders start from these.
+    __device__ static void qwords(const uint8_t* b, uint32_t (&w)[8]) {
+        uint32_t v[4];
+        load_words(b + 2, v);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = v[k] & 0x0F0F0F0Fu, w[4 + k] = (v[k] >> 4) & 0x0F0F0F0Fu;
+    }
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
         set_d(s, f16_at(b));
-        uint32_t w[4];
-        load_words(b + 2, w);
+        uint32_t w[8];
+        qwords(b, w);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const uint32_t v = w[k];
-            put4(s.q + 4 * k, v & 0x0F0F0F0Fu, kMagic + 8.0f);
-            put4(s.q + 16 + 4 * k, (v >> 4) & 0x0F0F0F0Fu, kMagic + 8.0f);
-        }
+        for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic + 8.0f);
     }
     __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
         const uint8_t* b = row + g * kBlockBytes;
         set_d(s, f16_at(b));
-        uint32_t w[4];
-        load_words(b + 2, w);
+        qwords(b, s.q);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            s.q[k] = sub_bytes(w[k] & 0x0F0F0F0Fu, 0x08080808u);
-            s.q[4 + k] = sub_bytes((w[k] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
-        }
+        for (int k = 0; k < 8; ++k) s.q[k] = sub_bytes(s.q[k], 0x08080808u);
     }
 };
 
@@ -419,28 +419,26 @@ struct Q4_K {  // 144 B: d, dmin f16; scales[12]; qs[128]
     static constexpr bool kHasMin = true;
     static constexpr int kI8Groups = 2;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k4_elem_of(sb, j); }
+    // The 32 nibble values (0..15) of segment sb, 4 per word: low nibbles (words 0..3), then high.
+    __device__ static void qwords(const uint8_t* b, int sb, uint32_t (&w)[8]) {
+        const uint4 v = ld128_a16(b + 16 + 32 * (sb >> 1) + 16 * (sb & 1));
+        const uint32_t x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = x[k] & 0x0F0F0F0Fu, w[4 + k] = (x[k] >> 4) & 0x0F0F0F0Fu;
+    }
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int sb = static_cast<int>(g & 7);
-        const uint4 v = ld128_a16(b + 16 + 32 * (sb >> 1) + 16 * (sb & 1));
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        uint32_t w[8];
+        qwords(b, sb, w);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            put4(s.q + 4 * k, w[k] & 0x0F0F0F0Fu, kMagic);
-            put4(s.q + 16 + 4 * k, (w[k] >> 4) & 0x0F0F0F0Fu, kMagic);
-        }
+        for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic);
         k4_scales(b, sb, s);
     }
     __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int sb = static_cast<int>(g & 7);
-        const uint4 v = ld128_a16(b + 16 + 32 * (sb >> 1) + 16 * (sb & 1));
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            s.q[k] = w[k] & 0x0F0F0F0Fu;
-            s.q[4 + k] = (w[k] >> 4) & 0x0F0F0F0Fu;
-        }
+        qwords(b, sb, s.q);
         k4_scales_words(ld128_a16(b), sb, s);
     }
 };
@@ -450,37 +448,33 @@ struct Q5_K {  // 176 B: d, dmin f16; scales[12]; qh[32]; qs[128]
     static constexpr bool kHasMin = true;
     static constexpr int kI8Groups = 2;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k4_elem_of(sb, j); }
-    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
-        const uint8_t* b = row + (g >> 3) * kBlockBytes;
-        const int sb = static_cast<int>(g & 7);
+    // The 32 five-bit values (0..31) of segment sb, 4 per word, in Q4_K's order. The fifth bit of
+    // element 32 s + l is bit s of qh[l]; our bytes l = 16 half + i.
+    __device__ static void qwords(const uint8_t* b, int sb, uint32_t (&w)[8]) {
         const int c = sb >> 1;
         const uint4 v = ld128_a16(b + 48 + 32 * c + 16 * (sb & 1));
-        // The fifth bit of element 32 s + l is bit s of qh[l]; our bytes l = 16 half + i.
         const uint4 h = ld128_a16(b + 16 + 16 * (sb & 1));
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        const uint32_t x[4] = {v.x, v.y, v.z, v.w};
         const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint32_t lo = (w[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c)) & 0x01010101u) << 4);
-            const uint32_t hi = ((w[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4);
-            put4(s.q + 4 * k, lo, kMagic);
-            put4(s.q + 16 + 4 * k, hi, kMagic);
+            w[k] = (x[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c)) & 0x01010101u) << 4);
+            w[4 + k] = ((x[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4);
         }
+    }
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        const uint8_t* b = row + (g >> 3) * kBlockBytes;
+        const int sb = static_cast<int>(g & 7);
+        uint32_t w[8];
+        qwords(b, sb, w);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic);
         k4_scales(b, sb, s);
     }
     __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int sb = static_cast<int>(g & 7);
-        const int c = sb >> 1;
-        const uint4 v = ld128_a16(b + 48 + 32 * c + 16 * (sb & 1));
-        const uint4 h = ld128_a16(b + 16 + 16 * (sb & 1));
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            s.q[k] = (w[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c)) & 0x01010101u) << 4);
-            s.q[4 + k] = ((w[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4);
-        }
+        qwords(b, sb, s.q);
         k4_scales_words(ld128_a16(b), sb, s);
     }
 };
@@ -548,12 +542,13 @@ struct Q6_K {  // 210 B: ql[128]; qh[64]; scales[16] int8; d f16
     static constexpr bool kHasMin = false;
     static constexpr int kI8Groups = 4;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k2_elem_of(sb, j); }
-    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
-        const uint8_t* b = row + (g >> 3) * kBlockBytes;
-        const int sb = static_cast<int>(g & 7);
+    // The 32 six-bit values (0..63) of segment sb = (h, lq), 4 per word (words 2k, 2k + 1: group k),
+    // and the group scales. Low 4 bits of k = 0, 1 are the low nibbles of ql[64h + l] and
+    // ql[64h + 32 + l]; k = 2, 3 the high nibbles of the same bytes. The top 2 bits are bits
+    // 2k..2k+1 of qh[32h + l].
+    template <class S>
+    __device__ static void qwords(const uint8_t* b, int sb, uint32_t (&w)[8], S& s) {
         const int h = sb >> 2, lq = sb & 3;
-        // Low 4 bits of k = 0, 1 are the low nibbles of ql[64h + l] and ql[64h + 32 + l]; k = 2, 3 the
-        // high nibbles of the same bytes. The top 2 bits are bits 2k..2k+1 of qh[32h + l].
         const uint8_t* a = b + 64 * h + 8 * lq;
         const uint32_t a0 = ld32_a2(a), a1 = ld32_a2(a + 4), b0 = ld32_a2(a + 32), b1 = ld32_a2(a + 36);
         const uint32_t c0 = ld32_a2(b + 128 + 32 * h + 8 * lq), c1 = ld32_a2(b + 132 + 32 * h + 8 * lq);
@@ -563,28 +558,21 @@ struct Q6_K {  // 210 B: ql[128]; qh[64]; scales[16] int8; d f16
             const uint32_t s0 = (k & 1) ? b0 : a0, s1 = (k & 1) ? b1 : a1;
             const uint32_t n0 = k < 2 ? (s0 & 0x0F0F0F0Fu) : ((s0 >> 4) & 0x0F0F0F0Fu);
             const uint32_t n1 = k < 2 ? (s1 & 0x0F0F0F0Fu) : ((s1 >> 4) & 0x0F0F0F0Fu);
-            put4(s.q + 8 * k, n0 | (((c0 >> (2 * k)) & 0x03030303u) << 4), kMagic + 32.0f);
-            put4(s.q + 8 * k + 4, n1 | (((c1 >> (2 * k)) & 0x03030303u) << 4), kMagic + 32.0f);
+            w[2 * k] = n0 | (((c0 >> (2 * k)) & 0x03030303u) << 4);
+            w[2 * k + 1] = n1 | (((c1 >> (2 * k)) & 0x03030303u) << 4);
             s.d[k] = d * static_cast<float>(static_cast<int8_t>(b[192 + 8 * h + 2 * k + (lq >> 1)]));
         }
     }
-    __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
-        const uint8_t* b = row + (g >> 3) * kBlockBytes;
-        const int sb = static_cast<int>(g & 7);
-        const int h = sb >> 2, lq = sb & 3;
-        const uint8_t* a = b + 64 * h + 8 * lq;
-        const uint32_t a0 = ld32_a2(a), a1 = ld32_a2(a + 4), b0 = ld32_a2(a + 32), b1 = ld32_a2(a + 36);
-        const uint32_t c0 = ld32_a2(b + 128 + 32 * h + 8 * lq), c1 = ld32_a2(b + 132 + 32 * h + 8 * lq);
-        const float d = f16_at(b + 208);
+    __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
+        uint32_t w[8];
+        qwords(row + (g >> 3) * kBlockBytes, static_cast<int>(g & 7), w, s);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const uint32_t s0 = (k & 1) ? b0 : a0, s1 = (k & 1) ? b1 : a1;
-            const uint32_t n0 = k < 2 ? (s0 & 0x0F0F0F0Fu) : ((s0 >> 4) & 0x0F0F0F0Fu);
-            const uint32_t n1 = k < 2 ? (s1 & 0x0F0F0F0Fu) : ((s1 >> 4) & 0x0F0F0F0Fu);
-            s.q[2 * k] = sub_bytes(n0 | (((c0 >> (2 * k)) & 0x03030303u) << 4), 0x20202020u);
-            s.q[2 * k + 1] = sub_bytes(n1 | (((c1 >> (2 * k)) & 0x03030303u) << 4), 0x20202020u);
-            s.d[k] = d * static_cast<float>(static_cast<int8_t>(b[192 + 8 * h + 2 * k + (lq >> 1)]));
-        }
+        for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic + 32.0f);
+    }
+    __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
+        qwords(row + (g >> 3) * kBlockBytes, static_cast<int>(g & 7), s.q, s);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s.q[k] = sub_bytes(s.q[k], 0x20202020u);
     }
 };
 
