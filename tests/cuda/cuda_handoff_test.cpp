@@ -39,6 +39,26 @@ double seconds_since(clock_type::time_point t0) {
     return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
+// publish then collect of `slot` on the stream: one hand-off as the decode graph enqueues it.
+void enqueue(const HandoffChannel& ch, int64_t slot, const DeviceBuffer& x, const DeviceBuffer& ids,
+             const DeviceBuffer& w, const DeviceBuffer& out, StreamHandle stream,
+             uint64_t timeout_ns = HandoffChannel::kDefaultTimeoutNs) {
+    ch.publish(slot, x.as<float>(), ids.as<int32_t>(), w.as<float>(), stream);
+    ch.collect(slot, out.as<float>(), stream, timeout_ns);
+}
+
+// The inputs of the failure tests: 64 floats routed to experts {0, 1} with weight 1, and outputs
+// filled with 9 (a collect that gives up must overwrite them with zeros).
+struct SmallHandoff {
+    static constexpr int64_t d = 64, k = 2;
+    DeviceBuffer x, ids, w;
+    explicit SmallHandoff(uint32_t seed)
+        : x(test::to_device(test::randn(d, seed))),
+          ids(test::to_device(std::vector<int32_t>{0, 1})),
+          w(test::to_device(std::vector<float>{1.0f, 1.0f})) {}
+    static DeviceBuffer output() { return test::to_device(std::vector<float>(d, 9.0f)); }
+};
+
 struct Shape {
     int64_t d, k;
     int64_t offset;  // floats from the start of the device buffers: 1 takes the unaligned path
@@ -117,10 +137,8 @@ TEST(CudaHandoff, GpuGivesUpWhenTheHostNeverAnswers) {
 
     uint32_t step = ch.begin_step();
     const auto t0 = clock_type::now();
-    ch.publish(0, x.as<float>(), ids.as<int32_t>(), w.as<float>(), stream.handle());
-    ch.collect(0, out0.as<float>(), stream.handle(), kShortNs);
-    ch.publish(1, x.as<float>(), ids.as<int32_t>(), w.as<float>(), stream.handle());
-    ch.collect(1, out1.as<float>(), stream.handle());
+    enqueue(ch, 0, x, ids, w, out0, stream.handle(), kShortNs);
+    enqueue(ch, 1, x, ids, w, out1, stream.handle());
     ASSERT_TRUE(ch.wait_ready(0, step, stream.handle()));
     // The routing arrived intact even though nobody answers.
     EXPECT_EQ(std::vector<int32_t>(ch.ids(), ch.ids() + k), id);
@@ -138,8 +156,7 @@ TEST(CudaHandoff, GpuGivesUpWhenTheHostNeverAnswers) {
     // Recovery: a normal step after the failed one.
     step = ch.begin_step();
     EXPECT_EQ(ch.status().error, HandoffError::none);
-    ch.publish(0, x.as<float>(), ids.as<int32_t>(), w.as<float>(), stream.handle());
-    ch.collect(0, out0.as<float>(), stream.handle(), 5'000'000'000ull);
+    enqueue(ch, 0, x, ids, w, out0, stream.handle(), 5'000'000'000ull);
     ASSERT_TRUE(ch.wait_ready(0, step, stream.handle()));
     host_compute(ch.x(), ch.ids(), ch.weights(), d, k, ch.result());
     ch.answer(0, step, true);
@@ -154,19 +171,15 @@ TEST(CudaHandoff, GpuGivesUpWhenTheHostNeverAnswers) {
 // zeros, and the status names the slot.
 TEST(CudaHandoff, CpuFailureReleasesTheGpu) {
     MOX_REQUIRE_CUDA_DEVICE();
-    const int64_t d = 64, k = 2;
-    HandoffChannel ch(2, d, k);
+    const SmallHandoff in(3);
+    const int64_t d = SmallHandoff::d;
+    HandoffChannel ch(2, d, SmallHandoff::k);
     Stream stream;
-    DeviceBuffer x = test::to_device(test::randn(d, 3)), ids = test::to_device(std::vector<int32_t>{0, 1});
-    DeviceBuffer w = test::to_device(std::vector<float>{1.0f, 1.0f});
-    DeviceBuffer out0 = test::to_device(std::vector<float>(d, 9.0f)),
-                 out1 = test::to_device(std::vector<float>(d, 9.0f));
+    DeviceBuffer out0 = SmallHandoff::output(), out1 = SmallHandoff::output();
     const uint32_t step = ch.begin_step();
     const auto t0 = clock_type::now();
-    ch.publish(0, x.as<float>(), ids.as<int32_t>(), w.as<float>(), stream.handle());
-    ch.collect(0, out0.as<float>(), stream.handle());
-    ch.publish(1, x.as<float>(), ids.as<int32_t>(), w.as<float>(), stream.handle());
-    ch.collect(1, out1.as<float>(), stream.handle());
+    enqueue(ch, 0, in.x, in.ids, in.w, out0, stream.handle());
+    enqueue(ch, 1, in.x, in.ids, in.w, out1, stream.handle());
     ASSERT_TRUE(ch.wait_ready(0, step, stream.handle()));
     ch.answer(0, step, false);
     stream.synchronize();
@@ -182,16 +195,14 @@ TEST(CudaHandoff, CpuFailureReleasesTheGpu) {
 // its own limit it throws and aborts the step, which releases the GPU long before its 20 s limit.
 TEST(CudaHandoff, HostGivesUpAndReleasesTheGpu) {
     MOX_REQUIRE_CUDA_DEVICE();
-    const int64_t d = 64, k = 2;
-    HandoffChannel ch(2, d, k);
+    const SmallHandoff in(5);
+    const int64_t d = SmallHandoff::d;
+    HandoffChannel ch(2, d, SmallHandoff::k);
     Stream stream;
-    DeviceBuffer x = test::to_device(test::randn(d, 5)), ids = test::to_device(std::vector<int32_t>{0, 1});
-    DeviceBuffer w = test::to_device(std::vector<float>{1.0f, 1.0f});
-    DeviceBuffer out = test::to_device(std::vector<float>(d, 9.0f));
+    DeviceBuffer out = SmallHandoff::output();
     const uint32_t step = ch.begin_step();
     const auto t0 = clock_type::now();
-    ch.publish(0, x.as<float>(), ids.as<int32_t>(), w.as<float>(), stream.handle());
-    ch.collect(0, out.as<float>(), stream.handle());
+    enqueue(ch, 0, in.x, in.ids, in.w, out, stream.handle());
     EXPECT_THROW(ch.wait_ready(1, step, stream.handle(), std::chrono::milliseconds(50)), Error);
     stream.synchronize();
     EXPECT_LT(seconds_since(t0), 5.0);
