@@ -245,17 +245,6 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-// Bytes of the block holding one segment (float types: the segment's own 32 elements).
-template <class T>
-__host__ __device__ constexpr int block_bytes() {
-    if constexpr (std::is_same_v<T, seg::F32>)
-        return 128;
-    else if constexpr (seg::kIsFloat<T>)
-        return 64;
-    else
-        return T::kBlockBytes;
-}
-
 // Asks L2 for the lines of the block holding segment g (a hint: nothing waits on it, so a block
 // prefetched a few chunks ahead is usually in L2 when its demand load comes). Only called for
 // g < n_segs, so every address is inside the row (a float row's last segment may be partial:
