@@ -208,6 +208,22 @@ TEST(CudaAttention, DecodeMaxKeysFarBeyondLength) {
     run_case(c, 8);
 }
 
+// Decode over at most 1024 keys takes the one-block-per-query-head kernel (attention_short_kernel),
+// beyond that the grouped one: both sides of the boundary, every KV type.
+TEST(CudaAttention, DecodeShortContextBoundary) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    uint32_t seed = 500;
+    for (TypeId t : kKvTypes) {
+        Case c;
+        c.k_type = c.v_type = t;
+        c.pos0 = 1023;
+        c.max_keys = 1024;
+        run_case(c, ++seed);
+        c.max_keys = 1025;
+        run_case(c, ++seed);
+    }
+}
+
 TEST(CudaAttention, DecodeOtherShapes) {
     MOX_REQUIRE_CUDA_DEVICE();
     uint32_t seed = 300;

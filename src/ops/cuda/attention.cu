@@ -15,7 +15,8 @@
 // all its rows, and the key loop needs no barrier. The warps then merge through shared memory. With
 // one split the block normalises, gates and writes the output; with several (decode: the context is
 // cut so that the blocks fill the GPU) it writes (max, sum, acc) partials and combine_kernel merges
-// them in a fixed order (deterministic, no atomics).
+// them in a fixed order (deterministic, no atomics). Decode over at most kShortMaxKeys keys takes
+// attention_short_kernel instead: one block per query head (see there why).
 #include "ops/cuda_attention.h"
 #include "quant/cuda/check.cuh"
 #include "quant/cuda/launch.cuh"
@@ -24,6 +25,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 namespace mox::cuda {
 
@@ -476,6 +479,107 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
     }
 }
 
+// ---------------------------------------------------------------------------------------------------
+// attention at decode over a short context (one query token, max_keys <= kShortMaxKeys)
+//
+// attention_kernel gives a block all 8 query heads of a KV head (K/V read once for 8 rows): right
+// for prefill and long contexts, but at decode over a few hundred keys it is 2 blocks of 4 warps at
+// 255 registers with one warp per scheduler: ~18 us of latency chain on the H200 (ncu) for a few KB
+// of cache. Here a block owns one query head and every key (no split, no combine): 16 blocks for
+// Qwen3.6, each warp walking every 4th group of kShortKeys keys with the scores of a step reduced
+// across the warp in interleaved butterflies (all lanes get every score), then the 4 warps merge
+// through shared memory. K/V rows are read once per query head; at <= 1024 keys they stay in L2.
+constexpr int kShortWarps = 4;
+constexpr int kShortKeys = 4;  // keys per warp and step
+constexpr int64_t kShortMaxKeys = 1024;
+
+template <int D>
+__global__ void __launch_bounds__(kShortWarps * 32) attention_short_kernel(const AttnParams p) {
+    dependency_wait();  // launch.cuh
+    allow_next_launch();
+    constexpr int E = D / 32;
+    __shared__ float sm_acc[kShortWarps][D];
+    __shared__ float sm_m[kShortWarps];
+    __shared__ float sm_l[kShortWarps];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int h = static_cast<int>(blockIdx.x), hk = h / p.group;
+    const int e0 = lane * E;
+    const int64_t k1 = min(static_cast<int64_t>(*p.pos0) + 1, p.capacity);  // the token sees keys [0, k1)
+
+    float qr[E], acc[E];
+    const float* src = p.q + static_cast<int64_t>(h) * D + e0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) qr[e] = src[e] * p.scale, acc[e] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const uint8_t* kbase = p.k + hk * p.k_head_bytes;
+    const uint8_t* vbase = p.v + hk * p.v_head_bytes;
+    for (int64_t j0 = static_cast<int64_t>(warp) * kShortKeys; j0 < k1; j0 += kShortWarps * kShortKeys) {
+        Raw<E> rk[kShortKeys], rv[kShortKeys];
+#pragma unroll
+        for (int s = 0; s < kShortKeys; ++s) {  // every load of the step first (past k1: a valid row)
+            const int64_t j = min(j0 + s, k1 - 1);
+            load_raw<E>(p.kf, kbase + static_cast<size_t>(j) * p.k_row_bytes, e0, rk[s]);
+            load_raw<E>(p.vf, vbase + static_cast<size_t>(j) * p.v_row_bytes, e0, rv[s]);
+        }
+        float sc[kShortKeys];
+#pragma unroll
+        for (int s = 0; s < kShortKeys; ++s) {
+            float kx[E];
+            decode<E>(p.kf, rk[s], e0, kx);
+            float dot = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; ++e) dot = fmaf(qr[e], kx[e], dot);
+            sc[s] = dot;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int s = 0; s < kShortKeys; ++s) sc[s] += __shfl_xor_sync(0xFFFFFFFFu, sc[s], o);
+        float step_max = sc[0];  // key j0 < k1 always exists
+#pragma unroll
+        for (int s = 1; s < kShortKeys; ++s) {
+            if (j0 + s >= k1) sc[s] = -INFINITY;
+            step_max = fmaxf(step_max, sc[s]);
+        }
+        const float m_new = fmaxf(m, step_max);
+        const float alpha = expf(m - m_new);  // 0 on the first step (m = -inf)
+        l *= alpha;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] *= alpha;
+#pragma unroll
+        for (int s = 0; s < kShortKeys; ++s) {
+            const float pr = expf(sc[s] - m_new);  // 0 for keys past k1
+            l += pr;
+            float vx[E];
+            decode<E>(p.vf, rv[s], e0, vx);
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[e] = fmaf(pr, vx[e], acc[e]);
+        }
+        m = m_new;
+    }
+
+#pragma unroll
+    for (int e = 0; e < E; ++e) sm_acc[warp][e0 + e] = acc[e];
+    if (lane == 0) sm_m[warp] = m, sm_l[warp] = l;
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kShortWarps; ++w)
+        if (sm_l[w] > 0.0f) M = fmaxf(M, sm_m[w]);
+    float wt[kShortWarps], L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kShortWarps; ++w) {
+        wt[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - M) : 0.0f;  // a warp that saw no key weighs 0
+        L += wt[w] * sm_l[w];
+    }
+    for (int c = static_cast<int>(threadIdx.x); c < D; c += kShortWarps * 32) {
+        float A = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kShortWarps; ++w) A = fmaf(wt[w], sm_acc[w][c], A);
+        p.out[static_cast<int64_t>(h) * D + c] = gated(p, 0, h, c, A / L);  // L >= 1: key 0 is seen
+    }
+}
+
 // One block per output row (t, h) and kCombineCols of its columns: out = sum_s w_s acc_s / sum_s
 // w_s l_s with w_s = exp(m_s - max m). kCombineGroups groups of threads take every kCombineGroups-th
 // split (many loads in flight, spread over n_rows * D / kCombineCols blocks) and their sums meet in
@@ -567,6 +671,15 @@ Plan make_plan(const ops::AttentionShape& s, int64_t n_q, int64_t max_keys) {
     return plan;
 }
 
+// MOX_CUDA_ATTN_SHORT=0: decode over short contexts takes attention_kernel too (A/B measurements).
+bool short_attention_enabled() {
+    static const bool enabled = [] {
+        const char* env = std::getenv("MOX_CUDA_ATTN_SHORT");
+        return env == nullptr || std::strcmp(env, "0") != 0;
+    }();
+    return enabled;
+}
+
 }  // namespace
 
 void kv_store(const ops::KvView& kv, const int32_t* pos0, int64_t n_rows, const float* k, int64_t k_stride,
@@ -576,11 +689,11 @@ void kv_store(const ops::KvView& kv, const int32_t* pos0, int64_t n_rows, const 
     MOX_CHECK(kv.row_elems % 32 == 0, "KV row of {} elements", kv.row_elems);
     const int kf = kv_fmt(kv.k_type), vf = kv_fmt(kv.v_type);
     const dim3 grid(static_cast<unsigned>(n_rows));
-    launch_overlapped(kv_store_kernel, grid, kStoreThreads, 0, stream, kv.k, kv.k_row_bytes, kf, kv.capacity, pos0,
-                      k, k_stride, kv.row_elems);
+    launch_overlapped(kv_store_kernel, grid, kStoreThreads, 0, stream, kv.k, kv.k_row_bytes, kf, kv.capacity,
+                      pos0, k, k_stride, kv.row_elems);
     MOX_CUDA_CHECK_LAUNCH("kv_store_kernel");
-    launch_overlapped(kv_store_kernel, grid, kStoreThreads, 0, stream, kv.v, kv.v_row_bytes, vf, kv.capacity, pos0,
-                      v, v_stride, kv.row_elems);
+    launch_overlapped(kv_store_kernel, grid, kStoreThreads, 0, stream, kv.v, kv.v_row_bytes, vf, kv.capacity,
+                      pos0, v, v_stride, kv.row_elems);
     MOX_CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
 
@@ -632,6 +745,22 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
                                      static_cast<size_t>(D);
     }
 
+    if (n_q == 1 && max_keys <= kShortMaxKeys && short_attention_enabled()) {
+        const auto blocks = static_cast<unsigned>(shape.n_head);
+        switch (D) {
+            case 64:
+                launch_overlapped(attention_short_kernel<64>, blocks, kShortWarps * 32, 0, stream, p);
+                break;
+            case 128:
+                launch_overlapped(attention_short_kernel<128>, blocks, kShortWarps * 32, 0, stream, p);
+                break;
+            default:
+                launch_overlapped(attention_short_kernel<256>, blocks, kShortWarps * 32, 0, stream, p);
+                break;
+        }
+        MOX_CUDA_CHECK_LAUNCH("attention_short_kernel");
+        return;
+    }
     const dim3 grid(static_cast<unsigned>(plan.n_chunks), static_cast<unsigned>(shape.n_head_kv),
                     static_cast<unsigned>(plan.n_split));
     const unsigned n_rows_all = static_cast<unsigned>(n_q * shape.n_head);
@@ -640,19 +769,22 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
             launch_overlapped(attention_kernel<64>, grid, kThreads, 0, stream, p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<64>");
             if (plan.n_split > 1)
-                launch_overlapped(combine_kernel<64>, dim3(n_rows_all, 64 / kCombineCols), kCombineThreads, 0, stream, p);
+                launch_overlapped(combine_kernel<64>, dim3(n_rows_all, 64 / kCombineCols), kCombineThreads, 0,
+                                  stream, p);
             break;
         case 128:
             launch_overlapped(attention_kernel<128>, grid, kThreads, 0, stream, p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<128>");
             if (plan.n_split > 1)
-                launch_overlapped(combine_kernel<128>, dim3(n_rows_all, 128 / kCombineCols), kCombineThreads, 0, stream, p);
+                launch_overlapped(combine_kernel<128>, dim3(n_rows_all, 128 / kCombineCols), kCombineThreads,
+                                  0, stream, p);
             break;
         default:
             launch_overlapped(attention_kernel<256>, grid, kThreads, 0, stream, p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<256>");
             if (plan.n_split > 1)
-                launch_overlapped(combine_kernel<256>, dim3(n_rows_all, 256 / kCombineCols), kCombineThreads, 0, stream, p);
+                launch_overlapped(combine_kernel<256>, dim3(n_rows_all, 256 / kCombineCols), kCombineThreads,
+                                  0, stream, p);
             break;
     }
     MOX_CUDA_CHECK_LAUNCH("combine_kernel");
