@@ -26,9 +26,7 @@
 #include <memory>
 #include <sstream>
 
-#ifndef MOX_BUILD_COMMIT
-#define MOX_BUILD_COMMIT "unknown"
-#endif
+#include "build_commit.h"  // generated at build time: MOX_BUILD_COMMIT
 #ifndef MOX_BENCH_CORPUS
 #define MOX_BENCH_CORPUS ""
 #endif

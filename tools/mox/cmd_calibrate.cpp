@@ -15,9 +15,7 @@
 #include <string>
 #include <vector>
 
-#ifndef MOX_BUILD_COMMIT
-#define MOX_BUILD_COMMIT "unknown"
-#endif
+#include "build_commit.h"  // generated at build time: MOX_BUILD_COMMIT
 
 namespace mox::cli {
 
