@@ -8,7 +8,6 @@
 #pragma once
 
 #include "ops/weight.h"
-#include "quant/cuda_matvec.h"
 #include "quant/cuda_stream.h"
 
 #include <cstdint>
@@ -49,13 +48,10 @@ void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* 
 // route_softmax_topk (one token, logits [n_expert], n_expert = gate.n_expert) fused into
 // moe_gate_up: every block of the launch routes for itself (one warp, while the others stage x), so
 // the router's launch and its kernel boundary go; ids [k] and weights [k] are still written, for
-// moe_down. Same ids and weights as route_softmax_topk, same h as moe_gate_up. With `norm`, x is the
-// residual and the experts' input its RMSNorm (quant/cuda_matvec.h NormedInput; n_embd <=
-// kMaxNormedInput).
+// moe_down. Same ids and weights as route_softmax_topk, same h as moe_gate_up.
 void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, float* weights,
                        const ops::Weight& gate, const ops::Weight& up, int64_t k, const float* x, float* h,
-                       StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr,
-                       const NormedInput* norm = nullptr);
+                       StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr);
 
 // out[:] = sum_i weights[i] * down_e h[i, :], e = ids[i] (overwrites out), plus, with `shared`,
 // sigmoid(*shared->gate_logit) * down_s(h + k * n_ff) (h as moe_gate_up left it). down: {n_ff,

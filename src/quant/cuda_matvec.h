@@ -23,23 +23,6 @@ inline constexpr int kMaxMatvecCols = 8;
 // IQ1_M: every block type of the registry but Q8_1 and Q8_K (activation-side formats).
 bool matvec_supported(quant::TypeId type);
 
-// A residual stream's RMSNorm folded into a one-column product (decode): the product's input is
-//   u = (x + add) * rsqrt(mean((x + add)^2) + eps) * weight
-// instead of x, and block 0 of the launch stores x + add to new_residual. This replaces the separate
-// add + norm launch before each projection (81 per Qwen3.6 decode step, ~3.3 us each on the H200):
-// every block of the consumer loads x + add anyway to stage it, and one block-wide sum of squares
-// costs far less than a launch. add and new_residual may be null; new_residual must not alias x or
-// add (other blocks still read them): the caller alternates two residual buffers. n_in <= kMaxNormedInput.
-struct NormedInput {
-    const float* add = nullptr;
-    const float* weight = nullptr;  // [n_in]
-    float eps = 0.0f;
-    float* new_residual = nullptr;
-};
-// Widest input a normed product stages in one trip of its block (the values stay in registers
-// across the block-wide sum).
-inline constexpr int64_t kMaxNormedInput = 4096;
-
 // y[c * n_out + r] = sum_i W[r, i] * x[c * n_in + i] for r < n_out, c < n_cols (1..8).
 // w: n_out rows of row_bytes (= quant::row_bytes(type, n_in)) on the device, 16-byte aligned (any
 // cudaMalloc'ed base; for F32/F16/BF16 any n_in works, otherwise n_in is a multiple of the block).
@@ -48,9 +31,8 @@ inline constexpr int64_t kMaxNormedInput = 4096;
 // slack after it (cuda::upload_weight does).
 // x, y: device fp32. Asynchronous on `stream`; throws mox::Error for an unsupported type or a shape
 // whose activations exceed the shared memory of a block.
-// With `norm` (one column only), x is the residual and the product's input its norm (NormedInput).
 void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
-            int n_cols, float* y, StreamHandle stream = nullptr, const NormedInput* norm = nullptr);
+            int n_cols, float* y, StreamHandle stream = nullptr);
 
 // Whether one-column products with `type` weights (matvec with n_cols 1, the batch-1 MoE kernels)
 // use 8-bit activations: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, unless MOX_CUDA_INT8=0. The rule: x is cut

@@ -216,12 +216,8 @@ struct SharedCase {
 
 // Router (logits row with the shared gate logit appended) -> gate/up -> down with the shared
 // expert fused, all on the device; returns out [n_embd] and checks it against the CPU composition of
-// Qwen35Moe::moe: routed experts + the shared expert weighted by sigmoid(g . x). normed (with
-// fused_route): x is a residual to which `add` is added and whose RMSNorm the launch applies itself
-// (NormedInput); the reference takes the norm computed on the host, and the new residual must be
-// x + add to the bit.
-std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check, bool fused_route = false,
-                                  bool normed = false) {
+// Qwen35Moe::moe: routed experts + the shared expert weighted by sigmoid(g . x).
+std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check, bool fused_route = false) {
     SCOPED_TRACE(
         fmt::format("routed {}/{} shared {}/{} n_embd={} n_ff={} n_ff_s={} experts={} k={} fused route={}",
                     quant::type_name(c.gate_up), quant::type_name(c.down), quant::type_name(c.sh_gate_up),
@@ -232,21 +228,7 @@ std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check
     HostStack sg = make_stack(c.sh_gate_up, c.n_embd, c.n_ff_s, 1, seed + 3, 0.05f);
     HostStack su = make_stack(c.sh_gate_up, c.n_embd, c.n_ff_s, 1, seed + 4, 0.05f);
     HostStack sd = make_stack(c.sh_down, c.n_ff_s, c.n_embd, 1, seed + 5, 0.05f);
-    const auto x_in = test::randn(static_cast<size_t>(c.n_embd), seed + 6, normed ? 3.0f : 1.0f);
-    const auto add = test::randn(static_cast<size_t>(c.n_embd), seed + 9);
-    auto norm_w = test::randn(static_cast<size_t>(c.n_embd), seed + 10, 0.2f);
-    for (float& v : norm_w) v += 1.0f;
-    const float eps = 1e-6f;
-    std::vector<float> residual(x_in), x(x_in);  // x: what the experts see
-    if (normed) {
-        double ss = 0;
-        for (size_t i = 0; i < x.size(); ++i) {
-            residual[i] = x_in[i] + add[i];
-            ss += static_cast<double>(residual[i]) * residual[i];
-        }
-        const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(c.n_embd)) + eps);
-        for (size_t i = 0; i < x.size(); ++i) x[i] = residual[i] * scale * norm_w[i];
-    }
+    const auto x = test::randn(static_cast<size_t>(c.n_embd), seed + 6);
     const auto g = test::randn(static_cast<size_t>(c.n_embd), seed + 7, 0.03f);
     auto logits = test::randn(static_cast<size_t>(c.n_expert + 1), seed + 8, 2.0f);
     float gate_logit = 0.0f;
@@ -266,14 +248,8 @@ std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check
     auto* d_w = arena.alloc<float>(static_cast<size_t>(c.k));
     auto* d_h = arena.alloc<float>(static_cast<size_t>(h_len));
     auto* d_out = arena.alloc<float>(static_cast<size_t>(c.n_embd));
-    auto* d_add = arena.alloc<float>(static_cast<size_t>(c.n_embd));
-    auto* d_norm_w = arena.alloc<float>(static_cast<size_t>(c.n_embd));
-    auto* d_residual = arena.alloc<float>(static_cast<size_t>(c.n_embd));
     copy_to_device(d_logits, logits.data(), logits.size() * 4, st);
-    copy_to_device(d_x, (normed ? x_in : x).data(), x.size() * 4, st);
-    copy_to_device(d_add, add.data(), add.size() * 4, st);
-    copy_to_device(d_norm_w, norm_w.data(), norm_w.size() * 4, st);
-    const NormedInput norm{d_add, d_norm_w, eps, d_residual};
+    copy_to_device(d_x, x.data(), x.size() * 4, st);
     // Poison h and out: an element the kernels leave unwritten shows as NaN.
     const std::vector<float> nan_h(static_cast<size_t>(h_len), std::numeric_limits<float>::quiet_NaN());
     const std::vector<float> nan_out(static_cast<size_t>(c.n_embd), std::numeric_limits<float>::quiet_NaN());
@@ -287,21 +263,14 @@ std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check
     copy_to_device(d_ids, bad_ids.data(), bad_ids.size() * 4, st);
     copy_to_device(d_w, nan_out.data(), static_cast<size_t>(c.k) * 4, st);
     if (fused_route) {
-        moe_route_gate_up(d_logits, true, d_ids, d_w, dg.view, du.view, c.k, d_x, d_h, st, &shared,
-                          normed ? &norm : nullptr);
+        moe_route_gate_up(d_logits, true, d_ids, d_w, dg.view, du.view, c.k, d_x, d_h, st, &shared);
     } else {
-        EXPECT_FALSE(normed) << "the folded norm is an argument of moe_route_gate_up";
         route_softmax_topk(d_logits, 1, c.n_expert, c.k, true, d_ids, d_w, st, c.n_expert + 1);
         moe_gate_up(dg.view, du.view, d_ids, c.k, d_x, d_h, st, &shared);
     }
     moe_down(dd.view, d_ids, d_w, c.k, d_h, d_out, st, &shared);
     std::vector<float> got(static_cast<size_t>(c.n_embd));
     copy_to_host(got.data(), d_out, got.size() * 4, st);
-    if (normed) {
-        std::vector<float> got_res(residual.size());
-        copy_to_host(got_res.data(), d_residual, got_res.size() * 4, st);
-        EXPECT_EQ(std::memcmp(got_res.data(), residual.data(), residual.size() * 4), 0) << "new residual != x + add";
-    }
     if (!check) return got;
 
     ops::Routing routing;
@@ -354,19 +323,6 @@ TEST(CudaMoe, FusedRoutingMatchesCpu) {
     run_moe_shared({TypeId::f16, TypeId::bf16, TypeId::f32, TypeId::f16, 96, 40, 24, 7, 7}, 320, true, true);
     run_moe_shared({TypeId::q8_0, TypeId::q8_0, TypeId::q8_0, TypeId::q8_0, 256, 64, 64, 40, 32}, 330, true,
                    true);
-}
-
-TEST(CudaMoe, FusedRoutingWithFoldedNormMatchesCpu) {
-    MOX_REQUIRE_CUDA_DEVICE();
-    // The decode graph's MoE input: the residual plus the mixer's output, normed inside the launch.
-    // Qwen3.6's shapes and types; a shared expert of another type (its second launch normalises
-    // too); fp32-staged types.
-    run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q6_k, 2048, 512, 512, 256, 8}, 400, true,
-                   true, true);
-    run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::q8_0, 4096, 256, 256, 60, 8}, 410, true,
-                   true, true);
-    run_moe_shared({TypeId::iq4_xs, TypeId::q5_k, TypeId::f16, TypeId::f16, 256, 512, 96, 40, 4}, 420, true,
-                   true, true);
 }
 
 TEST(CudaMoe, DecodeIsDeterministic) {

@@ -100,12 +100,6 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         profile_step_ = std::strtoll(e, &end, 10);
         if (*end != '\0' || profile_step_ < 0) fail("MOX_CUDA_PROFILE_STEP={}: expected a decode step number", e);
     }
-    if (const char* e = std::getenv("MOX_CUDA_FOLD_NORM"); e && *e) {
-        const std::string v = e;
-        if (v != "0" && v != "1") fail("MOX_CUDA_FOLD_NORM={}: expected 0 or 1", v);
-        fold_norms_ = v == "1";
-    }
-    fold_norms_ = fold_norms_ && hp_.n_embd <= cuda::kMaxNormedInput;
     if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
         const std::string v = e;
         if (v == "sequential") deltanet_method_ = cuda::DeltaNetMethod::sequential;
@@ -125,7 +119,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     auto fbuf = [](int64_t count) { return DeviceBuffer(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float)); };
     tokens_ = DeviceBuffer(nb * sizeof(int32_t));
     pos_ = DeviceBuffer(sizeof(int32_t));
-    x_ = fbuf(nb * d), u_ = fbuf(nb * d), mix_ = fbuf(nb * d), shared_ = fbuf(nb * d), x_alt_ = fbuf(d);
+    x_ = fbuf(nb * d), u_ = fbuf(nb * d), mix_ = fbuf(nb * d), shared_ = fbuf(nb * d);
     const int64_t C = hp_.conv_channels(), inner = hp_.ssm_inner, Hv = hp_.ssm_v_heads;
     // The projections of a DeltaNet / attention input, laid out for their InputGroup.
     dn_proj_ = fbuf(nb * (C + inner + 2 * Hv)), conv_ = fbuf(nb * C), y_ = fbuf(nb * inner);
@@ -182,7 +176,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         if (hand_embd_.empty()) fail("--device cuda: pinned host memory for the embeddings: {}", why);
     }
     uint64_t activation_bytes = logits_.size();
-    for (const DeviceBuffer* b : {&tokens_, &pos_, &x_, &u_, &mix_, &shared_, &x_alt_, &dn_proj_, &conv_, &y_, &attn_proj_, &q_, &o_,
+    for (const DeviceBuffer* b : {&tokens_, &pos_, &x_, &u_, &mix_, &shared_, &dn_proj_, &conv_, &y_, &attn_proj_, &q_, &o_,
                                   &router_logits_, &ids_, &weights_, &h_, &sh_gu_, &sh_h_})
         activation_bytes += b->size();
     MOX_CHECK(activation_bytes == plan.activations, "memory model: activations {} B predicted, {} B allocated",
@@ -326,20 +320,17 @@ std::unique_ptr<DeviceSequenceState> Qwen35MoeGpu::new_state(const StateOptions&
     return seq;
 }
 
-void Qwen35MoeGpu::project(const InputGroup& g, const BlockInput& in, int64_t n, float* base) {
-    const cuda::StreamHandle s = stream_.handle();
+void Qwen35MoeGpu::project(const InputGroup& g, const float* x, int64_t n, float* base) {
     if (n == 1) {
-        for (const InputGroup::Run& r : g.runs) linear(r.whole, in.x, 1, base + r.offset, s, in.norm);
+        for (const InputGroup::Run& r : g.runs) linear(r.whole, x, 1, base + r.offset);
     } else {
-        for (size_t i = 0; i < g.parts.size(); ++i) linear(g.parts[i], in.x, n, g.out(base, i, n, n_ubatch_), s, in.norm);
+        for (size_t i = 0; i < g.parts.size(); ++i) linear(g.parts[i], x, n, g.out(base, i, n, n_ubatch_));
     }
 }
 
-void Qwen35MoeGpu::linear(const ops::Weight& v, const float* x, int64_t n, float* y, cuda::StreamHandle stream,
-                          const cuda::NormedInput* norm) {
-    MOX_CHECK(norm == nullptr || n == 1, "a folded norm at {} tokens", n);
+void Qwen35MoeGpu::linear(const ops::Weight& v, const float* x, int64_t n, float* y, cuda::StreamHandle stream) {
     if (n <= cuda::kMaxMatvecCols)
-        cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream, norm);
+        cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream);
     else
         cuda::matmul(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, n, y, work_.data(), stream);
 }
@@ -384,8 +375,8 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                     seq->decode_graph = cuda::Graph();
                     cuda::Graph::begin_capture(s);
                     try {
-                        cuda::NormedInput final_norm;
-                        logits_compute(trunk(*seq, 1, keys, final_norm), 1);
+                        trunk(*seq, 1, keys);
+                        logits_compute(0, 1);
                     } catch (...) {
                         cuda::Graph::abort_capture(s);
                         throw;
@@ -419,15 +410,13 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                 ++row_out;
                 continue;
             }
-            cuda::NormedInput final_norm;
-            const BlockInput out = trunk(*seq, n, std::min(st.n_ctx(), pos + n), final_norm);
-            MOX_CHECK(out.norm == nullptr, "a batch left its final norm unapplied");
+            trunk(*seq, n, std::min(st.n_ctx(), pos + n));
             // Logits: every row of the chunk, or the sequence's last row in its last chunk.
             const bool last_chunk = c0 + n == n_total;
             const int64_t r_first = all_logits ? 0 : (last_chunk ? n - 1 : n);
             for (int64_t r = r_first; r < n; r += kLogitRows) {
                 const int64_t cnt = std::min(kLogitRows, n - r);
-                logits_compute({out.x + r * hp_.n_embd, nullptr}, cnt);
+                logits_compute(r, cnt);
                 logits_fetch(cnt, logits.data() + row_out * V);
                 row_out += cnt;
             }
@@ -437,10 +426,10 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
     if (host_failed_) std::rethrow_exception(host_error_);
 }
 
-void Qwen35MoeGpu::logits_compute(const BlockInput& in, int64_t count) {
+void Qwen35MoeGpu::logits_compute(int64_t r0, int64_t count) {
     const ops::Weight& w = output_;
-    cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, in.x, static_cast<int>(count), logits_.as<float>(),
-                 stream_.handle(), in.norm);
+    cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * hp_.n_embd, static_cast<int>(count),
+                 logits_.as<float>(), stream_.handle());
 }
 
 void Qwen35MoeGpu::logits_fetch(int64_t count, float* host) {
@@ -452,7 +441,7 @@ void Qwen35MoeGpu::logits_fetch(int64_t count, float* host) {
     std::memcpy(host, logits_host_.data(), bytes);
 }
 
-BlockInput Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys, cuda::NormedInput& final_norm) {
+void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     const cuda::StreamHandle s = stream_.handle();
     const int64_t d = hp_.n_embd;
     const float eps = static_cast<float>(hp_.rms_eps);
@@ -462,44 +451,25 @@ BlockInput Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys, cu
     if (token_embd_.valid()) cuda::embed_rows(token_embd_, tokens_.as<int32_t>(), n, x, s);
     else cuda::copy_to_device(x, hand_embd_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
     if (streaming(n)) stream_begin();
-    // x <- x + pending, then the norm with weight w of it: folded into the consumers at decode (the
-    // new residual goes to the other buffer, as the consumers' blocks still read this one), into u_
-    // otherwise, and for host experts (the CPU reads u_).
-    float* res = x;
-    const float* pending = nullptr;  // the last block's output, not yet added to the residual
-    cuda::NormedInput folded;
-    auto norm = [&](const float* w, bool may_fold) -> BlockInput {
-        if (n == 1 && fold_norms_ && may_fold) {
-            float* next = res == x ? x_alt_.as<float>() : x;
-            folded = {pending, w, eps, next};
-            const BlockInput in{res, &folded};
-            res = next;  // the consumers' block 0 writes it
-            return in;
-        }
-        cuda::add_rms_norm(res, pending, w, n, d, eps, u, s);
-        return {u, nullptr};
-    };
+    const float* pending = nullptr;  // the last block's output, not yet added to x
     for (size_t il = 0; il < layers_.size(); ++il) {
         const GpuLayer& L = layers_[il];
-        const BlockInput mixer_in = norm(L.attn_norm, true);
-        if (m_.layers_[il].recurrent) deltanet(L, m_.rec_index_[il], seq, n, mixer_in);
-        else attention(L, m_.attn_index_[il], seq, n, max_keys, mixer_in);
-        pending = mix;
-        const BlockInput moe_in = norm(L.post_attention_norm, host_index_[il] < 0);
-        moe(L, static_cast<int64_t>(il), n, moe_in);
+        cuda::add_rms_norm(x, pending, L.attn_norm, n, d, eps, u, s);
+        if (m_.layers_[il].recurrent) deltanet(L, m_.rec_index_[il], seq, n);
+        else attention(L, m_.attn_index_[il], seq, n, max_keys);
+        cuda::add_rms_norm(x, mix, L.post_attention_norm, n, d, eps, u, s);
+        moe(L, static_cast<int64_t>(il), n);
         pending = mix;
     }
-    const BlockInput out = norm(output_norm_, true);
-    if (out.norm == nullptr) return out;
-    final_norm = folded;
-    return {out.x, &final_norm};
+    cuda::add_rms_norm(x, pending, output_norm_, n, d, eps, u, s);
 }
 
 // Gated DeltaNet (spec §3a): u_ -> mix_.
-void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n, const BlockInput& in) {
+void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
+    const float* u = u_.as<float>();
     float* proj = dn_proj_.as<float>();
-    project(L.dn_in, in, n, proj);
+    project(L.dn_in, u, n, proj);
     float* qkv = L.dn_in.out(proj, 0, n, n_ubatch_);
     float* z = L.dn_in.out(proj, 1, n, n_ubatch_);
     float* beta = L.dn_in.out(proj, 2, n, n_ubatch_);
@@ -516,12 +486,12 @@ void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int
 }
 
 // Gated full attention (spec §3b): u_ -> mix_.
-void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys,
-                             const BlockInput& in) {
+void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys) {
     const cuda::StreamHandle s = stream_.handle();
+    const float* u = u_.as<float>();
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
     float* proj = attn_proj_.as<float>();
-    project(L.attn_in, in, n, proj);
+    project(L.attn_in, u, n, proj);
     float* qg = L.attn_in.out(proj, 0, n, n_ubatch_);  // [n][H][query: hd | gate: hd]
     float* k = L.attn_in.out(proj, 1, n, n_ubatch_);
     float* v = L.attn_in.out(proj, 2, n, n_ubatch_);
@@ -540,13 +510,12 @@ void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, in
 }
 
 // Routed experts plus the sigmoid-gated shared expert (spec §3c): u_ -> mix_.
-void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n, const BlockInput& in) {
+void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
-    const float* u = in.x;
+    const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
     float* logits = router_logits_.as<float>();
     if (host_index_[static_cast<size_t>(il)] >= 0) {
-        MOX_CHECK(in.norm == nullptr, "host experts read u_: their norm is not folded");
         if (streaming(n) && stream_order_[static_cast<size_t>(il)] >= 0) host_moe_streamed(L, il, n);
         else host_moe_handoff(L, il, n);
         return;
@@ -555,13 +524,13 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n, const BlockInpu
         // Decode: two launches for the whole layer. The router's top-k runs inside the gate/up
         // launch, the shared expert rides along as one more expert, and the down launch sums all of
         // them with their weights (the shared one's: sigmoid of the router's extra logit).
-        project(L.router_in, in, 1, logits);
+        project(L.router_in, u, 1, logits);
         cuda::MoeDecodeShared shared;
         if (hp_.n_ff_shexp > 0)
             shared = {&L.shexp_gate_up.parts[0], &L.shexp_gate_up.parts[1], &L.shexp_down, logits + E};
         const cuda::MoeDecodeShared* sh = hp_.n_ff_shexp > 0 ? &shared : nullptr;
         cuda::moe_route_gate_up(logits, true, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps, L.up_exps, K,
-                                u, h_.as<float>(), s, sh, in.norm);
+                                u, h_.as<float>(), s, sh);
         cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh);
         return;
     }

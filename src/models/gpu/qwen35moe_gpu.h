@@ -15,7 +15,6 @@
 #include "ops/cuda_handoff.h"
 #include "ops/cuda_memory.h"
 #include "ops/moe.h"
-#include "quant/cuda_matvec.h"
 
 #include <atomic>
 #include <exception>
@@ -42,13 +41,6 @@ struct InputGroup {
     float* out(float* base, size_t i, int64_t n, int64_t n_ubatch) const {
         return base + (n == 1 ? 1 : n_ubatch) * offset[i];
     }
-};
-
-// What a block (mixer or MoE) reads: u_ with its norm already applied (norm null), or, at decode,
-// the residual x with the add + RMSNorm folded into every kernel that reads it (NormedInput).
-struct BlockInput {
-    const float* x = nullptr;
-    const cuda::NormedInput* norm = nullptr;
 };
 
 // Device views of one layer's weights (all inside the WeightArena); fp32 vectors as plain pointers.
@@ -134,13 +126,12 @@ public:
 
 private:
     // The forward of n <= n_ubatch tokens whose ids are already in tokens_ (or embeddings in
-    // hand_embd_) and whose first position is in pos_. Returns the output projection's input: the
-    // final-norm hidden states in u_, or at decode with folded norms the residual and its final norm
-    // (`final_norm` holds it). Only launches and host nodes: capturable when n == 1.
-    BlockInput trunk(GpuSequence& seq, int64_t n, int64_t max_keys, cuda::NormedInput& final_norm);
-    void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n, const BlockInput& in);
-    void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys, const BlockInput& in);
-    void moe(const GpuLayer& L, int64_t il, int64_t n, const BlockInput& in);
+    // hand_embd_) and whose first position is in pos_, leaving the final-norm hidden states in u_.
+    // Only launches and host nodes: capturable when n == 1.
+    void trunk(GpuSequence& seq, int64_t n, int64_t max_keys);
+    void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n);
+    void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys);
+    void moe(const GpuLayer& L, int64_t il, int64_t n);
     // shared_ [n, d] = the shared expert of u_ (not yet gated), on `stream`.
     void shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle stream);
     // Uploads every weight the options place on the GPU into `arena`; returns their bytes.
@@ -161,14 +152,12 @@ private:
     void stream_copy(size_t order, int buffer);  // the order-th streamed layer into staging[buffer]
     bool streaming(int64_t n) const;
     // y [n, n_out] = x [n, n_in] W^T: matvec for up to 8 tokens, the tensor-core matmul above.
-    // With `norm` (n == 1), x is a residual and the product's input its norm.
-    void linear(const ops::Weight& w, const float* x, int64_t n, float* y, cuda::StreamHandle stream,
-                const cuda::NormedInput* norm = nullptr);
+    void linear(const ops::Weight& w, const float* x, int64_t n, float* y, cuda::StreamHandle stream);
     void linear(const ops::Weight& w, const float* x, int64_t n, float* y) { linear(w, x, n, y, stream_.handle()); }
     // Every part of g for n tokens of x, into a buffer laid out for g (InputGroup::out).
-    void project(const InputGroup& g, const BlockInput& in, int64_t n, float* base);
-    // Logits of `count` (<= 8) consecutive rows of `in` into logits_; then to host memory.
-    void logits_compute(const BlockInput& in, int64_t count);
+    void project(const InputGroup& g, const float* x, int64_t n, float* base);
+    // Logits of `count` (<= 8) consecutive rows of u_ from row r0 into logits_; then to host memory.
+    void logits_compute(int64_t r0, int64_t count);
     void logits_fetch(int64_t count, float* host);
     // Embedding rows of n tokens by the CPU into hand_embd_ (token_embd on the host).
     void embed_on_host(const int32_t* tokens, int64_t n);
@@ -208,15 +197,11 @@ private:
     bool profile_ = false;
     std::atomic<int64_t> host_jobs_{0}, host_tokens_{0}, host_ns_{0};
     std::atomic<bool> host_failed_{false};
-    // Decode folds each add + RMSNorm into its consumers (n_embd <= cuda::kMaxNormedInput, unless
-    // MOX_CUDA_FOLD_NORM=0); the residual then alternates between x_ and x_alt_.
-    bool fold_norms_ = true;
     int64_t decode_steps_ = 0;  // decode graph launches so far
     int64_t profile_step_ = 0;  // MOX_CUDA_PROFILE_STEP; 0: none profiled
     // Activations for one micro-batch (fp32, token-major rows).
     cuda::DeviceBuffer tokens_, pos_;  // int32 [n_ubatch], int32 [1]
     cuda::DeviceBuffer x_, u_, mix_, shared_;
-    cuda::DeviceBuffer x_alt_;  // [d]: decode's second residual buffer (fold_norms_)
     cuda::DeviceBuffer dn_proj_, conv_, y_;           // DeltaNet: [qkv | z | beta | alpha] projections
     cuda::DeviceBuffer attn_proj_, q_, o_, attn_ws_;  // attention: [query+gate | k | v] projections
     cuda::DeviceBuffer router_logits_, ids_, weights_, h_, sh_gu_, sh_h_;  // MoE

@@ -242,7 +242,7 @@ void Qwen35MoeGpu::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
     const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
     float* logits = router_logits_.as<float>();
-    if (n == 1) project(L.router_in, {u, nullptr}, 1, logits);  // n_expert + 1 logits (the last: shared gate)
+    if (n == 1) project(L.router_in, u, 1, logits);  // n_expert + 1 logits (the last: shared gate)
     else linear(L.router_in.parts[0], u, n, logits);
     cuda::route_softmax_topk(logits, n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
     const bool shared = hp_.n_ff_shexp > 0;

@@ -147,8 +147,6 @@ struct GateUpArgs {
     bool renormalize = true;
     int32_t* ids_out = nullptr;
     float* weights_out = nullptr;
-    // norm.weight set: x is the residual and the experts' input its RMSNorm (NormedInput).
-    NormedInput norm{};
 };
 
 // I8: x staged as 8-bit segments (quant/cuda/matvec.cuh).
@@ -184,13 +182,10 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     }
     const int64_t n_segs = n_segments<T>(a.n_in);
     stage_table<T>(tbl);
-    if constexpr (I8) {
-        if (a.norm.weight != nullptr) stage_x_i8_normed<T>(reinterpret_cast<uint8_t*>(smem), a.x, a.norm, a.n_in, n_segs);
-        else stage_x_i8<T>(reinterpret_cast<uint8_t*>(smem), a.x, 0, 1, a.n_in, n_segs);
-    } else {
-        if (a.norm.weight != nullptr) stage_x_normed<T>(xs, a.x, a.norm, a.n_in, n_segs);
-        else stage_x<T>(xs, a.x, a.n_in, n_segs);
-    }
+    if constexpr (I8)
+        stage_x_i8<T>(reinterpret_cast<uint8_t*>(smem), a.x, 0, 1, a.n_in, n_segs);
+    else
+        stage_x<T>(xs, a.x, a.n_in, n_segs);
     if (tid < slots) {
         if (tid < a.k) {
             if (e < 0 || e >= a.n_expert) __trap();  // a routing bug: a launch error on the host
@@ -484,8 +479,7 @@ void gate_up_impl(const ops::Weight& gate, const ops::Weight& up, const int32_t*
                            .sh_gate = sg.data,
                            .sh_up = shared->up->data,
                            .x = x,
-                           .h = h + k * gate.n_out,
-                           .norm = {a.norm.add, a.norm.weight, a.norm.eps, nullptr}};  // the first launch stores the residual
+                           .h = h + k * gate.n_out};
         dispatch_type(sg.type, [&](auto tag) { launch_gate_up<decltype(tag)>(b, 1, stream); });
     }
 }
@@ -499,19 +493,12 @@ void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* 
 
 void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, float* weights,
                        const ops::Weight& gate, const ops::Weight& up, int64_t k, const float* x, float* h,
-                       StreamHandle stream, const MoeDecodeShared* shared, const NormedInput* norm) {
+                       StreamHandle stream, const MoeDecodeShared* shared) {
     if (gate.n_expert < 1 || gate.n_expert > kWarp * kRouterPerLane || k < 1 || k > kMaxK ||
         k > gate.n_expert)
         fail("CUDA router: {} experts, top {} (supported: up to {} experts, k <= {})", gate.n_expert, k,
              kWarp * kRouterPerLane, kMaxK);
     GateUpArgs route{};
-    if (norm != nullptr) {
-        MOX_CHECK(norm->weight != nullptr && gate.n_in <= kMaxNormedInput && norm->new_residual != x &&
-                      (norm->add == nullptr || norm->new_residual != norm->add),
-                  "normed MoE input: {} wide (at most {}), the new residual must not alias x or add", gate.n_in,
-                  kMaxNormedInput);
-        route.norm = *norm;
-    }
     route.logits = logits;
     route.renormalize = renormalize;
     route.ids_out = ids;

@@ -75,13 +75,11 @@ namespace {
 
 // Each block stages the NC activation columns once, then its warps take kRows rows at a time,
 // striding over the matrix. y: [NC][n_out] with column stride y_stride. I8: x staged as 8-bit
-// segments (matvec.cuh), one column only. norm.weight set (one column): x is a residual whose norm
-// is staged (NormedInput).
+// segments (matvec.cuh), one column only.
 template <class T, int NC, bool I8>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
-                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride,
-                  const NormedInput norm) {
+                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride) {
     static_assert(!I8 || NC == 1, "int8 activations are the one-column path");
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
@@ -91,15 +89,10 @@ __global__ void __launch_bounds__(kThreads)
     stage_table<T>(tbl);
     dependency_wait();  // launch.cuh: x comes from an earlier kernel
     allow_next_launch();
-    if constexpr (I8) {
-        if (norm.weight != nullptr) stage_x_i8_normed<T>(reinterpret_cast<uint8_t*>(smem), x, norm, n_in, n_segs);
-        else stage_x_i8<T>(reinterpret_cast<uint8_t*>(smem), x, x_stride, 1, n_in, n_segs);
-    } else if constexpr (NC == 1) {
-        if (norm.weight != nullptr) stage_x_normed<T>(xs, x, norm, n_in, n_segs);
-        else stage_x<T>(xs, x, n_in, n_segs);
-    } else {
+    if constexpr (I8)
+        stage_x_i8<T>(reinterpret_cast<uint8_t*>(smem), x, x_stride, 1, n_in, n_segs);
+    else
         stage_x_rows<T>(xs, x, x_stride, NC, n_in, n_segs);
-    }
     __syncthreads();
 
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -127,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T, int NC, bool I8>
 void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x, float* y,
-                   StreamHandle stream, const NormedInput& norm) {
+                   StreamHandle stream) {
     const auto kernel = matvec_kernel<T, NC, I8>;
     const int64_t n_segs = n_segments<T>(n_in);
     size_t smem = static_cast<size_t>(NC * n_units(n_segs) * 256) * sizeof(float);
@@ -139,7 +132,7 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
     const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
                                    (n_out + rows_per_block - 1) / rows_per_block);
     launch_overlapped(kernel, blocks, kThreads, smem, stream, static_cast<const uint8_t*>(w), row_bytes, n_in,
-                      n_out, x, n_in, y, n_out, norm);
+                      n_out, x, n_in, y, n_out);
     MOX_CUDA_CHECK_LAUNCH("matvec_kernel");
 }
 
@@ -148,12 +141,10 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
 // blocks above put the router's 2.1 MB on 17 SMs (9.2 us, ncu: each SM's loads in flight were
 // the limit); one-warp blocks that staged x were slower still (12.0 us), as 32 threads stage 2048
 // floats in several dependent round trips. Here a lane's x and weight loads leave together.
-// With a NormedInput the warp sums x + add's squares as it goes and dots the rows with
-// (x + add) * weight; the sum scales the result at the end (u's common factor taken out).
 template <class T>
 __global__ void __launch_bounds__(kWarp)
     matvec_short_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
-                        const float* __restrict__ x, float* __restrict__ y, const NormedInput norm) {
+                        const float* __restrict__ x, float* __restrict__ y) {
     static_assert(seg::kIsFloat<T>, "x is read in element order: float weights only");
     dependency_wait();  // launch.cuh
     allow_next_launch();
@@ -164,9 +155,6 @@ __global__ void __launch_bounds__(kWarp)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<size_t>(min(r0 + r, n_out - 1)) * row_bytes;
     float acc[kRows] = {};
-    const bool normed = norm.weight != nullptr;
-    const bool store = normed && blockIdx.x == 0 && norm.new_residual != nullptr;
-    float ss = 0.0f;
     // One segment per lane and pass (x and two weight segments: 96 registers); the next pass's
     // weight lines are prefetched into L1 first, so a 2048-wide row's two passes overlap.
 #pragma unroll 1
@@ -179,17 +167,7 @@ __global__ void __launch_bounds__(kWarp)
         const float4* xp = reinterpret_cast<const float4*>(x) + g * 8;
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-            float4 v = __ldg(xp + k);
-            if (normed) {
-                if (norm.add != nullptr) {
-                    const float4 a = __ldg(reinterpret_cast<const float4*>(norm.add) + g * 8 + k);
-                    v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
-                }
-                if (store) reinterpret_cast<float4*>(norm.new_residual)[g * 8 + k] = v;
-                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-                const float4 nw = __ldg(reinterpret_cast<const float4*>(norm.weight) + g * 8 + k);
-                v.x *= nw.x, v.y *= nw.y, v.z *= nw.z, v.w *= nw.w;
-            }
+            const float4 v = __ldg(xp + k);
             xr[4 * k] = v.x, xr[4 * k + 1] = v.y, xr[4 * k + 2] = v.z, xr[4 * k + 3] = v.w;
         }
 #pragma unroll
@@ -199,10 +177,9 @@ __global__ void __launch_bounds__(kWarp)
             acc[r] += seg_dot<T>(sg, xr);
         }
     }
-    const float scale = normed ? rsqrtf(warp_sum(ss) / static_cast<float>(n_in) + norm.eps) : 1.0f;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        const float v = warp_sum(acc[r]) * scale;
+        const float v = warp_sum(acc[r]);
         if (lane == 0 && r0 + r < n_out) y[r0 + r] = v;
     }
 }
@@ -222,24 +199,21 @@ bool use_short_kernel(int64_t n_in, int64_t n_out, const float* x) {
 
 template <class T, int NC>
 void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x, float* y,
-            StreamHandle stream, const NormedInput& norm) {
+            StreamHandle stream) {
     if constexpr (NC == 1 && kHasI8<T>) {
         if (int8_activations_enabled())
-            return launch_kernel<T, 1, true>(w, row_bytes, n_in, n_out, x, y, stream, norm);
+            return launch_kernel<T, 1, true>(w, row_bytes, n_in, n_out, x, y, stream);
     }
     if constexpr (NC == 1 && seg::kIsFloat<T>) {
-        // The normed path reads add and the weight as float4 like x: 16-byte aligned too.
-        const bool aligned = (reinterpret_cast<uintptr_t>(norm.add) | reinterpret_cast<uintptr_t>(norm.weight) |
-                              reinterpret_cast<uintptr_t>(norm.new_residual)) % 16 == 0;
-        if (use_short_kernel<T>(n_in, n_out, x) && aligned) {
+        if (use_short_kernel<T>(n_in, n_out, x)) {
             const auto blocks = static_cast<unsigned>((n_out + kRows - 1) / kRows);
             launch_overlapped(matvec_short_kernel<T>, blocks, kWarp, 0, stream,
-                              static_cast<const uint8_t*>(w), row_bytes, n_in, n_out, x, y, norm);
+                              static_cast<const uint8_t*>(w), row_bytes, n_in, n_out, x, y);
             MOX_CUDA_CHECK_LAUNCH("matvec_short_kernel");
             return;
         }
     }
-    launch_kernel<T, NC, false>(w, row_bytes, n_in, n_out, x, y, stream, norm);
+    launch_kernel<T, NC, false>(w, row_bytes, n_in, n_out, x, y, stream);
 }
 
 }  // namespace
@@ -278,16 +252,8 @@ bool matvec_supported(quant::TypeId type) {
 }
 
 void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
-            int n_cols, float* y, StreamHandle stream, const NormedInput* norm) {
+            int n_cols, float* y, StreamHandle stream) {
     MOX_CHECK(n_cols >= 1 && n_cols <= kMaxMatvecCols, "matvec with {} columns", n_cols);
-    NormedInput nm;
-    if (norm != nullptr) {
-        MOX_CHECK(n_cols == 1 && norm->weight != nullptr && n_in <= kMaxNormedInput,
-                  "normed matvec: {} columns, {} inputs (one column, at most {})", n_cols, n_in, kMaxNormedInput);
-        MOX_CHECK(norm->new_residual != x && (norm->new_residual != norm->add || norm->add == nullptr),
-                  "normed matvec: the new residual must not alias x or add");
-        nm = *norm;
-    }
     MOX_CHECK(n_in > 0 && n_out > 0, "matvec shape {}x{}", n_out, n_in);
     const auto& tr = quant::traits(type);
     if (tr.is_quantized && n_in % tr.block_elems != 0)
@@ -305,16 +271,16 @@ void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
             using T = decltype(tag);
             switch (nc) {
                 case 8:
-                    launch<T, 8>(w, row_bytes, n_in, n_out, xc, yc, stream, nm);
+                    launch<T, 8>(w, row_bytes, n_in, n_out, xc, yc, stream);
                     break;
                 case 4:
-                    launch<T, 4>(w, row_bytes, n_in, n_out, xc, yc, stream, nm);
+                    launch<T, 4>(w, row_bytes, n_in, n_out, xc, yc, stream);
                     break;
                 case 2:
-                    launch<T, 2>(w, row_bytes, n_in, n_out, xc, yc, stream, nm);
+                    launch<T, 2>(w, row_bytes, n_in, n_out, xc, yc, stream);
                     break;
                 default:
-                    launch<T, 1>(w, row_bytes, n_in, n_out, xc, yc, stream, nm);
+                    launch<T, 1>(w, row_bytes, n_in, n_out, xc, yc, stream);
                     break;
             }
         });

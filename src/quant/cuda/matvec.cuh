@@ -16,7 +16,6 @@
 
 #include "quant/cuda/check.cuh"
 #include "quant/cuda/segments.cuh"
-#include "quant/cuda_matvec.h"
 #include "quant/types.h"
 
 #include <cstdint>
@@ -50,16 +49,6 @@ __host__ __device__ inline int64_t segment_elem(int64_t g, int j) {
 // it is ceil(elements / (kStageBatch * blockDim)) trips (2 there, 1 for a 2048..4096-wide x).
 inline constexpr int kStageBatch = 16;
 
-// The element of x staged at position q (0 <= q < n_units * 256) of a permuted row; -1: a zero.
-template <class T>
-__device__ __forceinline__ int64_t staged_elem(int q, int64_t n_segs, int64_t n_in) {
-    const int s = (q >> 2) & 7, j = (((q & 255) >> 5) << 2) | (q & 3);
-    const int64_t g = static_cast<int64_t>(q >> 8) * 8 + s;
-    if (g >= n_segs) return -1;
-    const int64_t e = segment_elem<T>(g, j);
-    return e < n_in ? e : -1;
-}
-
 template <class T>
 __device__ void stage_x_rows(float* xs, const float* __restrict__ x, int64_t x_stride, int n_rows,
                              int64_t n_in, int64_t n_segs) {
@@ -71,7 +60,13 @@ __device__ void stage_x_rows(float* xs, const float* __restrict__ x, int64_t x_s
         int c = p0 / per_row, q = p0 - c * per_row;  // row and position of p0 + b * step, stepped below
 #pragma unroll
         for (int b = 0; b < kStageBatch; ++b) {
-            const int64_t e = p0 + b * step < total ? staged_elem<T>(q, n_segs, n_in) : -1;
+            const int s = (q >> 2) & 7, j = (((q & 255) >> 5) << 2) | (q & 3);
+            const int64_t g = static_cast<int64_t>(q >> 8) * 8 + s;
+            int64_t e = -1;
+            if (p0 + b * step < total && g < n_segs) {
+                e = segment_elem<T>(g, j);
+                if (e >= n_in) e = -1;
+            }
             v[b] = e >= 0 ? __ldg(x + c * x_stride + e) : 0.0f;
             q += step;
             while (q >= per_row) q -= per_row, ++c;  // once at most while blockDim <= 256
@@ -263,39 +258,6 @@ inline constexpr int kI8StageBatch = 2;  // (segment, group) items a thread load
 
 // n_rows rows of x (row c at x + c * x_stride) into xs, row c at xs + c * i8_row_bytes; all threads
 // of the block (blockDim a multiple of 32). Four consecutive threads own one segment's 4 groups.
-// Item `it` of a staged int8 row is group it & 3 of segment it >> 2: the element of its first value
-// (-1: past the row).
-template <class T>
-__device__ __forceinline__ int64_t i8_item_elem(int it, int64_t n_segs) {
-    const int g = it >> 2, grp = it & 3;
-    return g < n_segs ? segment_elem<T>(g, 8 * grp) : -1;
-}
-
-// Quantizes item `it`'s 8 values into the staged row (U = units); the 4 threads of a segment call
-// it together (they share the segment's amax through shuffles).
-template <class T>
-__device__ __forceinline__ void i8_item_store(uint8_t* row, int units, int it, const float (&v)[8]) {
-    const int g = it >> 2, grp = it & 3;
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
-    const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    uint32_t w[2] = {0u, 0u};
-    int qsum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int q = __float2int_rn(__fmul_rn(v[i], inv));
-        qsum += q;
-        w[i >> 2] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i & 3));
-    }
-    *reinterpret_cast<uint2*>(row + (g >> 3) * 256 + (grp >> 1) * 128 + (g & 7) * 16 + (grp & 1) * 8) =
-        make_uint2(w[0], w[1]);
-    if (grp == 0) reinterpret_cast<float*>(row + units * 256)[g] = __fdiv_rn(amax, 127.0f);
-    if constexpr (T::kHasMin) reinterpret_cast<int*>(row + units * 288)[4 * g + grp] = qsum;
-}
-
 template <class T>
 __device__ void stage_x_i8(uint8_t* xs, const float* __restrict__ x, int64_t x_stride, int n_rows,
                            int64_t n_in, int64_t n_segs) {
@@ -310,8 +272,9 @@ __device__ void stage_x_i8(uint8_t* xs, const float* __restrict__ x, int64_t x_s
 #pragma unroll
         for (int b = 0; b < kI8StageBatch; ++b) {  // every load of the batch before any use
             const int p = p0 + b * step;
-            const int c = p / per_row;
-            const int64_t e0 = p < total ? i8_item_elem<T>(p - c * per_row, n_segs) : -1;
+            const int c = p / per_row, it = p - c * per_row, g = it >> 2, grp = it & 3;
+            int64_t e0 = -1;
+            if (p < total && g < n_segs) e0 = segment_elem<T>(g, 8 * grp);
 #pragma unroll
             for (int i = 0; i < 8; ++i)
                 v[b][i] = e0 >= 0 && e0 + i < n_in ? __ldg(x + c * x_stride + e0 + i) : 0.0f;
@@ -320,8 +283,26 @@ __device__ void stage_x_i8(uint8_t* xs, const float* __restrict__ x, int64_t x_s
         for (int b = 0; b < kI8StageBatch; ++b) {
             const int p = p0 + b * step;
             if (p >= total) break;  // uniform across the warp
-            const int c = p / per_row;
-            i8_item_store<T>(xs + c * row_bytes, units, p - c * per_row, v[b]);
+            const int c = p / per_row, it = p - c * per_row, g = it >> 2, grp = it & 3;
+            float amax = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[b][i]));
+            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+            const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+            uint32_t w[2] = {0u, 0u};
+            int qsum = 0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int q = __float2int_rn(__fmul_rn(v[b][i], inv));
+                qsum += q;
+                w[i >> 2] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i & 3));
+            }
+            uint8_t* row = xs + c * row_bytes;
+            *reinterpret_cast<uint2*>(row + (g >> 3) * 256 + (grp >> 1) * 128 + (g & 7) * 16 +
+                                      (grp & 1) * 8) = make_uint2(w[0], w[1]);
+            if (grp == 0) reinterpret_cast<float*>(row + units * 256)[g] = __fdiv_rn(amax, 127.0f);
+            if constexpr (T::kHasMin) reinterpret_cast<int*>(row + units * 288)[4 * g + grp] = qsum;
         }
     }
 }
@@ -400,98 +381,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
     return v;
-}
-
-// Sum over the block (blockDim a multiple of 32); every thread gets the total. Every thread of the
-// block must call it.
-__device__ __forceinline__ float block_sum(float v) {
-    __shared__ float red[kWarp];
-    v = warp_sum(v);
-    const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-    __syncthreads();  // red may still be read by a previous call
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = 0.0f;
-    for (int i = 0; i < static_cast<int>(blockDim.x) / kWarp; ++i) t += red[i];
-    return t;
-}
-
-// ---- a residual's RMSNorm folded into the staging (NormedInput, quant/cuda_matvec.h). All threads
-// of the block load their share of x + add (each element once across the block) and of the norm's
-// weight, sum the squares across the block, and stage u = (x + add) * scale * w, in the order of
-// ops add_rms_norm's kernel. One trip: a row of n_in <= kMaxNormedInput fits kStageBatch (fp32) or
-// kI8StageBatch (int8) items per thread of a 256-thread block; the launchers check.
-
-// 1 / rms of x + add, from each thread's sum of squares of the values it holds.
-__device__ __forceinline__ float norm_scale(float ss, const NormedInput& nm, int64_t n_in) {
-    return rsqrtf(block_sum(ss) / static_cast<float>(n_in) + nm.eps);
-}
-
-template <class T>
-__device__ void stage_x_normed(float* xs, const float* __restrict__ x, const NormedInput& nm, int64_t n_in,
-                               int64_t n_segs) {
-    const int per_row = static_cast<int>(n_units(n_segs) * 256);
-    const int step = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
-    float v[kStageBatch], w[kStageBatch];
-    int e[kStageBatch];
-#pragma unroll
-    for (int b = 0; b < kStageBatch; ++b) {
-        const int q = tid + b * step;
-        e[b] = q < per_row ? static_cast<int>(staged_elem<T>(q, n_segs, n_in)) : -1;
-        v[b] = e[b] >= 0 ? __ldg(x + e[b]) + (nm.add != nullptr ? __ldg(nm.add + e[b]) : 0.0f) : 0.0f;
-        w[b] = e[b] >= 0 ? __ldg(nm.weight + e[b]) : 0.0f;
-    }
-    float ss = 0.0f;
-#pragma unroll
-    for (int b = 0; b < kStageBatch; ++b) ss += v[b] * v[b];
-    const float scale = norm_scale(ss, nm, n_in);
-    const bool store = blockIdx.x == 0 && nm.new_residual != nullptr;
-#pragma unroll
-    for (int b = 0; b < kStageBatch; ++b) {
-        const int q = tid + b * step;
-        if (store && e[b] >= 0) nm.new_residual[e[b]] = v[b];
-        if (q < per_row) xs[q] = v[b] * scale * w[b];
-    }
-}
-
-template <class T>
-__device__ void stage_x_i8_normed(uint8_t* xs, const float* __restrict__ x, const NormedInput& nm, int64_t n_in,
-                                  int64_t n_segs) {
-    static_assert(groups_contiguous<T>(), "int8 staging loads each group of 8 as consecutive elements");
-    const int units = static_cast<int>(n_units(n_segs));
-    const int per_row = units * 32;
-    const int step = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
-    float v[kI8StageBatch][8], w[kI8StageBatch][8];
-    int e0[kI8StageBatch];
-    float ss = 0.0f;
-#pragma unroll
-    for (int b = 0; b < kI8StageBatch; ++b) {
-        const int it = tid + b * step;
-        e0[b] = it < per_row ? static_cast<int>(i8_item_elem<T>(it, n_segs)) : -1;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const bool in = e0[b] >= 0 && e0[b] + i < n_in;
-            v[b][i] = in ? __ldg(x + e0[b] + i) + (nm.add != nullptr ? __ldg(nm.add + e0[b] + i) : 0.0f) : 0.0f;
-            w[b][i] = in ? __ldg(nm.weight + e0[b] + i) : 0.0f;
-        }
-    }
-#pragma unroll
-    for (int b = 0; b < kI8StageBatch; ++b)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ss += v[b][i] * v[b][i];
-    const float scale = norm_scale(ss, nm, n_in);
-    const bool store = blockIdx.x == 0 && nm.new_residual != nullptr;
-#pragma unroll
-    for (int b = 0; b < kI8StageBatch; ++b) {
-        const int it = tid + b * step;
-        if (it >= per_row) break;  // uniform across the warp (per_row is a multiple of 32)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            if (store && e0[b] >= 0 && e0[b] + i < n_in) nm.new_residual[e0[b] + i] = v[b][i];
-            v[b][i] = v[b][i] * scale * w[b][i];
-        }
-        i8_item_store<T>(xs, units, it, v[b]);
-    }
 }
 
 // Calls fn(T{}) with the segment decoder of `type`; false when the type has no CUDA kernel.
