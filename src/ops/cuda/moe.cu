@@ -21,28 +21,27 @@ __device__ __forceinline__ bool better(float pa, int ia, float pb, int ib) {
 
 // One warp routes one token's logits l[0..n_expert) (no block-wide barriers: k rounds of a shuffle
 // argmax); lane 0 writes ids_out[0..k) and w_out[0..k) (global or shared memory) and reads its own
-// weights back to renormalise them. Lane l holds experts l, l + 32, l + 64, ... in registers.
-__device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool renormalize,
-                          int32_t* ids_out, float* w_out) {
+// weights back to renormalise them. Lane l holds experts l, l + 32, l + 64, ... in its PER register
+// slots (route_row picks PER = 8 up to 256 experts): loops of a compile-time length, so every
+// logit load leaves before the first is used. With a runtime slot count ptxas put a branch between
+// the loads and each max after its own load: 8 dependent L2 round trips (~3 us) in every gate/up block.
+template <int PER>
+__device__ void route_row_slots(const float* __restrict__ l, int n_expert, int k, bool renormalize,
+                                int32_t* ids_out, float* w_out) {
     const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
-    // Only the first `per` register slots hold experts (8 for 256 experts): every loop below stops
-    // there. Its top-k rounds are one warp's serial chain, run before any expert weight can load:
-    // going through all 32 slots made it ~4x longer than needed.
-    const int per = (n_expert + kWarp - 1) / kWarp;
-    float p[kRouterPerLane];
-    float mx = -FLT_MAX;
+    float p[PER];
 #pragma unroll
-    for (int s = 0; s < kRouterPerLane; ++s) {
-        if (s >= per) break;
+    for (int s = 0; s < PER; ++s) {
         const int e = lane + s * kWarp;
         p[s] = e < n_expert ? l[e] : -FLT_MAX;
-        mx = fmaxf(mx, p[s]);
     }
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int s = 0; s < PER; ++s) mx = fmaxf(mx, p[s]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
     float sum = 0.0f;
 #pragma unroll
-    for (int s = 0; s < kRouterPerLane; ++s) {
-        if (s >= per) break;
+    for (int s = 0; s < PER; ++s) {
         p[s] = lane + s * kWarp < n_expert ? expf(p[s] - mx) : 0.0f;
         sum += p[s];
     }
@@ -50,8 +49,7 @@ __device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool
     const float inv = 1.0f / sum;
     uint32_t taken = 0;  // bit s: expert lane + 32 s is chosen (or does not exist)
 #pragma unroll
-    for (int s = 0; s < kRouterPerLane; ++s) {
-        if (s >= per) break;
+    for (int s = 0; s < PER; ++s) {
         p[s] *= inv;
         if (lane + s * kWarp >= n_expert) taken |= 1u << s;
     }
@@ -59,10 +57,8 @@ __device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool
         float bp = -1.0f;
         int bi = INT_MAX;
 #pragma unroll
-        for (int s = 0; s < kRouterPerLane; ++s) {
-            if (s >= per) break;
-            if (!((taken >> s) & 1u) && better(p[s], lane + s * kWarp, bp, bi))
-                bp = p[s], bi = lane + s * kWarp;
+        for (int s = 0; s < PER; ++s) {
+            if (!((taken >> s) & 1u) && better(p[s], lane + s * kWarp, bp, bi)) bp = p[s], bi = lane + s * kWarp;
         }
         for (int o = 16; o > 0; o >>= 1) {
             const float op = __shfl_xor_sync(0xFFFFFFFFu, bp, o);
@@ -81,6 +77,12 @@ __device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool
         const float norm = renormalize ? 1.0f / fmaxf(total, 6.1035e-5f) : 1.0f;
         for (int i = 0; i < k; ++i) w_out[i] *= norm;
     }
+}
+
+__device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool renormalize, int32_t* ids_out,
+                          float* w_out) {
+    if (n_expert <= 8 * kWarp) route_row_slots<8>(l, n_expert, k, renormalize, ids_out, w_out);
+    else route_row_slots<kRouterPerLane>(l, n_expert, k, renormalize, ids_out, w_out);
 }
 
 // One warp per token.
