@@ -110,6 +110,7 @@ TEST(CudaMoe, RouterMatchesCpu) {
     check_router(5, 256, 8, true, 1);  // Qwen3.5-MoE: 256 experts, top 8, renormalised
     check_router(3, 256, 8, false, 2);
     check_router(4, 60, 4, true, 3);     // fewer experts than threads
+    check_router(2, 257, 8, true, 6);    // one past the 8-slot router: the 32-slot one
     check_router(2, 1000, 32, true, 4);  // most experts per thread, largest k
     check_router(1, 7, 7, true, 5);      // k = n_expert
 }
