@@ -214,3 +214,21 @@ def test_shell_script_with_fakes(tmp_path):
     assert "## Budget 16 GiB, context 32768" in md and "262144" not in md
     runs = json.loads((out / "runs.json").read_text())["runs"]
     assert all(r["cmd"][r["cmd"].index("-r") + 1] == "1" for r in runs)
+
+
+def test_unfinished_search_does_not_pass_a_ratio(tmp_path):
+    # One probe per case: the search cannot pin the smallest fitting N down, so a faster fitting
+    # llama.cpp may exist. A ratio that meets its target is then "not verified"; one that misses still fails.
+    out, doc, summary = run_fake(tmp_path, "--budgets", "16", "--extra", "", "--grid", "", "--no-fit",
+                                 "--max-probes", "1")
+    assert doc["meta"]["unfinished_searches"] == ["16g_c32768"]
+    (s,) = summary
+    ch = s["checks"]
+    assert ch["llama_search_unfinished"]
+    for ratio, flag, target in ((ch["decode_ratio"], ch["decode_pass"], 1.5), (ch["prefill_ratio"], ch["prefill_pass"], 3.0)):
+        assert flag is (None if ratio >= target else False)
+    md = (out / "results.md").read_text()
+    if ch["decode_pass"] is None or ch["prefill_pass"] is None:
+        assert "not verified: llama.cpp's --n-cpu-moe search stopped" in md
+    assert "(>= 1.5: PASS)" not in md and "(>= 3: PASS)" not in md
+
