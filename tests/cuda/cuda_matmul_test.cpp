@@ -43,10 +43,10 @@ void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint
         for (int64_t i = 0; i < n_in; ++i) wf[r * n_in + i] *= 0.25f + 0.1f * static_cast<float>(r % 7);
     std::vector<uint8_t> wq(rb * n_out);
     std::vector<float> wd(static_cast<size_t>(n_in * n_out));
-    for (int64_t r = 0; r < n_out; ++r) {
+    test::parallel_for(n_out, [&](int64_t r) {
         tr.quantize(wf.data() + r * n_in, wq.data() + r * rb, n_in);
         tr.dequantize(wq.data() + r * rb, wd.data() + r * n_in, n_in);
-    }
+    });
     auto x = test::randn(static_cast<size_t>(n_in * n_tokens), seed + 1);
     for (int64_t t = 0; t < n_tokens; ++t)  // tokens of different magnitude too (up to ~40)
         for (int64_t i = 0; i < n_in; ++i) x[t * n_in + i] *= 1.0f + static_cast<float>(t % 11);
@@ -62,9 +62,9 @@ void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint
            precise);
     const auto y = test::to_host<float>(dy, static_cast<size_t>(n_out * n_tokens));
 
-    int bad = 0;
-    double err2 = 0, ref2 = 0;
-    for (int64_t t = 0; t < n_tokens; ++t) {
+    // The double-precision reference and sum |w x| of every output, one token per task.
+    std::vector<double> refs(static_cast<size_t>(n_out * n_tokens)), mags(refs.size());
+    test::parallel_for(n_tokens, [&](int64_t t) {
         for (int64_t r = 0; r < n_out; ++r) {
             double ref = 0, mag = 0;
             for (int64_t i = 0; i < n_in; ++i) {
@@ -72,6 +72,15 @@ void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint
                 ref += p;
                 mag += std::fabs(p);
             }
+            refs[static_cast<size_t>(t * n_out + r)] = ref;
+            mags[static_cast<size_t>(t * n_out + r)] = mag;
+        }
+    });
+    int bad = 0;
+    double err2 = 0, ref2 = 0;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < n_out; ++r) {
+            const double ref = refs[static_cast<size_t>(t * n_out + r)], mag = mags[static_cast<size_t>(t * n_out + r)];
             const double got = y[t * n_out + r];
             err2 += (got - ref) * (got - ref);
             ref2 += ref * ref;

@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
 // Every CUDA test starts with this: a CUDA-enabled build's ctest on a machine without a GPU (CI,
@@ -17,6 +20,23 @@
     } while (0)
 
 namespace mox::cuda::test {
+
+// fn(i) for every i in [0, n), spread over the machine's hardware threads: the tests' host-side
+// quantization and double-precision references, which took most of the CUDA suite's time on the GPU
+// machine (one core of sixteen). fn must only write state of its own i.
+template <class Fn>
+void parallel_for(int64_t n, Fn&& fn) {
+    const int64_t n_threads =
+        std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(std::thread::hardware_concurrency())));
+    std::atomic<int64_t> next{0};
+    auto worker = [&] {
+        for (int64_t i = next++; i < n; i = next++) fn(i);
+    };
+    std::vector<std::thread> pool;
+    for (int64_t t = 1; t < n_threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
+}
 
 inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
     std::mt19937 rng(seed);

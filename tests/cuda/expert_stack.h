@@ -28,7 +28,7 @@ inline HostStack make_stack(quant::TypeId type, int64_t n_in, int64_t n_out, int
         s.bytes = random_blocks(type, n_out * n_expert * (n_in / tr.block_elems), seed, scale / 32);
     } else {
         const auto f = randn(static_cast<size_t>(n_in * n_out * n_expert), seed, scale);
-        for (int64_t r = 0; r < n_out * n_expert; ++r) tr.quantize(f.data() + r * n_in, s.bytes.data() + r * rb, n_in);
+        parallel_for(n_out * n_expert, [&](int64_t r) { tr.quantize(f.data() + r * n_in, s.bytes.data() + r * rb, n_in); });
     }
     s.w = ops::Weight{.data = s.bytes.data(), .type = type, .n_in = n_in, .n_out = n_out, .n_expert = n_expert, .row_bytes = rb};
     return s;
