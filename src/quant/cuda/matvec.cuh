@@ -171,52 +171,6 @@ __device__ __forceinline__ void prefetch_pass(const uint8_t* const (&rows)[R], i
     }
 }
 
-// A group of L lanes (a warp, or half of one for short rows): acc[r][c] += this lane's share of
-// dot(row r, activation column c), for R rows and NC staged columns (column c at xs + c * xs_stride).
-// Reduce across the L lanes afterwards (warp_sum<L>).
-template <class T, int R, int NC, int L = kWarp>
-__device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const float* xs, int64_t xs_stride,
-                                         int64_t n_in, int64_t n_segs, const float* tbl,
-                                         float (&acc)[R][NC]) {
-    const int lane = threadIdx.x & (L - 1);
-    if constexpr (NC == 1) {
-#pragma unroll 1
-        for (int64_t g0 = lane; g0 < n_segs; g0 += L * kDotSlots) {
-            prefetch_pass<T, R, L>(rows, g0, n_segs);
-#pragma unroll
-            for (int u = 0; u < kDotSlots; ++u) {
-                const int64_t g = g0 + u * L;
-                const bool valid = g < n_segs;
-                const int64_t gc = valid ? g : n_segs - 1;
-                float xr[32];
-                load_x(xs, gc, xr);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    seg::Seg s;
-                    T::load(rows[r], gc, n_in, s, tbl);
-                    const float d = seg_dot<T>(s, xr);
-                    acc[r][0] += valid ? d : 0.0f;
-                }
-            }
-        }
-    } else {
-#pragma unroll 1
-        for (int64_t g = lane; g < n_segs; g += L) {
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                seg::Seg s;
-                T::load(rows[r], g, n_in, s, tbl);
-#pragma unroll
-                for (int c = 0; c < NC; ++c) {
-                    float xr[32];
-                    load_x(xs + c * xs_stride, g, xr);
-                    acc[r][c] += seg_dot<T>(s, xr);
-                }
-            }
-        }
-    }
-}
-
 // ---- int8 activations (one column: decode). For types with an integer segment form (kHasI8),
 // the batch-1 kernels stage x as signed bytes instead of floats: each 32-value segment (in the
 // type's consumption order) gets its own scale dx = amax / 127 and q = round-half-even(x * 127 /
@@ -347,13 +301,13 @@ __device__ __forceinline__ float seg_dot_i8(const seg::SegI& s, const XSegI& x) 
     return acc * x.dx;
 }
 
-// warp_dot's one-column pass over int8-staged x (row at xs, U units): same lane layout, slots and
-// prefetch.
-template <class T, int R, int L = kWarp>
-__device__ __forceinline__ void warp_dot_i8(const uint8_t* const (&rows)[R], const uint8_t* xs,
-                                            int64_t n_segs, float (&acc)[R][1]) {
+// One-column passes (decode) over x staged as floats (stage_x) or, I8, as 8-bit segments
+// (stage_x_i8; U units): acc[r][0] += this lane's share of dot(row r, x), the same lane layout, slots
+// and prefetch for both.
+template <class T, int R, int L, bool I8>
+__device__ __forceinline__ void one_column_passes(const uint8_t* const (&rows)[R], const void* xs, int64_t n_in,
+                                                  int64_t n_segs, const float* tbl, float (&acc)[R][1]) {
     const int lane = threadIdx.x & (L - 1);
-    const int64_t units = n_units(n_segs);
 #pragma unroll 1
     for (int64_t g0 = lane; g0 < n_segs; g0 += L * kDotSlots) {
         prefetch_pass<T, R, L>(rows, g0, n_segs);
@@ -362,17 +316,64 @@ __device__ __forceinline__ void warp_dot_i8(const uint8_t* const (&rows)[R], con
             const int64_t g = g0 + u * L;
             const bool valid = g < n_segs;
             const int64_t gc = valid ? g : n_segs - 1;
-            XSegI xr;
-            load_xi<T>(xs, units, gc, xr);
+            if constexpr (I8) {
+                XSegI xr;
+                load_xi<T>(static_cast<const uint8_t*>(xs), n_units(n_segs), gc, xr);
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                seg::SegI s;
-                T::load_i8(rows[r], gc, s);
-                const float d = seg_dot_i8<T>(s, xr);
-                acc[r][0] += valid ? d : 0.0f;
+                for (int r = 0; r < R; ++r) {
+                    seg::SegI sg;
+                    T::load_i8(rows[r], gc, sg);
+                    const float d = seg_dot_i8<T>(sg, xr);
+                    acc[r][0] += valid ? d : 0.0f;
+                }
+            } else {
+                float xr[32];
+                load_x(static_cast<const float*>(xs), gc, xr);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    seg::Seg sg;
+                    T::load(rows[r], gc, n_in, sg, tbl);
+                    const float d = seg_dot<T>(sg, xr);
+                    acc[r][0] += valid ? d : 0.0f;
+                }
             }
         }
     }
+}
+
+// A group of L lanes (a warp, or half of one for short rows): acc[r][c] += this lane's share of
+// dot(row r, activation column c), for R rows and NC staged columns (column c at xs + c * xs_stride).
+// Reduce across the L lanes afterwards (warp_sum<L>).
+template <class T, int R, int NC, int L = kWarp>
+__device__ __forceinline__ void warp_dot(const uint8_t* const (&rows)[R], const float* xs, int64_t xs_stride,
+                                         int64_t n_in, int64_t n_segs, const float* tbl,
+                                         float (&acc)[R][NC]) {
+    if constexpr (NC == 1) {
+        one_column_passes<T, R, L, false>(rows, xs, n_in, n_segs, tbl, acc);
+    } else {
+        const int lane = threadIdx.x & (L - 1);
+#pragma unroll 1
+        for (int64_t g = lane; g < n_segs; g += L) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                seg::Seg s;
+                T::load(rows[r], g, n_in, s, tbl);
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    float xr[32];
+                    load_x(xs + c * xs_stride, g, xr);
+                    acc[r][c] += seg_dot<T>(s, xr);
+                }
+            }
+        }
+    }
+}
+
+// warp_dot's one-column pass over int8-staged x (row at xs).
+template <class T, int R, int L = kWarp>
+__device__ __forceinline__ void warp_dot_i8(const uint8_t* const (&rows)[R], const uint8_t* xs,
+                                            int64_t n_segs, float (&acc)[R][1]) {
+    one_column_passes<T, R, L, true>(rows, xs, 0, n_segs, nullptr, acc);
 }
 
 // Sum over each aligned group of L lanes; every lane of the warp must call it.
