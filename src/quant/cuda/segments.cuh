@@ -414,6 +414,27 @@ __device__ __forceinline__ void k4_scales(const uint8_t* b, int sb, S& s) {
     s.m[2] = s.m[3] = dmin * static_cast<float>(m1);
 }
 
+// Q4_K and Q5_K share the super-block header (d, dmin, 12 bytes of 6-bit scales and mins) and the
+// element order: a segment is T::qwords' values with its sub-block's scale and min.
+template <class T>
+__device__ __forceinline__ void k4_load(const uint8_t* row, int64_t g, Seg& s) {
+    const uint8_t* b = row + (g >> 3) * T::kBlockBytes;
+    const int sb = static_cast<int>(g & 7);
+    uint32_t w[8];
+    T::qwords(b, sb, w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic);
+    k4_scales(b, sb, s);
+}
+
+template <class T>
+__device__ __forceinline__ void k4_load_i8(const uint8_t* row, int64_t g, SegI& s) {
+    const uint8_t* b = row + (g >> 3) * T::kBlockBytes;
+    const int sb = static_cast<int>(g & 7);
+    T::qwords(b, sb, s.q);
+    k4_scales_words(ld128_a16(b), sb, s);
+}
+
 struct Q4_K {  // 144 B: d, dmin f16; scales[12]; qs[128]
     static constexpr int kBlockElems = 256, kBlockBytes = 144, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = true;
@@ -427,19 +448,10 @@ struct Q4_K {  // 144 B: d, dmin f16; scales[12]; qs[128]
         for (int k = 0; k < 4; ++k) w[k] = x[k] & 0x0F0F0F0Fu, w[4 + k] = (x[k] >> 4) & 0x0F0F0F0Fu;
     }
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
-        const uint8_t* b = row + (g >> 3) * kBlockBytes;
-        const int sb = static_cast<int>(g & 7);
-        uint32_t w[8];
-        qwords(b, sb, w);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic);
-        k4_scales(b, sb, s);
+        k4_load<Q4_K>(row, g, s);
     }
     __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
-        const uint8_t* b = row + (g >> 3) * kBlockBytes;
-        const int sb = static_cast<int>(g & 7);
-        qwords(b, sb, s.q);
-        k4_scales_words(ld128_a16(b), sb, s);
+        k4_load_i8<Q4_K>(row, g, s);
     }
 };
 
@@ -463,19 +475,10 @@ struct Q5_K {  // 176 B: d, dmin f16; scales[12]; qh[32]; qs[128]
         }
     }
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
-        const uint8_t* b = row + (g >> 3) * kBlockBytes;
-        const int sb = static_cast<int>(g & 7);
-        uint32_t w[8];
-        qwords(b, sb, w);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic);
-        k4_scales(b, sb, s);
+        k4_load<Q5_K>(row, g, s);
     }
     __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
-        const uint8_t* b = row + (g >> 3) * kBlockBytes;
-        const int sb = static_cast<int>(g & 7);
-        qwords(b, sb, s.q);
-        k4_scales_words(ld128_a16(b), sb, s);
+        k4_load_i8<Q5_K>(row, g, s);
     }
 };
 
