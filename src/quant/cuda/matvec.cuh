@@ -305,8 +305,9 @@ __device__ __forceinline__ float seg_dot_i8(const seg::SegI& s, const XSegI& x) 
 // (stage_x_i8; U units): acc[r][0] += this lane's share of dot(row r, x), the same lane layout, slots
 // and prefetch for both.
 template <class T, int R, int L, bool I8>
-__device__ __forceinline__ void one_column_passes(const uint8_t* const (&rows)[R], const void* xs, int64_t n_in,
-                                                  int64_t n_segs, const float* tbl, float (&acc)[R][1]) {
+__device__ __forceinline__ void one_column_passes(const uint8_t* const (&rows)[R], const void* xs,
+                                                  int64_t n_in, int64_t n_segs, const float* tbl,
+                                                  float (&acc)[R][1]) {
     const int lane = threadIdx.x & (L - 1);
 #pragma unroll 1
     for (int64_t g0 = lane; g0 < n_segs; g0 += L * kDotSlots) {
