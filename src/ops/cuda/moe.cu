@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 namespace mox::cuda {
 
@@ -242,7 +244,10 @@ struct DownArgs {
     bool accumulate;
 };
 
-template <class T, bool I8>
+// R output rows per warp (1 or 2): two rows share each staged-h read; one row halves a warp's
+// instructions (~2,400 per warp at two rows, with 8 warps per SM: ncu showed the kernel issue-bound
+// at 12% of warps active) and doubles the warps in flight.
+template <class T, bool I8, int R>
 __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
@@ -284,23 +289,25 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
     __syncthreads();
 
     const int warp = tid / kWarp, lane = tid % kWarp;
-    const int64_t pairs = (a.n_embd + 1) / 2;
+    const int64_t tasks = (a.n_embd + R - 1) / R;
     // (expert slot, segment) work items of one output row; 32-bit: a 64-bit division is ~70
     // instructions, and each slot divides by n_segs.
     const int segs = static_cast<int>(n_segs), total = slots * segs;
-    for (int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + warp; task < pairs;
+    for (int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + warp; task < tasks;
          task += static_cast<int64_t>(gridDim.x) * kWarps) {
-        const int64_t r0 = task * 2, r1 = min(r0 + 1, a.n_embd - 1);
-        const size_t o0 = static_cast<size_t>(r0) * a.row_bytes, o1 = static_cast<size_t>(r1) * a.row_bytes;
-        float acc0 = 0.0f, acc1 = 0.0f;
+        const int64_t r0 = task * R;
+        size_t o[R];  // byte offsets of the rows (a row past the end re-reads the last one)
+#pragma unroll
+        for (int r = 0; r < R; ++r) o[r] = static_cast<size_t>(min(r0 + r, a.n_embd - 1)) * a.row_bytes;
+        float acc[R] = {};
 #pragma unroll 1
         for (int t0 = lane; t0 < total; t0 += kWarp * kDownSlots) {
 #pragma unroll
             for (int u = 0; u < kDownSlots; ++u) {  // every line of the pass in flight first
                 const int tc = min(t0 + u * kWarp, total - 1);
                 const int i = tc / segs;
-                prefetch_segment<T>(base_s[i] + o0, tc - i * segs);
-                prefetch_segment<T>(base_s[i] + o1, tc - i * segs);
+#pragma unroll
+                for (int r = 0; r < R; ++r) prefetch_segment<T>(base_s[i] + o[r], tc - i * segs);
             }
 #pragma unroll
             for (int u = 0; u < kDownSlots; ++u) {
@@ -311,32 +318,41 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
                 const int i = tc / segs;
                 const int g = tc - i * segs;
                 const uint8_t* base = base_s[i];
-                float d0, d1;
+                float d[R];
                 if constexpr (I8) {
                     XSegI xr;
                     load_xi<T>(reinterpret_cast<const uint8_t*>(smem) + i * xi_stride, n_units(n_segs), g,
                                xr);
-                    seg::SegI s0, s1;
-                    T::load_i8(base + o0, g, s0);
-                    T::load_i8(base + o1, g, s1);
-                    d0 = seg_dot_i8<T>(s0, xr), d1 = seg_dot_i8<T>(s1, xr);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        seg::SegI sg;
+                        T::load_i8(base + o[r], g, sg);
+                        d[r] = seg_dot_i8<T>(sg, xr);
+                    }
                 } else {
                     float xr[32];
                     load_x(xs + i * xs_stride, g, xr);
-                    seg::Seg s0, s1;
-                    T::load(base + o0, g, a.n_ff, s0, tbl);
-                    T::load(base + o1, g, a.n_ff, s1, tbl);
-                    d0 = seg_dot<T>(s0, xr), d1 = seg_dot<T>(s1, xr);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        seg::Seg sg;
+                        T::load(base + o[r], g, a.n_ff, sg, tbl);
+                        d[r] = seg_dot<T>(sg, xr);
+                    }
                 }
-                acc0 += valid ? w_s[i] * d0 : 0.0f;
-                acc1 += valid ? w_s[i] * d1 : 0.0f;
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[r] += valid ? w_s[i] * d[r] : 0.0f;
             }
         }
-        const float v0 = warp_sum(acc0), v1 = warp_sum(acc1);
-        if (lane < 2 && r0 + lane < a.n_embd) {
-            const float v = lane == 0 ? v0 : v1;
-            float* o = a.out + r0 + lane;
-            *o = a.accumulate ? *o + v : v;
+        float v[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) v[r] = warp_sum(acc[r]);
+        if (lane < R && r0 + lane < a.n_embd) {
+            float vl = v[0];
+#pragma unroll
+            for (int r = 1; r < R; ++r)
+                if (lane == r) vl = v[r];
+            float* out = a.out + r0 + lane;
+            *out = a.accumulate ? *out + vl : vl;
         }
     }
 }
@@ -355,16 +371,16 @@ void launch_gate_up_kernel(const GateUpArgs& a, int slots, StreamHandle stream) 
     MOX_CUDA_CHECK_LAUNCH("gate_up_kernel");
 }
 
-template <class T, bool I8>
+template <class T, bool I8, int R>
 void launch_down_kernel(const DownArgs& a, int slots, StreamHandle stream) {
-    const auto kernel = down_kernel<T, I8>;
+    const auto kernel = down_kernel<T, I8, R>;
     const int64_t n_segs = n_segments<T>(a.n_ff);
     const size_t smem = I8 ? static_cast<size_t>(slots * i8_row_bytes<T>(n_segs))
                            : static_cast<size_t>(slots * n_units(n_segs) * 256) * sizeof(float);
     prepare_smem(reinterpret_cast<const void*>(kernel), smem, "MoE down");
-    const int64_t pairs = (a.n_embd + 1) / 2;
+    const int64_t tasks = (a.n_embd + R - 1) / R;
     const int blocks =
-        grid_blocks(reinterpret_cast<const void*>(kernel), smem, (pairs + kWarps - 1) / kWarps);
+        grid_blocks(reinterpret_cast<const void*>(kernel), smem, (tasks + kWarps - 1) / kWarps);
     launch_overlapped(kernel, blocks, kThreads, smem, stream, a);
     MOX_CUDA_CHECK_LAUNCH("down_kernel");
 }
@@ -378,12 +394,25 @@ void launch_gate_up(const GateUpArgs& a, int slots, StreamHandle stream) {
     launch_gate_up_kernel<T, false>(a, slots, stream);
 }
 
+// MOX_CUDA_DOWN_ROWS=2: the int8 down kernel with two output rows per warp (A/B; default one).
+int down_rows() {
+    static const int rows = [] {
+        const char* env = std::getenv("MOX_CUDA_DOWN_ROWS");
+        return env != nullptr && std::strcmp(env, "2") == 0 ? 2 : 1;
+    }();
+    return rows;
+}
+
+// The int8 path has both row counts; fp32 decode keeps two rows per warp (one instantiation per type).
 template <class T>
 void launch_down(const DownArgs& a, int slots, StreamHandle stream) {
     if constexpr (kHasI8<T>) {
-        if (int8_activations_enabled()) return launch_down_kernel<T, true>(a, slots, stream);
+        if (int8_activations_enabled()) {
+            if (down_rows() == 1) return launch_down_kernel<T, true, 1>(a, slots, stream);
+            return launch_down_kernel<T, true, 2>(a, slots, stream);
+        }
     }
-    launch_down_kernel<T, false>(a, slots, stream);
+    launch_down_kernel<T, false, 2>(a, slots, stream);
 }
 
 void check_stack(const ops::Weight& w, const char* name) {
