@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 
 namespace mox::cuda {
 
@@ -222,6 +223,23 @@ TEST(CudaAttention, DecodeShortContextBoundary) {
         c.max_keys = 1025;
         run_case(c, ++seed);
     }
+}
+
+// Decode over f16 caches beyond 1024 keys takes the tensor-core kernel (attention_mma_kernel, f16 K and
+// V, groups of up to 8 query heads, head_dim 128 or 256), held to the fp32 kernels' tolerance: Q and P
+// enter the MMAs as two f16 parts. One split and many, groups of 8, 4 and 3, gate on and off, a length
+// that is not a multiple of the 16-key step.
+TEST(CudaAttention, DecodeLongContextTensorCores) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    uint32_t seed = 700;
+    for (int64_t len : {1025, 4097, 20011})
+        for (const auto& [heads, kv_heads, dim] : {std::tuple<int64_t, int64_t, int64_t>{16, 2, 256}, {8, 2, 128},
+                                                   {6, 2, 256}, {32, 4, 128}}) {
+            Case c{.n_head = heads, .n_head_kv = kv_heads, .head_dim = dim, .pos0 = len - 1};
+            c.max_keys = len + (len % 7) * 16;
+            c.gate = (len % 2) == 1;
+            run_case(c, ++seed);
+        }
 }
 
 TEST(CudaAttention, DecodeOtherShapes) {
