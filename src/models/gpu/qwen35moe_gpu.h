@@ -197,6 +197,9 @@ private:
     bool profile_ = false;
     std::atomic<int64_t> host_jobs_{0}, host_tokens_{0}, host_ns_{0};
     std::atomic<bool> host_failed_{false};
+    // f32/f16/bf16 KV caches are written by the q/k preparation kernel (cuda::QkCacheStore), not by
+    // kv_store launches of their own; MOX_CUDA_KV_FUSE=0 keeps kv_store (A/B).
+    bool fuse_kv_store_ = true;
     int64_t decode_steps_ = 0;  // decode graph launches so far
     int64_t profile_step_ = 0;  // MOX_CUDA_PROFILE_STEP; 0: none profiled
     // Activations for one micro-batch (fp32, token-major rows).
