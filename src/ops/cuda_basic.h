@@ -5,6 +5,7 @@
 // said otherwise.
 #pragma once
 
+#include "ops/attention.h"
 #include "ops/weight.h"
 #include "quant/cuda_stream.h"
 
@@ -29,8 +30,19 @@ struct QkPrepShape {
     float eps = 1e-6f;
     float theta = 10000.0f;
 };
+// With `store` (a cache of f32, f16 or bf16 K and V: qk_cache_store_supported), the prepared k and
+// the v rows (v[t * v_stride + h * head_dim ..]) go straight into cache rows *pos0 + t, as
+// cuda::kv_store would write them, and k is not written back: the cache write costs no launch of
+// its own. Rows at or past the cache's capacity are skipped, as by kv_store.
+struct QkCacheStore {
+    ops::KvView kv;
+    const float* v = nullptr;
+    int64_t v_stride = 0;
+};
+bool qk_cache_store_supported(const ops::KvView& kv);
 void qk_norm_rope(const float* qg, const float* q_norm, float* k, const float* k_norm, const int32_t* pos0,
-                  int64_t n, const QkPrepShape& shape, float* q, StreamHandle stream = nullptr);
+                  int64_t n, const QkPrepShape& shape, float* q, StreamHandle stream = nullptr,
+                  const QkCacheStore* store = nullptr);
 
 // Shared expert combine: out[t, :] += sigmoid(dot(gate_inp, u[t, :])) * shared[t, :]. [n, d] each.
 void shared_expert_add(float* out, const float* shared, const float* u, const float* gate_inp, int64_t n, int64_t d,

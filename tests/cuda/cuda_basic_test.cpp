@@ -4,8 +4,10 @@
 #include "cuda_test_util.h"
 
 #include "ops/basic.h"
+#include "ops/cuda_attention.h"
 #include "ops/cuda_basic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -123,6 +125,48 @@ TEST(CudaBasic, QkNormRopeMatchesReference) {
         EXPECT_LT(max_rel(q, qref), 1e-5);
         EXPECT_LT(max_rel(kg, k), 1e-5);
     }
+}
+
+// qk_norm_rope writing k and v straight into an f32/f16/bf16 cache (QkCacheStore) leaves exactly the
+// bytes that qk_norm_rope + kv_store leave, the same q, and no row at or past the capacity.
+TEST(CudaBasic, QkNormRopeStoresIntoTheCache) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const int64_t H = 16, Hkv = 2, hd = 256, n = 5, row = Hkv * hd, capacity = 40;
+    const QkPrepShape sh{H, Hkv, hd, 64, 1e-6f, 1e7f};
+    for (const quant::TypeId kt : {quant::TypeId::f16, quant::TypeId::bf16, quant::TypeId::f32})
+        for (const int32_t pos0 : {0, 17, 37}) {  // 37: the last two rows fall past the capacity
+            const quant::TypeId vt = kt == quant::TypeId::f32 ? quant::TypeId::f16 : kt;
+            SCOPED_TRACE(fmt::format("K {} V {} pos0 {}", quant::type_name(kt), quant::type_name(vt), pos0));
+            const auto qg = test::randn(static_cast<size_t>(n * H * 2 * hd), 11, 3.0f);
+            const auto k = test::randn(static_cast<size_t>(n * row), 12, 2.0f), v = test::randn(k.size(), 13);
+            const auto qn = test::randn(static_cast<size_t>(hd), 14), kn = test::randn(static_cast<size_t>(hd), 15);
+            DeviceBuffer dqg = test::to_device(qg), dqn = test::to_device(qn), dkn = test::to_device(kn),
+                         dv = test::to_device(v), dpos = test::to_device(std::vector<int32_t>{pos0});
+            const size_t krb = quant::row_bytes(kt, row), vrb = quant::row_bytes(vt, row);
+            std::vector<uint8_t> fill(std::max(krb, vrb) * capacity, 0xA5);
+            auto cache = [&](size_t rb) {
+                DeviceBuffer b(rb * capacity);
+                b.upload(fill.data(), rb * capacity);
+                return b;
+            };
+            DeviceBuffer k1 = test::to_device(k), k2 = test::to_device(k);
+            DeviceBuffer kc1 = cache(krb), vc1 = cache(vrb), kc2 = cache(krb), vc2 = cache(vrb);
+            DeviceBuffer q1 = poisoned(static_cast<size_t>(n * H * hd)), q2 = poisoned(static_cast<size_t>(n * H * hd));
+            const ops::KvView kv1{kc1.as<uint8_t>(), vc1.as<uint8_t>(), kt, vt, row, krb, vrb, capacity};
+            const ops::KvView kv2{kc2.as<uint8_t>(), vc2.as<uint8_t>(), kt, vt, row, krb, vrb, capacity};
+            ASSERT_TRUE(qk_cache_store_supported(kv1));
+            qk_norm_rope(dqg.as<float>(), dqn.as<float>(), k1.as<float>(), dkn.as<float>(), dpos.as<int32_t>(), n, sh,
+                         q1.as<float>());
+            kv_store(kv1, dpos.as<int32_t>(), n, k1.as<float>(), row, dv.as<float>(), row);
+            const QkCacheStore store{kv2, dv.as<float>(), row};
+            qk_norm_rope(dqg.as<float>(), dqn.as<float>(), k2.as<float>(), dkn.as<float>(), dpos.as<int32_t>(), n, sh,
+                         q2.as<float>(), nullptr, &store);
+            EXPECT_EQ(test::to_host<uint8_t>(kc2, krb * capacity), test::to_host<uint8_t>(kc1, krb * capacity)) << "K";
+            EXPECT_EQ(test::to_host<uint8_t>(vc2, vrb * capacity), test::to_host<uint8_t>(vc1, vrb * capacity)) << "V";
+            EXPECT_EQ(test::to_host<float>(q2, static_cast<size_t>(n * H * hd)),
+                      test::to_host<float>(q1, static_cast<size_t>(n * H * hd)));
+        }
+    EXPECT_FALSE(qk_cache_store_supported({nullptr, nullptr, quant::TypeId::q8_0, quant::TypeId::f16, 512, 0, 0, 1}));
 }
 
 TEST(CudaBasic, SharedExpertAddAndSwiglu) {

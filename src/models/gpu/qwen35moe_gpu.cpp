@@ -105,6 +105,11 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         if (v != "0" && v != "1") fail("MOX_CUDA_NORM_EPILOGUE={}: expected 0 or 1", v);
         norm_epilogues_ = v == "1";
     }
+    if (const char* e = std::getenv("MOX_CUDA_KV_FUSE"); e && *e) {
+        const std::string v = e;
+        if (v != "0" && v != "1") fail("MOX_CUDA_KV_FUSE={}: expected 0 or 1", v);
+        fuse_kv_store_ = v == "1";
+    }
     if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
         const std::string v = e;
         if (v == "sequential") deltanet_method_ = cuda::DeltaNetMethod::sequential;
@@ -517,12 +522,18 @@ void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, in
     float* k = L.attn_in.out(proj, 1, n, n_ubatch_);
     float* v = L.attn_in.out(proj, 2, n, n_ubatch_);
     const cuda::QkPrepShape qs{H, Hkv, hd, hp_.n_rot, static_cast<float>(hp_.rms_eps), static_cast<float>(hp_.rope_theta)};
-    cuda::qk_norm_rope(qg, L.attn_q_norm, k, L.attn_k_norm, pos_.as<int32_t>(), n, qs, q_.as<float>(), s);
     const StateOptions& so = seq.options;
     const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(), seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
                          so.k_type, so.v_type, Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd),
                          quant::row_bytes(so.v_type, Hkv * hd), so.n_ctx};
-    cuda::kv_store(kv, pos_.as<int32_t>(), n, k, Hkv * hd, v, Hkv * hd, s);
+    if (fuse_kv_store_ && cuda::qk_cache_store_supported(kv)) {
+        // f32/f16/bf16 caches: the q/k preparation writes k and v into the cache itself.
+        const cuda::QkCacheStore store{kv, v, Hkv * hd};
+        cuda::qk_norm_rope(qg, L.attn_q_norm, k, L.attn_k_norm, pos_.as<int32_t>(), n, qs, q_.as<float>(), s, &store);
+    } else {
+        cuda::qk_norm_rope(qg, L.attn_q_norm, k, L.attn_k_norm, pos_.as<int32_t>(), n, qs, q_.as<float>(), s);
+        cuda::kv_store(kv, pos_.as<int32_t>(), n, k, Hkv * hd, v, Hkv * hd, s);
+    }
     const ops::AttentionShape shape{H, Hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
     // The gate sits after each head's query in the q projection: [n][H][q: hd | gate: hd].
     const cuda::AttentionGate gate{qg + hd, 2 * H * hd, 2 * hd};

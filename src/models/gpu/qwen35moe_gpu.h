@@ -204,6 +204,9 @@ private:
     // Decode runs each residual add + RMSNorm as the epilogue of the launch that writes the block
     // output (cuda::ResidualNorm; MOX_CUDA_NORM_EPILOGUE=0: separate norm launches, for A/B).
     bool norm_epilogues_ = true;
+    // f32/f16/bf16 KV caches are written by the q/k preparation kernel (cuda::QkCacheStore), not by
+    // kv_store launches of their own; MOX_CUDA_KV_FUSE=0 keeps kv_store (A/B).
+    bool fuse_kv_store_ = true;
     int64_t decode_steps_ = 0;  // decode graph launches so far
     int64_t profile_step_ = 0;  // MOX_CUDA_PROFILE_STEP; 0: none profiled
     // Activations for one micro-batch (fp32, token-major rows).

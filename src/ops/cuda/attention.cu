@@ -18,6 +18,7 @@
 // them in a fixed order (deterministic, no atomics). Decode over at most kShortMaxKeys keys takes
 // attention_short_kernel instead: one block per query head (see there why).
 #include "ops/cuda_attention.h"
+#include "ops/cuda/kv_format.cuh"
 #include "quant/cuda/check.cuh"
 #include "quant/cuda/launch.cuh"
 
@@ -32,27 +33,8 @@ namespace mox::cuda {
 
 namespace {
 
-enum KvFmt : int { kFmtF32 = 0, kFmtF16 = 1, kFmtBf16 = 2, kFmtQ8_0 = 3, kFmtQ4_0 = 4 };
-
 constexpr int kQ8Bytes = 34;  // d f16, 32 x int8
 constexpr int kQ4Bytes = 18;  // d f16, 16 bytes of nibbles (element j low, j + 16 high)
-
-int kv_fmt(quant::TypeId t) {
-    switch (t) {
-        case quant::TypeId::f32:
-            return kFmtF32;
-        case quant::TypeId::f16:
-            return kFmtF16;
-        case quant::TypeId::bf16:
-            return kFmtBf16;
-        case quant::TypeId::q8_0:
-            return kFmtQ8_0;
-        case quant::TypeId::q4_0:
-            return kFmtQ4_0;
-        default:
-            fail("CUDA attention: KV cache type {} is not supported", quant::traits(t).name);
-    }
-}
 
 // ---------------------------------------------------------------------------------------------------
 // kv_store
@@ -66,17 +48,6 @@ __device__ __forceinline__ void put_u16(uint8_t* p, uint32_t v) {
     *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
 }
 
-__device__ __forceinline__ uint32_t f16_bits(float x) {
-    return __half_as_ushort(__float2half_rn(x));  // round to nearest even, as core/fp16.h
-}
-
-// core/fp16.h fp32_to_bf16: round to nearest even on the raw bits, NaN kept quiet.
-__device__ __forceinline__ uint32_t bf16_bits(float x) {
-    const uint32_t bits = __float_as_uint(x);
-    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return ((bits >> 16) | 0x40u) & 0xFFFFu;
-    return ((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16) & 0xFFFFu;
-}
-
 // One block per token: row blockIdx.x of src goes to cache row *pos0 + blockIdx.x.
 __global__ void __launch_bounds__(kStoreThreads)
     kv_store_kernel(uint8_t* __restrict__ cache, size_t row_bytes, int fmt, int64_t capacity,
@@ -88,13 +59,8 @@ __global__ void __launch_bounds__(kStoreThreads)
     if (pos < 0 || pos >= capacity) return;  // the host cannot check a device position
     const float* x = src + static_cast<int64_t>(blockIdx.x) * src_stride;
     uint8_t* dst = cache + static_cast<size_t>(pos) * row_bytes;
-    if (fmt == kFmtF32) {
-        for (int64_t i = threadIdx.x; i < row_elems; i += kStoreThreads)
-            reinterpret_cast<float*>(dst)[i] = x[i];
-    } else if (fmt == kFmtF16 || fmt == kFmtBf16) {
-        auto* d16 = reinterpret_cast<uint16_t*>(dst);
-        for (int64_t i = threadIdx.x; i < row_elems; i += kStoreThreads)
-            d16[i] = static_cast<uint16_t>(fmt == kFmtF16 ? f16_bits(x[i]) : bf16_bits(x[i]));
+    if (fmt == kFmtF32 || fmt == kFmtF16 || fmt == kFmtBf16) {
+        for (int64_t i = threadIdx.x; i < row_elems; i += kStoreThreads) store_elementwise(fmt, dst, i, x[i]);
     } else if (fmt == kFmtQ8_0) {
         // quant/ref_legacy.cpp quantize_q8: d = amax / 127, q = roundf(x * (1 / d)).
         for (int64_t b = threadIdx.x; b < row_elems / 32; b += kStoreThreads) {

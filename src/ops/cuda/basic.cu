@@ -1,4 +1,5 @@
 #include "ops/cuda_basic.h"
+#include "ops/cuda/kv_format.cuh"
 #include "quant/cuda/launch.cuh"
 #include "quant/cuda/matvec.cuh"
 
@@ -45,16 +46,38 @@ __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_row(x + blockIdx.x * d, add ? add + blockIdx.x * d : nullptr, w, d, eps, out + blockIdx.x * d);
 }
 
-// One block per (token, head), q heads first then k heads; head_dim <= 1024, one element per thread.
+// QkCacheStore on the device (kc null: no store).
+struct CacheTarget {
+    uint8_t* kc = nullptr;
+    uint8_t* vc = nullptr;
+    size_t k_row_bytes = 0, v_row_bytes = 0;
+    int kf = 0, vf = 0;
+    int64_t capacity = 0;
+    const float* v = nullptr;
+    int64_t v_stride = 0;
+};
+
+// One block per (token, head), q heads first, then k heads, then (storing into the cache) v heads;
+// head_dim <= 1024, one element per thread.
 __global__ void qk_norm_rope_kernel(const float* __restrict__ qg, const float* __restrict__ q_norm,
                                     float* __restrict__ k, const float* __restrict__ k_norm,
-                                    const int32_t* __restrict__ pos0, QkPrepShape sh, float* __restrict__ q) {
+                                    const int32_t* __restrict__ pos0, QkPrepShape sh, float* __restrict__ q,
+                                    const CacheTarget ct) {
     __shared__ float head[1024];
     dependency_wait();
     allow_next_launch();
     const int64_t t = blockIdx.x;
     const int64_t hh = blockIdx.y;
     const int64_t hd = sh.head_dim;
+    const int64_t pos = static_cast<int64_t>(*pos0) + t;
+    if (hh >= sh.n_head + sh.n_head_kv) {  // a v head: only copied into the cache
+        const int64_t h = hh - sh.n_head - sh.n_head_kv;
+        const int i = threadIdx.x;
+        if (pos >= 0 && pos < ct.capacity && i < hd)
+            store_elementwise(ct.vf, ct.vc + static_cast<size_t>(pos) * ct.v_row_bytes, h * hd + i,
+                              ct.v[t * ct.v_stride + h * hd + i]);
+        return;
+    }
     const bool is_q = hh < sh.n_head;
     const float* src;
     float* dst;
@@ -86,7 +109,12 @@ __global__ void qk_norm_rope_kernel(const float* __restrict__ qg, const float* _
         const float c = static_cast<float>(cd), s = static_cast<float>(sd);
         r = i < half ? head[i] * c - head[i + half] * s : head[i - half] * s + head[i] * c;
     }
-    if (i < hd) dst[i] = r;
+    if (i >= hd) return;
+    if (is_q || ct.kc == nullptr) {
+        dst[i] = r;
+    } else if (pos >= 0 && pos < ct.capacity) {
+        store_elementwise(ct.kf, ct.kc + static_cast<size_t>(pos) * ct.k_row_bytes, (hh - sh.n_head) * hd + i, r);
+    }
 }
 
 __global__ void __launch_bounds__(kNormThreads)
@@ -136,14 +164,33 @@ void add_rms_norm(float* x, const float* add, const float* w, int64_t n, int64_t
     MOX_CUDA_CHECK_LAUNCH("add_rms_norm_kernel");
 }
 
+bool qk_cache_store_supported(const ops::KvView& kv) {
+    auto elementwise = [](quant::TypeId t) {
+        return t == quant::TypeId::f32 || t == quant::TypeId::f16 || t == quant::TypeId::bf16;
+    };
+    return elementwise(kv.k_type) && elementwise(kv.v_type);
+}
+
 void qk_norm_rope(const float* qg, const float* q_norm, float* k, const float* k_norm, const int32_t* pos0,
-                  int64_t n, const QkPrepShape& shape, float* q, StreamHandle stream) {
+                  int64_t n, const QkPrepShape& shape, float* q, StreamHandle stream, const QkCacheStore* store) {
     if (n == 0) return;
     MOX_CHECK(shape.head_dim <= 1024 && shape.n_rot <= shape.head_dim && shape.n_rot % 2 == 0,
               "qk_norm_rope: head_dim {} n_rot {}", shape.head_dim, shape.n_rot);
+    CacheTarget ct;
+    int64_t heads = shape.n_head + shape.n_head_kv;
+    if (store != nullptr) {
+        const ops::KvView& kv = store->kv;
+        MOX_CHECK(qk_cache_store_supported(kv) && kv.row_elems == shape.n_head_kv * shape.head_dim &&
+                      store->v != nullptr,
+                  "qk_norm_rope cache store: {} / {} cache, rows of {} for {} x {}", quant::type_name(kv.k_type),
+                  quant::type_name(kv.v_type), kv.row_elems, shape.n_head_kv, shape.head_dim);
+        ct = {kv.k, kv.v, kv.k_row_bytes, kv.v_row_bytes, kv_fmt(kv.k_type), kv_fmt(kv.v_type), kv.capacity, store->v,
+              store->v_stride};
+        heads += shape.n_head_kv;
+    }
     const int threads = static_cast<int>((shape.head_dim + kWarp - 1) / kWarp * kWarp);
-    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(shape.n_head + shape.n_head_kv));
-    launch_overlapped(qk_norm_rope_kernel, grid, threads, 0, stream, qg, q_norm, k, k_norm, pos0, shape, q);
+    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(heads));
+    launch_overlapped(qk_norm_rope_kernel, grid, threads, 0, stream, qg, q_norm, k, k_norm, pos0, shape, q, ct);
     MOX_CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
 }
 
