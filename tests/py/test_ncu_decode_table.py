@@ -78,3 +78,16 @@ def test_a_file_without_a_header_is_refused(tmp_path):
     r = subprocess.run([sys.executable, str(TOOL), "steps", str(f)], capture_output=True, text=True)
     assert r.returncode != 0
     assert "no CSV header" in r.stderr
+
+def test_steps_reads_a_file_with_fewer_norms_than_a_pass_as_one_pass(tmp_path):
+    # One profiled decode step whose norms run as epilogues: a single norm launch, not 81.
+    header = ["ID", "Kernel Name", "Grid Size", "gpu__time_duration.sum"]
+    rows = [["", "", "", "ns"],
+            ["0", "void (anonymous namespace)::embed_kernel(const int *)", "(1, 1, 1)", "2,000"],
+            ["1", "(anonymous namespace)::add_rms_norm_kernel(float *)", "(1, 1, 1)", "3,000"],
+            ["2", "void (anonymous namespace)::matvec_kernel<seg::Q4_K, 1>(const unsigned char *)", "(528, 1, 1)", "14,000"]]
+    f = tmp_path / "raw.csv"
+    write_csv(f, header, rows)
+    out = run("steps", str(f))
+    assert "| 0 | 3 | 19.0 |" in out
+    assert "| embed_kernel | (1, 1, 1) | 1 | 2.0 |" in out
