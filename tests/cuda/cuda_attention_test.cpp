@@ -323,6 +323,24 @@ TEST(CudaAttention, PrefillOtherShapes) {
         }
 }
 
+// Prefill over f16 caches runs on the tensor cores (attention_prefill_mma_kernel: 64 query rows per
+// block, 32-key tiles), held to the fp32 kernels' tolerance like the decode one: partial row blocks
+// (n_q * group not a multiple of 64), groups of 8, 4 and 3, a cache already holding keys, a context
+// split across blocks (partials + combine), the gate on and off.
+TEST(CudaAttention, PrefillTensorCores) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    uint32_t seed = 1000;
+    for (const auto& [heads, kv_heads, dim] :
+         {std::tuple<int64_t, int64_t, int64_t>{16, 2, 256}, {8, 2, 128}, {6, 2, 256}, {32, 4, 128}})
+        for (const auto& [n_q, pos0] : {std::pair<int64_t, int64_t>{2, 0}, {17, 0}, {64, 5}, {65, 37}, {200, 0},
+                                        {9, 3000}}) {
+            Case c{.n_head = heads, .n_head_kv = kv_heads, .head_dim = dim, .n_q = n_q, .pos0 = pos0};
+            c.max_keys = pos0 >= 3000 ? 8192 : pos0 + n_q + (n_q % 3) * 16;
+            c.gate = (n_q % 2) == 1;
+            run_case(c, ++seed);
+        }
+}
+
 TEST(CudaAttention, Prefill512RealShape) {
     MOX_REQUIRE_CUDA_DEVICE();
     run_case({.n_q = 512, .pos0 = 0}, 900);

@@ -16,8 +16,11 @@
 // one split the block normalises, gates and writes the output; with several (decode: the context is
 // cut so that the blocks fill the GPU) it writes (max, sum, acc) partials and combine_kernel merges
 // them in a fixed order (deterministic, no atomics). Decode over at most kShortMaxKeys keys takes
-// attention_short_kernel instead: one block per query head (see there why).
+// attention_short_kernel instead: one block per query head (see there why). Over f16 caches, longer
+// decode and every prefill run on the tensor cores (ops/cuda/attention_mma.cu), sharing the plan,
+// the partials and combine_kernel with attention_kernel.
 #include "ops/cuda_attention.h"
+#include "ops/cuda/attention_params.cuh"
 #include "ops/cuda/kv_format.cuh"
 #include "quant/cuda/check.cuh"
 #include "quant/cuda/launch.cuh"
@@ -32,6 +35,9 @@
 namespace mox::cuda {
 
 namespace {
+
+using attn::AttnParams;
+using attn::gated;
 
 constexpr int kQ8Bytes = 34;  // d f16, 32 x int8
 constexpr int kQ4Bytes = 18;  // d f16, 16 bytes of nibbles (element j low, j + 16 high)
@@ -110,27 +116,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTargetBlocks = 264;
 constexpr int64_t kMinKeysPerSplit = 256;
 
-struct AttnParams {
-    const uint8_t* k;
-    const uint8_t* v;
-    size_t k_row_bytes, v_row_bytes;
-    size_t k_head_bytes, v_head_bytes;  // bytes of one head's slice of a row
-    int kf, vf;
-    int n_head, group;
-    int64_t n_q;
-    int64_t n_rows_q;  // n_q * group: rows per KV head
-    int64_t capacity;
-    const int32_t* pos0;
-    const float* q;
-    float scale;
-    const float* gate;
-    int64_t gate_token_stride, gate_head_stride;
-    float* out;
-    float* part_acc;  // [n_split][n_q * n_head][D]
-    float* part_ml;   // [n_split][n_q * n_head][2] = (max, sum)
-    int n_split;
-    int64_t keys_per_split;
-};
 
 // Raw bytes of one lane's E elements of a head row, loaded before any of them is decoded so that
 // all loads of a step are in flight together.
@@ -249,11 +234,6 @@ __device__ __forceinline__ void halve(float* sc, int lane) {
     }
 }
 
-__device__ __forceinline__ float gated(const AttnParams& p, int64_t t, int h, int c, float o) {
-    if (p.gate == nullptr) return o;
-    const float g = p.gate[t * p.gate_token_stride + h * p.gate_head_stride + c];
-    return o * (1.0f / (1.0f + expf(-g)));
-}
 
 // grid (row chunks, n_head_kv, n_split), kThreads threads.
 template <int D>
@@ -546,218 +526,6 @@ __global__ void __launch_bounds__(kShortWarps * 32) attention_short_kernel(const
     }
 }
 
-// ---------------------------------------------------------------------------------------------------
-// attention at decode over a long context on the tensor cores (f16 K and V, one query token)
-//
-// attention_kernel computes scores and the weighted sum of V with fp32 FMAs: 8 query rows x D
-// elements per warp in 255 registers, 2 warps per scheduler, a dependent shuffle chain per 2-key
-// step: at 32768 keys ~71 us per Qwen3.6 attention layer on the H200 for 64 MB of cache (llama.cpp
-// ~28 us). Here a warp takes 16 keys per step through mma.m16n8k16 (f16 in, f32 accumulate):
-//   S^T (16 keys x 8 queries) = K_tile (16 x D) Q^T (D x 8),  O^T (D x 8) += V_tile^T (D x 16) P^T,
-// the 8 columns being the group's query heads (columns past the group are zero queries, ignored).
-// Precision as the fp32 kernel: K and V are exact f16 already, and Q and P are carried as two f16
-// parts (hi = f16(v), lo = f16((v - hi) 2^11)), so each product is hi + lo 2^-11 to 2^-22 relative.
-// Layouts (lane = 4 rho + c): the mma contracts over k in pairs (2c, 2c+1), (2c+8, 2c+9) of a lane's
-// quad position c, so the k order may be permuted as long as both operands agree. For S the k index
-// is the head dimension: a lane loads 16 contiguous bytes (dims 32g + 8c .. +7) per 32 dims of a key
-// row and uses them for two k-steps; Q's fragments use the same order. For O the k index is the key:
-// logical keys (2c, 2c+1, 2c+8, 2c+9) are tile keys (c, c+4, c+8, c+12), and the output dim of row r
-// of m-tile mt is (r % 8) D/8 + 2 mt + r / 8, so a lane reads D/8 contiguous dims of its 4 keys and
-// pairs them with byte permutes; P^T's fragment is gathered from the S^T layout with 8 shuffles.
-constexpr int kMmaWarps = 4;
-constexpr int kMmaKeys = 16;  // keys per warp and step
-constexpr float kLoScale = 2048.0f;
-
-__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// (x, y) as the hi and lo f16 parts of two values: hi = f16(v), lo = f16((v - hi) 2^11).
-__device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint32_t& lo) {
-    const __half hx = __float2half_rn(x), hy = __float2half_rn(y);
-    const __half lx = __float2half_rn((x - __half2float(hx)) * kLoScale);
-    const __half ly = __float2half_rn((y - __half2float(hy)) * kLoScale);
-    hi = static_cast<uint32_t>(__half_as_ushort(hx)) | (static_cast<uint32_t>(__half_as_ushort(hy)) << 16);
-    lo = static_cast<uint32_t>(__half_as_ushort(lx)) | (static_cast<uint32_t>(__half_as_ushort(ly)) << 16);
-}
-
-__device__ __forceinline__ void prefetch_l1(const uint8_t* p) {
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
-// grid (1, n_head_kv, n_split) as attention_kernel's at one query token (same partials for
-// combine_kernel), kMmaWarps * 32 threads; group <= 8, f16 K and V.
-template <int D>
-__global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const AttnParams p) {
-    dependency_wait();  // launch.cuh
-    allow_next_launch();
-    constexpr int G = D / 32;  // 32-dim groups of a key row (two k-steps each)
-    constexpr int E = D / 8;   // dims of V a lane reads per key
-    __shared__ float sm_o[kMmaWarps][8][D];
-    __shared__ float sm_m[kMmaWarps][8];
-    __shared__ float sm_l[kMmaWarps][8];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int rho = lane >> 2, c = lane & 3;
-    const int hk = blockIdx.y, split = blockIdx.z;
-    const int64_t k_end = min(static_cast<int64_t>(*p.pos0) + 1, p.capacity);  // keys [0, k_end)
-    const int64_t k0 = split * p.keys_per_split;
-    const int64_t k1 = min(k0 + p.keys_per_split, k_end);
-
-    // Q^T fragments: column rho (query head hk * group + rho), dims 32g + 8c .. +7 as 4 pairs.
-    uint32_t qh[G][4], ql[G][4];
-    {
-        const bool real = rho < p.group;
-        const float* src = p.q + static_cast<int64_t>(hk * p.group + (real ? rho : 0)) * D;
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                const int d = 32 * g + 8 * c + 2 * w;
-                const float x = real ? src[d] * p.scale : 0.0f, y = real ? src[d + 1] * p.scale : 0.0f;
-                split_pair(x, y, qh[g][w], ql[g][w]);
-            }
-    }
-    float o[E / 2][4];  // O^T m-tiles: rows (rho, rho + 8) -> dims rho E + 2 mt + (0, 1), columns 2c, 2c+1
-#pragma unroll
-    for (int mt = 0; mt < E / 2; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) o[mt][i] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // of query columns 2c, 2c + 1
-    const uint8_t* kbase = p.k + hk * p.k_head_bytes;
-    const uint8_t* vbase = p.v + hk * p.v_head_bytes;
-    auto krow = [&](int64_t j) { return kbase + static_cast<size_t>(max(k0, min(j, k1 - 1))) * p.k_row_bytes; };
-    auto vrow = [&](int64_t j) { return vbase + static_cast<size_t>(max(k0, min(j, k1 - 1))) * p.v_row_bytes; };
-
-    for (int64_t j0 = k0 + warp * kMmaKeys; j0 < k1; j0 += kMmaWarps * kMmaKeys) {
-        // The next step's lines into L1 while this one computes (hints: no registers, no faults).
-        const int64_t jn = j0 + kMmaWarps * kMmaKeys;
-        if (jn < k1) {
-#pragma unroll
-            for (int g = 0; g < G; g += 2) {
-                prefetch_l1(krow(jn + rho) + 64 * g + 16 * c);
-                prefetch_l1(krow(jn + rho + 8) + 64 * g + 16 * c);
-            }
-#pragma unroll
-            for (int s = 0; s < 4; ++s) prefetch_l1(vrow(jn + c + 4 * s) + 2 * rho * E);
-        }
-        // S^T: c0, c1 = keys j0 + rho, queries 2c, 2c + 1; c2, c3 = key j0 + rho + 8.
-        float sh[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const uint8_t* ka = krow(j0 + rho) + 16 * c;
-        const uint8_t* kb = krow(j0 + rho + 8) + 16 * c;
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const uint4 a = __ldg(reinterpret_cast<const uint4*>(ka + 64 * g));
-            const uint4 b = __ldg(reinterpret_cast<const uint4*>(kb + 64 * g));
-            mma_f16(sh, a.x, b.x, a.y, b.y, qh[g][0], qh[g][1]);
-            mma_f16(sh, a.z, b.z, a.w, b.w, qh[g][2], qh[g][3]);
-            mma_f16(sl, a.x, b.x, a.y, b.y, ql[g][0], ql[g][1]);
-            mma_f16(sl, a.z, b.z, a.w, b.w, ql[g][2], ql[g][3]);
-        }
-        float sc[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int64_t j = j0 + rho + (i >= 2 ? 8 : 0);
-            sc[i] = j < k1 ? sh[i] + sl[i] * (1.0f / kLoScale) : -INFINITY;
-        }
-        // Online softmax per query column over the step's 16 keys (the 8 lanes of a quad position).
-        float alpha[2], pr[4];
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-            float mx = fmaxf(sc[n], sc[n + 2]);
-#pragma unroll
-            for (int off = 4; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, off));
-            const float m_new = fmaxf(m[n], mx);
-            const bool none = m_new == -INFINITY;
-            alpha[n] = none ? 1.0f : expf(m[n] - m_new);
-            pr[n] = none ? 0.0f : expf(sc[n] - m_new);
-            pr[n + 2] = none ? 0.0f : expf(sc[n + 2] - m_new);
-            float sum = pr[n] + pr[n + 2];
-#pragma unroll
-            for (int off = 4; off < 32; off <<= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, off);
-            l[n] = l[n] * alpha[n] + sum;
-            m[n] = m_new;
-        }
-        // P^T fragment of query column rho: tile keys (c, c + 4) and (c + 8, c + 12), from the lanes
-        // holding S^T rows c and c + 4 (quad position rho / 2; key + 8 in elements 2, 3).
-        const int src_a = 4 * c + (rho >> 1), src_b = 4 * (c + 4) + (rho >> 1), odd = rho & 1;
-        float pa[4], pb[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            pa[i] = __shfl_sync(0xFFFFFFFFu, pr[i], src_a);
-            pb[i] = __shfl_sync(0xFFFFFFFFu, pr[i], src_b);
-        }
-        uint32_t bh0, bl0, bh1, bl1;
-        split_pair(odd ? pa[1] : pa[0], odd ? pb[1] : pb[0], bh0, bl0);  // keys c, c + 4
-        split_pair(odd ? pa[3] : pa[2], odd ? pb[3] : pb[2], bh1, bl1);  // keys c + 8, c + 12
-        // O^T += V^T P^T, 8 dims (4 m-tiles) per 16-byte word of each of the lane's 4 keys.
-        const uint8_t* v0 = vrow(j0 + c) + 2 * rho * E;
-        const uint8_t* v1 = vrow(j0 + c + 4) + 2 * rho * E;
-        const uint8_t* v2 = vrow(j0 + c + 8) + 2 * rho * E;
-        const uint8_t* v3 = vrow(j0 + c + 12) + 2 * rho * E;
-#pragma unroll
-        for (int u = 0; u < E / 8; ++u) {
-            const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(v0) + u);
-            const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(v1) + u);
-            const uint4 x2 = __ldg(reinterpret_cast<const uint4*>(v2) + u);
-            const uint4 x3 = __ldg(reinterpret_cast<const uint4*>(v3) + u);
-            const uint32_t w0[4] = {x0.x, x0.y, x0.z, x0.w}, w1[4] = {x1.x, x1.y, x1.z, x1.w};
-            const uint32_t w2[4] = {x2.x, x2.y, x2.z, x2.w}, w3[4] = {x3.x, x3.y, x3.z, x3.w};
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {  // m-tile 4u + w: dims rho E + 8u + 2w (+1)
-                const uint32_t a0 = __byte_perm(w0[w], w1[w], 0x5410), a1 = __byte_perm(w0[w], w1[w], 0x7632);
-                const uint32_t a2 = __byte_perm(w2[w], w3[w], 0x5410), a3 = __byte_perm(w2[w], w3[w], 0x7632);
-                float th[4] = {0.0f, 0.0f, 0.0f, 0.0f}, tl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_f16(th, a0, a1, a2, a3, bh0, bh1);
-                mma_f16(tl, a0, a1, a2, a3, bl0, bl1);
-                float* acc = o[4 * u + w];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) acc[i] = acc[i] * alpha[i & 1] + (th[i] + tl[i] * (1.0f / kLoScale));
-            }
-        }
-    }
-
-    // Merge the warps (every thread reaches this barrier: the loop above has no early exit).
-#pragma unroll
-    for (int mt = 0; mt < E / 2; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sm_o[warp][2 * c + (i & 1)][rho * E + 2 * mt + (i >> 1)] = o[mt][i];
-    if (rho == 0) {
-#pragma unroll
-        for (int n = 0; n < 2; ++n) sm_m[warp][2 * c + n] = m[n], sm_l[warp][2 * c + n] = l[n];
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < p.group * D; idx += kMmaWarps * 32) {
-        const int n = idx / D, col = idx % D;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kMmaWarps; ++w)
-            if (sm_l[w][n] > 0.0f) M = fmaxf(M, sm_m[w][n]);
-        float L = 0.0f, A = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kMmaWarps; ++w) {
-            if (sm_l[w][n] <= 0.0f) continue;  // this warp saw no key
-            const float wt = expf(sm_m[w][n] - M);
-            L += wt * sm_l[w][n];
-            A += wt * sm_o[w][n][col];
-        }
-        const int h = hk * p.group + n;
-        if (p.n_split == 1) {
-            p.out[static_cast<int64_t>(h) * D + col] = gated(p, 0, h, col, A / L);  // L >= 1: key 0 is seen
-        } else {
-            p.part_acc[(static_cast<int64_t>(split) * p.n_head + h) * D + col] = A;
-            if (col == 0) {
-                p.part_ml[(static_cast<int64_t>(split) * p.n_head + h) * 2] = M;
-                p.part_ml[(static_cast<int64_t>(split) * p.n_head + h) * 2 + 1] = L;
-            }
-        }
-    }
-}
-
 // One block per output row (t, h) and kCombineCols of its columns: out = sum_s w_s acc_s / sum_s
 // w_s l_s with w_s = exp(m_s - max m). kCombineGroups groups of threads take every kCombineGroups-th
 // split (many loads in flight, spread over n_rows * D / kCombineCols blocks) and their sums meet in
@@ -822,26 +590,27 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttnPara
 }
 
 struct Plan {
-    int64_t n_chunks = 0;  // blocks of kRows rows per KV head
+    int64_t n_chunks = 0;  // blocks of rows_per_block rows per KV head
     int n_split = 1;
     int64_t keys_per_split = 0;
 };
 
-// A pure function of the shape and max_keys (host values only), so the workspace size and the
-// launch agree and a captured graph stays valid while *pos0 + n_q <= max_keys.
-Plan make_plan(const ops::AttentionShape& s, int64_t n_q, int64_t max_keys) {
+// A pure function of the shape, max_keys and the kernel's rows per block (host values only), so
+// the workspace size and the launch agree and a captured graph stays valid while *pos0 + n_q <=
+// max_keys.
+Plan make_plan(const ops::AttentionShape& s, int64_t n_q, int64_t max_keys, int64_t rows_per_block) {
     MOX_CHECK(s.n_head_kv >= 1 && s.n_head % s.n_head_kv == 0, "{} heads over {} KV heads", s.n_head,
               s.n_head_kv);
     MOX_CHECK(n_q >= 1 && max_keys >= n_q, "{} queries, max_keys {}", n_q, max_keys);
     Plan plan;
     const int64_t group = s.n_head / s.n_head_kv;
-    plan.n_chunks = (n_q * group + kRows - 1) / kRows;
+    plan.n_chunks = (n_q * group + rows_per_block - 1) / rows_per_block;
     const int64_t base = plan.n_chunks * s.n_head_kv;
     int64_t n_split = (kTargetBlocks + base - 1) / base;
     n_split = std::min(n_split, std::max<int64_t>(1, max_keys / kMinKeysPerSplit));
     n_split = std::max<int64_t>(1, n_split);
     int64_t per = (max_keys + n_split - 1) / n_split;
-    per = (per + 15) / 16 * 16;
+    per = (per + 31) / 32 * 32;  // whole key steps of every kernel (16 and 32 keys)
     plan.n_split = static_cast<int>((max_keys + per - 1) / per);
     MOX_CHECK(plan.n_split <= kTargetBlocks, "{} splits",
               plan.n_split);  // combine_kernel holds one weight each
@@ -849,7 +618,8 @@ Plan make_plan(const ops::AttentionShape& s, int64_t n_q, int64_t max_keys) {
     return plan;
 }
 
-// MOX_CUDA_ATTN_MMA=0: decode over f16 caches beyond kShortMaxKeys takes attention_kernel (A/B).
+// MOX_CUDA_ATTN_MMA=0: prefill, and decode beyond kShortMaxKeys keys, over f16 caches take
+// attention_kernel instead of the tensor-core kernels (A/B).
 bool mma_attention_enabled() {
     static const bool enabled = [] {
         const char* env = std::getenv("MOX_CUDA_ATTN_MMA");
@@ -885,17 +655,25 @@ void kv_store(const ops::KvView& kv, const int32_t* pos0, int64_t n_rows, const 
 }
 
 size_t attention_workspace_bytes(const ops::AttentionShape& shape, int64_t n_q, int64_t max_keys) {
-    const Plan plan = make_plan(shape, n_q, max_keys);
-    if (plan.n_split == 1) return 0;
-    return static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_q * shape.n_head) *
-           static_cast<size_t>(shape.head_dim + 2) * sizeof(float);
+    // Either kernel may run (the choice also depends on the cache types): room for the larger plan.
+    size_t most = 0;
+    for (const int64_t rows : {static_cast<int64_t>(kRows), static_cast<int64_t>(attn::kPfRows)}) {
+        const Plan plan = make_plan(shape, n_q, max_keys, rows);
+        if (plan.n_split == 1) continue;
+        most = std::max(most, static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_q * shape.n_head) *
+                                  static_cast<size_t>(shape.head_dim + 2) * sizeof(float));
+    }
+    return most;
 }
 
 void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const float* q, int64_t n_q,
                const int32_t* pos0, int64_t max_keys, const AttentionGate& gate, float* out, void* workspace,
                StreamHandle stream) {
-    const Plan plan = make_plan(shape, n_q, max_keys);
     const int64_t D = shape.head_dim;
+    const bool f16_cache = kv_fmt(kv.k_type) == kFmtF16 && kv_fmt(kv.v_type) == kFmtF16;
+    const bool mma = f16_cache && (D == 128 || D == 256) && mma_attention_enabled();
+    const bool mma_prefill = mma && n_q > 1;
+    const Plan plan = make_plan(shape, n_q, max_keys, mma_prefill ? attn::kPfRows : kRows);
     MOX_CHECK(D == 64 || D == 128 || D == 256, "CUDA attention: head_dim {} (supported: 64, 128, 256)", D);
     MOX_CHECK(kv.row_elems == shape.n_head_kv * D, "KV row of {} elements for {} x {}", kv.row_elems,
               shape.n_head_kv, D);
@@ -951,12 +729,14 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
     const dim3 grid(static_cast<unsigned>(plan.n_chunks), static_cast<unsigned>(shape.n_head_kv),
                     static_cast<unsigned>(plan.n_split));
     const unsigned n_rows_all = static_cast<unsigned>(n_q * shape.n_head);
-    if (n_q == 1 && p.kf == kFmtF16 && p.vf == kFmtF16 && p.group <= 8 && (D == 128 || D == 256) &&
-        plan.keys_per_split % kMmaKeys == 0 && mma_attention_enabled()) {
-        MOX_CHECK(plan.n_chunks == 1, "decode attention: {} row chunks", plan.n_chunks);
-        if (D == 128) launch_overlapped(attention_mma_kernel<128>, grid, kMmaWarps * 32, 0, stream, p);
-        else launch_overlapped(attention_mma_kernel<256>, grid, kMmaWarps * 32, 0, stream, p);
-        MOX_CUDA_CHECK_LAUNCH("attention_mma_kernel");
+    const bool mma_decode = mma && n_q == 1 && p.group <= 8 && plan.keys_per_split % attn::kMmaKeys == 0;
+    if (mma_decode || mma_prefill) {
+        if (mma_decode) {
+            MOX_CHECK(plan.n_chunks == 1, "decode attention: {} row chunks", plan.n_chunks);
+            attn::launch_mma_decode(p, D, grid, stream);
+        } else {
+            attn::launch_mma_prefill(p, D, static_cast<int>(shape.n_head_kv), stream);
+        }
         if (plan.n_split > 1) {
             if (D == 128)
                 launch_overlapped(combine_kernel<128>, dim3(n_rows_all, 128 / kCombineCols), kCombineThreads, 0,
