@@ -35,16 +35,20 @@ uint64_t gpu_moe_scratch(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t
 }
 
 uint64_t gpu_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_q, int64_t max_keys) {
-    // 8 query rows per block; splits fill 264 blocks, each covering at least 256 keys.
+    // Blocks of 8 query rows (fp32 kernel) or 64 (tensor-core prefill), whichever plan splits more:
+    // splits fill 264 blocks, each covering at least 256 keys, in whole steps of 32 keys.
     const int64_t group = n_head / std::max<int64_t>(n_head_kv, 1);
-    const int64_t base = (n_q * group + 7) / 8 * n_head_kv;
-    int64_t split = (kTargetBlocks + base - 1) / base;
-    split = std::max<int64_t>(1, std::min(split, std::max<int64_t>(1, max_keys / 256)));
-    int64_t per = (max_keys + split - 1) / split;
-    per = (per + 15) / 16 * 16;
-    split = (max_keys + per - 1) / per;
-    if (split <= 1) return 0;
-    return u(split) * u(n_q * n_head) * u(head_dim + 2) * 4;
+    uint64_t most = 0;
+    for (const int64_t rows : {8, 64}) {
+        const int64_t base = (n_q * group + rows - 1) / rows * n_head_kv;
+        int64_t split = (kTargetBlocks + base - 1) / base;
+        split = std::max<int64_t>(1, std::min(split, std::max<int64_t>(1, max_keys / 256)));
+        int64_t per = (max_keys + split - 1) / split;
+        per = (per + 31) / 32 * 32;
+        split = (max_keys + per - 1) / per;
+        if (split > 1) most = std::max(most, u(split) * u(n_q * n_head) * u(head_dim + 2) * 4);
+    }
+    return most;
 }
 
 uint64_t gpu_staging_bytes(uint64_t gate, uint64_t up, uint64_t down) {
