@@ -366,6 +366,11 @@ std::vector<TypeId> calibrate_missing_types(HardwareProfile& p, const std::vecto
                 p.gpu->matmul_tflops[name] = cuda::probe_matmul_tflops(type, o.gpu_matmul_tokens, o.gpu_reps);
                 any = true;
             }
+            if (cuda::matvec_supported(type) && !has(p.gpu->moe_decode_gbps, name)) {
+                progress(o, fmt::format("GPU MoE decode {}", name));
+                p.gpu->moe_decode_gbps[name] = cuda::probe_moe_decode_gbps(type, o.gpu_reps);
+                any = true;
+            }
         }
 #endif
         if (any) measured.push_back(type);
@@ -398,13 +403,17 @@ HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* n
         progress(o, "GPU graph launch gap and host round trip");
         g.launch_gap_s = cuda::probe_launch_gap_s(400, o.gpu_reps);
         g.host_roundtrip_s = cuda::probe_host_roundtrip_s(50, o.gpu_reps);
+        progress(o, "GPU Gated DeltaNet decode step");
+        g.deltanet_step_s = cuda::probe_deltanet_step_s(&g.deltanet_state_bytes, o.gpu_reps);
         for (const TypeId type : o.types) {
             const std::string name(quant::type_name(type));
-            progress(o, fmt::format("GPU matvec and matmul {}", name));
-            if (cuda::matvec_supported(type))
+            progress(o, fmt::format("GPU matvec, MoE decode and matmul {}", name));
+            if (cuda::matvec_supported(type)) {
                 g.matvec_gbps[name] = cuda::probe_matvec_gbps(type, o.gpu_matvec_bytes, 2 * o.gpu_reps);
-            else
+                g.moe_decode_gbps[name] = cuda::probe_moe_decode_gbps(type, o.gpu_reps);
+            } else {
                 note(fmt::format("GPU: no matvec kernel for {}", name));
+            }
             if (cuda::matmul_supported(type))
                 g.matmul_tflops[name] = cuda::probe_matmul_tflops(type, o.gpu_matmul_tokens, o.gpu_reps);
             else

@@ -163,6 +163,9 @@ std::string profile_to_json(const HardwareProfile& p) {
         gpu["h2d_pageable_gbps"] = finite(g.h2d_pageable_gbps, "gpu.h2d_pageable_gbps");
         gpu["host_roundtrip_s"] = finite(g.host_roundtrip_s, "gpu.host_roundtrip_s");
         gpu["matmul_tflops"] = rates(g.matmul_tflops, "gpu.matmul_tflops");
+        gpu["moe_decode_gbps"] = rates(g.moe_decode_gbps, "gpu.moe_decode_gbps");
+        gpu["deltanet_step_s"] = finite(g.deltanet_step_s, "gpu.deltanet_step_s");
+        gpu["deltanet_state_bytes"] = g.deltanet_state_bytes;
         j["gpu"] = std::move(gpu);
     } else {
         j["gpu"] = nullptr;
@@ -209,6 +212,14 @@ HardwareProfile profile_from_json(const std::string& text) {
         g.h2d_pageable_gbps = get_double(gpu, "gpu", "h2d_pageable_gbps");
         g.host_roundtrip_s = get_double(gpu, "gpu", "host_roundtrip_s");
         g.matmul_tflops = get_rates(gpu, "gpu", "matmul_tflops");
+        // Optional (added after schema 1 was fixed): absent in older profiles.
+        g.moe_decode_gbps = get_rates(gpu, "gpu", "moe_decode_gbps");
+        if (gpu.contains("deltanet_step_s")) {
+            g.deltanet_step_s = get_double(gpu, "gpu", "deltanet_step_s");
+            g.deltanet_state_bytes = get_u64(gpu, "gpu", "deltanet_state_bytes");
+            if (g.deltanet_step_s > 0 && g.deltanet_state_bytes == 0)
+                fail("hardware profile: 'gpu.deltanet_step_s' without 'gpu.deltanet_state_bytes'");
+        }
         p.gpu = std::move(g);
     }
     return p;

@@ -29,6 +29,14 @@ struct GpuProfile {
     double host_roundtrip_s = 0;
     // Tensor-core matmul over quantized weights at prefill batch sizes (512+ tokens), per type.
     std::map<std::string, double> matmul_tflops;
+    // Latency-bound decode launches, measured as the decode graph runs them (cuda_probe.h); absent
+    // (empty / 0) in profiles of older builds, where the speed model falls back to bytes at the
+    // matvec rate and says so. moe_decode_gbps: a GPU MoE layer's routed + shared expert bytes per
+    // second through its two fused launches, per type. deltanet_step_s: a Gated DeltaNet layer's conv
+    // + delta rule for deltanet_state_bytes of state (other shapes scale by their state bytes).
+    std::map<std::string, double> moe_decode_gbps;
+    double deltanet_step_s = 0;
+    uint64_t deltanet_state_bytes = 0;
 };
 
 struct CpuProfile {

@@ -99,6 +99,19 @@ public:
         return b > 0 ? b * kGiga : 1;
     }
 
+    // The fused MoE decode launches' measured rate for a type, if `mox calibrate` measured it.
+    std::optional<double> gpu_moe_decode(quant::TypeId t) const {
+        if (!has_gpu()) return std::nullopt;
+        if (auto r = lookup(gpu().moe_decode_gbps, t)) return *r * kGiga;
+        return std::nullopt;
+    }
+    // A DeltaNet layer's conv + delta rule at decode: the probe's time scaled by state bytes, if
+    // measured.
+    std::optional<double> gpu_deltanet_step(double state_bytes) const {
+        if (!has_gpu() || gpu().deltanet_step_s <= 0 || gpu().deltanet_state_bytes == 0) return std::nullopt;
+        return gpu().deltanet_step_s * state_bytes / static_cast<double>(gpu().deltanet_state_bytes);
+    }
+
     double roundtrip() const { return has_gpu() ? gpu().host_roundtrip_s : 0; }
     double launch_gap() const { return has_gpu() ? gpu().launch_gap_s : 0; }
     double h2d(place::Tier t) {
@@ -163,6 +176,7 @@ struct Matrix {
     double bytes = 0;
     double params = 0;
     bool matrix = false;  // read by a matvec/matmul (2-D, rows of at least one block); else a vector
+    bool shared_expert = false;
 };
 
 Matrix matrix_of(const place::TensorEntry& e) {
@@ -173,6 +187,7 @@ Matrix matrix_of(const place::TensorEntry& e) {
                static_cast<double>(e.ne[3]);
     // conv1d [kernel, channels] and 1-D norms/gates are elementwise work, not matrix products.
     m.matrix = e.ne[1] > 1 && e.ne[0] >= 32;
+    m.shared_expert = e.cls == models::TensorClass::shared_expert;
     return m;
 }
 
@@ -321,6 +336,31 @@ double shexp_gpu_s(Rates& r, const Layer& L) {
     return s;
 }
 
+// A GPU expert layer's MoE at decode from the measured rate of its fused launches: the k routed
+// experts' and the shared expert's matrices at Rates::gpu_moe_decode of their types (a shared
+// matrix of a type without one at its matvec rate). nullopt when a routed part's type was not
+// measured: the caller charges bytes at the matvec rate and a launch gap per kernel instead.
+std::optional<double> moe_decode_s(Rates& r, const Layer& L, const models::Qwen35MoeHparams& hp) {
+    const auto k = static_cast<double>(hp.n_expert_used);
+    double s = 0;
+    for (const Matrix& x : L.expert) {
+        const auto rate = r.gpu_moe_decode(x.type);
+        if (!rate) {
+            r.note(fmt::format("GPU experts of type {} at the matvec rate (the profile has no MoE decode rate "
+                               "for it; `mox calibrate` measures one)",
+                               quant::type_name(x.type)));
+            return std::nullopt;
+        }
+        s += k * x.bytes / *rate;
+    }
+    for (const Matrix& x : L.shexp) {
+        if (!x.matrix) continue;
+        const auto rate = r.gpu_moe_decode(x.type);
+        s += rate ? x.bytes / *rate : gpu_read_s(r, x);
+    }
+    return s;
+}
+
 DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHparams& hp,
                            const place::CacheOptions& cache, int64_t depth) {
     DecodePrediction d;
@@ -350,21 +390,35 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
     } else {
         const double rt = r.roundtrip();
         for (const Layer& L : m.layers) {
+            const bool gpu_experts = L.has_experts && L.tier == place::Tier::gpu;
+            const std::optional<double> moe = gpu_experts ? moe_decode_s(r, L, hp) : std::nullopt;
+            d.kernels += L.recurrent ? kDecodeKernelsRecurrent : kDecodeKernelsAttention;
             for (const Matrix& x : L.dense) {
                 d.gpu_weight_bytes += x.bytes;
+                if (moe && x.shared_expert && x.matrix) continue;  // in the MoE launches' measured time
                 d.gpu_s += gpu_read_s(r, x);
             }
             if (L.recurrent) {
                 d.gpu_cache_bytes += 2 * state;  // read and written back
-                d.gpu_s += 2 * state / r.gpu_stream();
+                if (const auto step = r.gpu_deltanet_step(state)) {
+                    d.gpu_s += *step;
+                    d.probed_kernels += 2;  // conv + delta rule
+                } else {
+                    d.gpu_s += 2 * state / r.gpu_stream();
+                }
             } else {
                 d.gpu_cache_bytes += dd * (k_row + v_row);
                 d.gpu_s += dd * k_row / r.gpu_kv(cache.k_type) + dd * v_row / r.gpu_kv(cache.v_type);
             }
             if (!L.has_experts) continue;
-            if (L.tier == place::Tier::gpu) {
+            if (gpu_experts) {
                 for (const Matrix& x : L.expert) d.gpu_weight_bytes += k * x.bytes;
-                d.gpu_s += experts_gpu_s(r, L, hp, 1);
+                if (moe) {
+                    d.gpu_s += *moe;
+                    d.probed_kernels += 2;  // router + gate/up, down
+                } else {
+                    d.gpu_s += experts_gpu_s(r, L, hp, 1);
+                }
             } else {
                 const CpuExperts c = experts_cpu(r, L, hp, 1);
                 d.cpu_bytes += c.bytes;
@@ -378,9 +432,8 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
             d.gpu_weight_bytes += x.bytes;
             d.gpu_s += gpu_read_s(r, x);
         }
-        d.kernels = static_cast<int64_t>(m.layers.size()) * kKernelsPerLayer + kKernelsOutput +
-                    d.handoffs * kExtraLaunchesPerHandoff;
-        d.launch_s = static_cast<double>(d.kernels) * r.launch_gap();
+        d.kernels += kDecodeKernelsOutput + d.handoffs * kExtraLaunchesPerHandoff;
+        d.launch_s = static_cast<double>(d.kernels - d.probed_kernels) * r.launch_gap();
     }
     d.total_s = d.gpu_s + d.cpu_s + d.handoff_s + d.launch_s - d.overlap_s;
     d.tokens_per_s = d.total_s > 0 ? 1.0 / d.total_s : 0;
@@ -540,25 +593,17 @@ double host_layer_decode_cost(const place::Placement& p, const models::Qwen35Moe
     if (!profile.gpu || !p.has_experts(layer)) return 0;
     std::vector<std::string> notes;
     Rates r(profile, notes);
-    Layer L;
-    L.index = layer;
-    for (const place::TensorEntry& e : p.tensors()) {
-        if (e.layer != layer) continue;
-        if (e.part != place::ExpertPart::none) {
-            Matrix x = matrix_of(e);
-            x.bytes /= static_cast<double>(p.n_expert());
-            x.params /= static_cast<double>(p.n_expert());
-            L.expert[static_cast<size_t>(e.part)] = x;
-        } else if (e.cls == models::TensorClass::shared_expert) {
-            L.shexp.push_back(matrix_of(e));
-        }
-    }
-    const double cpu = experts_cpu(r, L, hp, 1).s;
-    const double rt = r.roundtrip();
-    const double cost = rt + cpu - std::min(shexp_gpu_s(r, L), rt + cpu) - experts_gpu_s(r, L, hp, 1) +
-                        static_cast<double>(kExtraLaunchesPerHandoff) * r.launch_gap();
+    // The two decode predictions at depth 0 (no KV cache read), differing in this layer's tier.
+    Model m = analyse(p, hp);
+    if (m.cpu_only) return 0;
+    Layer& L = m.layers.at(static_cast<size_t>(layer));
+    const place::CacheOptions cache{};
+    L.tier = place::Tier::gpu;
+    const double on_gpu = decode_at(r, m, hp, cache, 0).total_s;
+    L.tier = place::Tier::pinned_host;
+    const double on_host = decode_at(r, m, hp, cache, 0).total_s;
     r.throw_if_missing();
-    return cost;
+    return on_host - on_gpu;
 }
 
 }  // namespace mox::plan

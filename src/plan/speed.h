@@ -31,8 +31,17 @@
 
 namespace mox::plan {
 
-// Kernel launches the decode graph replays per trunk layer (norms, projections, the mixer, router,
-// top-k, experts, residual adds) and for the output head; each costs GpuProfile::launch_gap_s.
+// Kernel launches the decode graph replays per trunk layer and for the output, each charged
+// GpuProfile::launch_gap_s unless a calibrated probe measured it (DecodePrediction::probed_kernels).
+// A Gated DeltaNet layer: in-projection, conv, delta rule (+ gated norm), out-projection (+ the
+// residual add + norm as its epilogue), router, MoE router + gate/up, MoE down (+ the next norm);
+// an attention layer: q/gate, k and v projections, q/k norm + RoPE (+ the KV cache store),
+// attention, out-projection, router, MoE gate/up and down. Output: the first norm and the head.
+inline constexpr int64_t kDecodeKernelsRecurrent = 7;
+inline constexpr int64_t kDecodeKernelsAttention = 9;
+inline constexpr int64_t kDecodeKernelsOutput = 2;
+// Launches of one prefill micro-batch per trunk layer and for the output (a rough count: prefill
+// is dominated by its matrix products).
 inline constexpr int64_t kKernelsPerLayer = 10;
 inline constexpr int64_t kKernelsOutput = 4;
 // What a host layer's decode adds on the GPU's critical path beyond the round trip the profile
@@ -60,6 +69,7 @@ struct DecodePrediction {
     double cpu_bytes = 0;         // weights (experts, or all on a CPU-only placement) read by the CPU
     int64_t handoffs = 0;         // GPU -> CPU -> GPU round trips (one per host layer)
     int64_t kernels = 0;          // launches on the GPU
+    int64_t probed_kernels = 0;   // of which a calibrated probe timed (MoE, DeltaNet): no launch gap
     // Seconds: total = gpu + cpu + handoff + launch - overlap (overlap: the shared experts that run
     // on the GPU while the CPU computes).
     double gpu_s = 0, cpu_s = 0, handoff_s = 0, launch_s = 0, overlap_s = 0;
@@ -108,7 +118,8 @@ int64_t best_stream_min(const place::Placement& p, const models::Qwen35MoeHparam
                         const HardwareProfile& profile);
 
 // Per-token decode seconds that moving layer `layer`'s experts from the GPU to the host adds
-// (hand-off + CPU experts - GPU experts - shared-expert overlap), with the layer's current types.
+// (hand-off + CPU experts - GPU experts - shared-expert overlap, launches): the difference of the
+// two decode predictions at depth 0, with the layer's current types.
 // The search orders layers by this cost per byte of VRAM freed.
 double host_layer_decode_cost(const place::Placement& p, const models::Qwen35MoeHparams& hp, int64_t layer,
                               const HardwareProfile& profile);

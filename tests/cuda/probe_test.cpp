@@ -85,5 +85,32 @@ TEST(CudaProbe, MatvecAndMatmulRates) {
     EXPECT_THROW(probe_matvec_gbps(TypeId::q8_k, size_t{1} << 20, 1), Error);
 }
 
+// The decode probes of latency-bound launches: positive, finite, not faster than the memory (a
+// layer's 9 experts are read once), and the DeltaNet step's state size is Qwen3.6's layer state.
+TEST(CudaProbe, MoeDecodeAndDeltaNetStep) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const auto devs = ops::cuda_devices();
+    ASSERT_FALSE(devs.empty());
+    const double peak_gbps = devs[0].peak_bandwidth / 1e9;
+    for (const TypeId t : {TypeId::q4_k, TypeId::q6_k}) {
+        const double moe = probe_moe_decode_gbps(t, 3);
+        const double matvec = probe_matvec_gbps(t, size_t{128} << 20, 3);
+        std::printf("[probe] %-8s MoE decode layer %.1f GB/s, matvec %.1f GB/s\n",
+                    std::string(quant::type_name(t)).c_str(), moe, matvec);
+        EXPECT_TRUE(finite_positive(moe)) << quant::type_name(t);
+        if (peak_gbps > 0) {
+            EXPECT_LT(moe, 1.5 * peak_gbps) << quant::type_name(t);
+        }
+    }
+    EXPECT_THROW(probe_moe_decode_gbps(TypeId::q8_k, 1), Error);
+    uint64_t state = 0;
+    const double step = probe_deltanet_step_s(&state, 3);
+    std::printf("[probe] DeltaNet decode step %.2f us per layer, %llu bytes of state\n", step * 1e6,
+                static_cast<unsigned long long>(state));
+    EXPECT_TRUE(finite_positive(step));
+    EXPECT_LT(step, 1e-3);
+    EXPECT_EQ(state, static_cast<uint64_t>((3 * 8192 + 32 * 128 * 128) * 4));
+}
+
 }  // namespace
 }  // namespace mox::cuda

@@ -43,6 +43,9 @@ HardwareProfile full_profile() {
     g.h2d_pageable_gbps = 20.5;
     g.host_roundtrip_s = 1.25e-5;
     g.matmul_tflops = {{"Q4_K", 210.5}, {"Q6_K", 180.0}};
+    g.moe_decode_gbps = {{"Q4_K", 640.5}, {"Q6_K", 600.25}};
+    g.deltanet_step_s = 1.125e-5;
+    g.deltanet_state_bytes = 2'195'456ull;
     p.gpu = g;
     return p;
 }
@@ -69,6 +72,9 @@ void expect_same(const HardwareProfile& a, const HardwareProfile& b) {
     EXPECT_EQ(a.gpu->h2d_pageable_gbps, b.gpu->h2d_pageable_gbps);
     EXPECT_EQ(a.gpu->host_roundtrip_s, b.gpu->host_roundtrip_s);
     EXPECT_EQ(a.gpu->matmul_tflops, b.gpu->matmul_tflops);
+    EXPECT_EQ(a.gpu->moe_decode_gbps, b.gpu->moe_decode_gbps);
+    EXPECT_EQ(a.gpu->deltanet_step_s, b.gpu->deltanet_step_s);
+    EXPECT_EQ(a.gpu->deltanet_state_bytes, b.gpu->deltanet_state_bytes);
 }
 
 std::string error_of(const std::string& text) {
@@ -143,6 +149,25 @@ TEST(HardwareProfile, OptionalPartsMayBeLeftOut) {
     EXPECT_FALSE(p.gpu.has_value());
     EXPECT_TRUE(p.cpu.expert_gflops.empty());
     EXPECT_EQ(p.cpu.expert_gbps.size(), 2u);
+}
+
+// Profiles written before the MoE and DeltaNet decode probes existed still load, without them (the
+// speed model then charges bytes at the matvec rate); a step time without its state size is refused.
+TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
+    nlohmann::json j = nlohmann::json::parse(profile_to_json(full_profile()));
+    j["gpu"].erase("moe_decode_gbps");
+    j["gpu"].erase("deltanet_step_s");
+    j["gpu"].erase("deltanet_state_bytes");
+    const HardwareProfile p = profile_from_json(j.dump());
+    ASSERT_TRUE(p.gpu.has_value());
+    EXPECT_TRUE(p.gpu->moe_decode_gbps.empty());
+    EXPECT_EQ(p.gpu->deltanet_step_s, 0.0);
+    EXPECT_EQ(p.gpu->matvec_gbps.size(), 2u);
+    j = nlohmann::json::parse(profile_to_json(full_profile()));
+    j["gpu"].erase("deltanet_state_bytes");
+    EXPECT_NE(error_of(j.dump()).find("deltanet_state_bytes"), std::string::npos) << error_of(j.dump());
+    j["gpu"]["deltanet_state_bytes"] = 0;
+    EXPECT_NE(error_of(j.dump()).find("deltanet_state_bytes"), std::string::npos) << error_of(j.dump());
 }
 
 TEST(HardwareProfile, OtherSchemaVersionsAreRefused) {

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <string>
 
@@ -83,7 +85,9 @@ TEST(PlanSpeed, AllOnGpuReadsTheFileBytes) {
     EXPECT_NEAR(s.decode.gpu_weight_bytes, f.dense + k_over_n * f.experts, 1.0);
     EXPECT_EQ(s.decode.cpu_bytes, 0);
     EXPECT_EQ(s.decode.handoffs, 0);
-    EXPECT_EQ(s.decode.kernels, hp().n_trunk() * kKernelsPerLayer + kKernelsOutput);
+    EXPECT_EQ(s.decode.kernels, (hp().n_trunk() - hp().n_trunk() / 4) * kDecodeKernelsRecurrent +
+                                    hp().n_trunk() / 4 * kDecodeKernelsAttention + kDecodeKernelsOutput);
+    EXPECT_EQ(s.decode.probed_kernels, 0);  // the profile has no MoE or DeltaNet probe
     // Depth 0: the KV cache holds nothing; the DeltaNet state is read and written once per token.
     EXPECT_EQ(s.decode.gpu_cache_bytes, 2.0 * static_cast<double>(hp().recurrent_state_bytes()));
     // Half the context: K and V rows of every attention layer up to the depth (inspect's KV/token).
@@ -212,8 +216,9 @@ TEST(PlanSpeed, MissingRatesNameTheTypes) {
     prof.gpu->matvec_gbps.erase("F32");
     prof.gpu->matmul_tflops.erase("F32");
     const SpeedPrediction borrowed = predict_speed(hybrid({}), hp(), cache(), options(), prof);
-    ASSERT_FALSE(borrowed.notes.empty());
-    EXPECT_NE(borrowed.notes.front().find("F32"), std::string::npos) << borrowed.notes.front();
+    EXPECT_TRUE(std::any_of(borrowed.notes.begin(), borrowed.notes.end(),
+                            [](const std::string& n) { return n.find("F32") != std::string::npos; }))
+        << fmt::format("{}", fmt::join(borrowed.notes, " | "));
     // CPU rates are needed only when some layer's experts are on the host.
     prof = h200_like();
     prof.cpu.expert_gbps.clear();
@@ -244,13 +249,64 @@ TEST(PlanSpeed, RefusesWhatTheRuntimeRefuses) {
     EXPECT_THROW(predict_speed(hybrid({}), hp(), cache(), options(), fixtures::cpu_only_like()), Error);
 }
 
+// h200_like() plus the decode probes `mox calibrate` adds: the fused MoE launches' rate per type and
+// the DeltaNet step, its state bytes those of this model's layers (made up, like the rest).
+HardwareProfile with_decode_probes() {
+    HardwareProfile prof = h200_like();
+    prof.gpu->moe_decode_gbps = {{"Q4_K", 700}, {"Q6_K", 650}, {"Q8_0", 750}};
+    prof.gpu->deltanet_step_s = 12e-6;
+    const int64_t n_recurrent = hp().n_trunk() - hp().n_trunk() / 4;
+    prof.gpu->deltanet_state_bytes = hp().recurrent_state_bytes() / static_cast<uint64_t>(n_recurrent);
+    return prof;
+}
+
 TEST(PlanSpeed, HostLayerCostIsTheDecodeDifference) {
-    const HardwareProfile prof = h200_like();
-    const double base = predict_speed(hybrid({}), hp(), cache(), options(), prof).decode.total_s;
-    for (int64_t l : {0, 4, 39}) {
-        const double moved = predict_speed(hybrid({l}), hp(), cache(), options(), prof).decode.total_s;
-        EXPECT_NEAR(host_layer_decode_cost(hybrid({}), hp(), l, prof), moved - base, 1e-12) << l;
+    for (const HardwareProfile& prof : {h200_like(), with_decode_probes()}) {
+        const double base = predict_speed(hybrid({}), hp(), cache(), options(), prof).decode.total_s;
+        for (int64_t l : {0, 4, 39}) {
+            const double moved = predict_speed(hybrid({l}), hp(), cache(), options(), prof).decode.total_s;
+            EXPECT_NEAR(host_layer_decode_cost(hybrid({}), hp(), l, prof), moved - base, 1e-12) << l;
+        }
     }
+}
+
+// With the probes, a GPU expert layer's routed and shared experts cost their bytes at the MoE decode
+// rate instead of the matvec rate, a DeltaNet layer its measured step instead of its state bytes at
+// the streaming rate, and the launches the probes timed pay no separate launch gap.
+TEST(PlanSpeed, DecodeProbesReplaceBytesAndGaps) {
+    const HardwareProfile plain = h200_like(), probed = with_decode_probes();
+    const int64_t n_layers = hp().n_trunk(), n_recurrent = n_layers - n_layers / 4;
+    const SpeedPrediction a = predict_speed(hybrid({}), hp(), cache(), options(), plain);
+    const SpeedPrediction b = predict_speed(hybrid({}), hp(), cache(), options(), probed);
+    expect_decode_sums(b.decode);
+    EXPECT_EQ(b.decode.kernels, a.decode.kernels);
+    EXPECT_EQ(b.decode.probed_kernels, 2 * n_recurrent + 2 * n_layers);
+    EXPECT_NEAR(b.decode.launch_s, static_cast<double>(b.decode.kernels - b.decode.probed_kernels) *
+                                       probed.gpu->launch_gap_s, 1e-15);
+    EXPECT_EQ(b.decode.gpu_weight_bytes, a.decode.gpu_weight_bytes);  // the same bytes, other rates
+    // Expected GPU seconds, rebuilt from the placement: dense weights but the shared experts'
+    // matrices at the matvec rate (vectors at the best one), then per layer the probes.
+    const place::Placement p = hybrid({});
+    const double best = 3500e9;  // h200_like's best matvec rate (F32)
+    double want = 0;
+    for (const place::TensorEntry& e : p.tensors()) {
+        if (e.layer >= hp().n_trunk() || e.cls == models::TensorClass::mtp) continue;
+        if (e.cls == models::TensorClass::embedding) continue;  // a row lookup with an output head
+        const auto bytes = static_cast<double>(e.n_bytes);
+        const bool matrix = e.ne[1] > 1 && e.ne[0] >= 32;
+        const std::string type(quant::type_name(e.type));
+        if (e.part != place::ExpertPart::none) {  // k of n experts at the MoE rate
+            want += bytes * static_cast<double>(hp().n_expert_used) / static_cast<double>(hp().n_expert) /
+                    (probed.gpu->moe_decode_gbps.at(type) * 1e9);
+        } else if (e.cls == models::TensorClass::shared_expert && matrix) {
+            want += bytes / (probed.gpu->moe_decode_gbps.at(type) * 1e9);
+        } else {
+            const auto it = probed.gpu->matvec_gbps.find(type);
+            want += bytes / (matrix ? it->second * 1e9 : best);
+        }
+    }
+    want += static_cast<double>(n_recurrent) * probed.gpu->deltanet_step_s;
+    EXPECT_NEAR(b.decode.gpu_s, want, 1e-9 * want);
 }
 
 }  // namespace mox::plan

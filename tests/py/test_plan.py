@@ -290,8 +290,9 @@ def test_search_memory_and_decode_recount(mox_bin, full):
         cpu_layer = sum(k_over_n * t["bytes"] / rate(cpu["expert_gbps"], t["type"])
                         for n, t in tensors.items() if layer(n) == L and is_exps(n))
         overlap += min(shexp, rt + cpu_layer)
-    # 10 launches per layer, 4 for the head, 4 more per host layer (top-k, gated add, two copies).
-    launch = (n_layer * 10 + 4 + 4 * len(host)) * gpu["launch_gap_s"]
+    # 7 launches per DeltaNet layer, 9 per attention layer, 2 for the first norm and the head, 4 more
+    # per host layer (top-k, gated add, two copies); this profile has no decode probes.
+    launch = (n_rec * 7 + (n_layer - n_rec) * 9 + 2 + 4 * len(host)) * gpu["launch_gap_s"]
     d = plan_["decode"]
     assert d["gpu_weight_bytes"] == pytest.approx(gpu_bytes, rel=1e-12)
     assert d["cpu_bytes"] == pytest.approx(cpu_bytes, rel=1e-12)

@@ -1,5 +1,7 @@
 // The measurements behind `mox calibrate`'s GPU profile (ops/cuda_probe.h).
+#include "ops/cuda_delta_net.h"
 #include "ops/cuda_memory.h"
+#include "ops/cuda_moe.h"
 #include "ops/cuda_probe.h"
 #include "quant/cuda/check.cuh"
 #include "quant/cuda_matmul.h"
@@ -250,6 +252,91 @@ double probe_matmul_tflops(quant::TypeId type, int64_t n_tokens, int reps) {
     });
     const double flops = 2.0 * static_cast<double>(n_tokens) * kIn * kOut;
     return flops / (static_cast<double>(ms) * 1e-3) / 1e12;
+}
+
+double probe_moe_decode_gbps(quant::TypeId type, int reps) {
+    if (!matvec_supported(type)) fail("MoE decode probe: no CUDA matvec kernel for {}", quant::type_name(type));
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t kEmbd = 2048, kFf = 512, kExperts = 256, kUsed = 8, kLayers = 40;
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    const size_t rb_embd = quant::row_bytes(type, kEmbd), rb_ff = quant::row_bytes(type, kFf);
+    // One stack for every layer: each layer routes to its own 8 of 256 experts, so few of a layer's
+    // rows are still in L2 from an earlier one (a stack is ~450 MB at Q4_K).
+    const DeviceBuffer gate = random_weight(type, kEmbd, kFf * kExperts, s);
+    const DeviceBuffer up = random_weight(type, kEmbd, kFf * kExperts, s);
+    const DeviceBuffer down = random_weight(type, kFf, kEmbd * kExperts, s);
+    const DeviceBuffer sh_gate = random_weight(type, kEmbd, kFf, s), sh_up = random_weight(type, kEmbd, kFf, s);
+    const DeviceBuffer sh_down = random_weight(type, kFf, kEmbd, s);
+    auto weight = [&](const DeviceBuffer& b, int64_t n_in, int64_t n_out, int64_t n_expert, size_t rb) {
+        return ops::Weight{.data = b.as<uint8_t>(), .type = type, .n_in = n_in, .n_out = n_out, .n_expert = n_expert,
+                           .row_bytes = rb};
+    };
+    const ops::Weight wg = weight(gate, kEmbd, kFf, kExperts, rb_embd), wu = weight(up, kEmbd, kFf, kExperts, rb_embd);
+    const ops::Weight wd = weight(down, kFf, kEmbd, kExperts, rb_ff);
+    const ops::Weight sg = weight(sh_gate, kEmbd, kFf, 1, rb_embd), su = weight(sh_up, kEmbd, kFf, 1, rb_embd);
+    const ops::Weight sd = weight(sh_down, kFf, kEmbd, 1, rb_ff);
+    // Router logits of every layer (n_expert + the shared expert's gate logit), the layer input,
+    // and the epilogue's residual, norm weight, normalised output and counter.
+    const DeviceBuffer logits = random_floats(static_cast<size_t>(kLayers * (kExperts + 1)), 11, s);
+    const DeviceBuffer x = random_floats(kEmbd, 12, s), residual = random_floats(kEmbd, 13, s);
+    const DeviceBuffer norm_w = random_floats(kEmbd, 14, s);
+    DeviceBuffer h(static_cast<size_t>((kUsed + 1) * kFf) * sizeof(float)), out(kEmbd * sizeof(float));
+    DeviceBuffer u(kEmbd * sizeof(float)), ids(kUsed * sizeof(int32_t)), wts(kUsed * sizeof(float));
+    DeviceBuffer counter(sizeof(unsigned));
+    counter.zero(s);
+    const ResidualNorm epilogue{.x = residual.as<float>(), .weight = norm_w.as<float>(), .eps = 1e-6f,
+                                .u = u.as<float>(), .counter = counter.as<unsigned>()};
+    const Graph graph = capture(s, [&] {
+        for (int64_t l = 0; l < kLayers; ++l) {
+            const float* lg = logits.as<float>() + l * (kExperts + 1);
+            const MoeDecodeShared shared{.gate = &sg, .up = &su, .down = &sd, .gate_logit = lg + kExperts};
+            moe_route_gate_up(lg, true, ids.as<int32_t>(), wts.as<float>(), wg, wu, kUsed, x.as<float>(),
+                              h.as<float>(), s, &shared);
+            moe_down(wd, ids.as<int32_t>(), wts.as<float>(), kUsed, h.as<float>(), out.as<float>(), s, &shared,
+                     &epilogue);
+        }
+    });
+    const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
+    const double bytes = static_cast<double>(kLayers * (kUsed + 1)) *
+                         (2.0 * static_cast<double>(kFf) * static_cast<double>(rb_embd) +
+                          static_cast<double>(kEmbd) * static_cast<double>(rb_ff));
+    return bytes / (static_cast<double>(ms) * 1e-3) / 1e9;
+}
+
+double probe_deltanet_step_s(uint64_t* state_bytes, int reps) {
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t kHk = 16, kHv = 32, kD = 128, kKernel = 4, kLayers = 30;
+    constexpr int64_t kChannels = 2 * kHk * kD + kHv * kD;  // conv rows: q | k | v
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    std::vector<DeviceBuffer> conv_state, conv_w, S;
+    for (int64_t l = 0; l < kLayers; ++l) {
+        conv_state.push_back(random_floats(static_cast<size_t>((kKernel - 1) * kChannels), 20 + l, s));
+        conv_w.push_back(random_floats(static_cast<size_t>(kKernel * kChannels), 60 + l, s));
+        DeviceBuffer st(static_cast<size_t>(kHv * kD * kD) * sizeof(float));
+        st.zero(s);
+        S.push_back(std::move(st));
+    }
+    const DeviceBuffer x = random_floats(kChannels, 1, s), b = random_floats(kHv, 2, s), alpha = random_floats(kHv, 3, s);
+    const DeviceBuffer z = random_floats(kHv * kD, 4, s), a = random_floats(kHv, 5, s), dt = random_floats(kHv, 6, s);
+    const DeviceBuffer norm = random_floats(kD, 7, s);
+    DeviceBuffer conv_out(kChannels * sizeof(float)), out(kHv * kD * sizeof(float));
+    const DeltaNetWeights w{.a = a.as<float>(), .dt_bias = dt.as<float>(), .norm = norm.as<float>()};
+    const DeltaNetShape shape{.n_k_heads = kHk, .n_v_heads = kHv, .dk = kD, .dv = kD};
+    const Graph graph = capture(s, [&] {
+        for (int64_t l = 0; l < kLayers; ++l) {
+            const auto i = static_cast<size_t>(l);
+            conv_silu(conv_state[i].as<float>(), conv_w[i].as<float>(), x.as<float>(), kChannels, 1, kChannels, kKernel,
+                      conv_out.as<float>(), s);
+            delta_net(S[i].as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(), w, shape, 1,
+                      out.as<float>(), s, DeltaNetMethod::sequential);
+        }
+    });
+    const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
+    if (state_bytes != nullptr)
+        *state_bytes = static_cast<uint64_t>((kKernel - 1) * kChannels + kHv * kD * kD) * sizeof(float);
+    return static_cast<double>(ms) * 1e-3 / kLayers;
 }
 
 }  // namespace mox::cuda
