@@ -13,6 +13,7 @@
 #include "place/memory.h"
 #include "plan/hardware.h"
 #include "plan/search.h"
+#include "plan/speed.h"
 #include "plan_report.h"
 
 #include <fmt/format.h>
@@ -81,6 +82,9 @@ struct Plan {
     place::CacheOptions cache;
     place::RunShape run;
     place::MemoryPrediction memory;
+    // The speed model's numbers with this machine's profile (none: no profile, or it lacks a rate).
+    std::optional<plan::SpeedPrediction> speed;
+    std::string speed_missing;  // why there is no speed prediction
 };
 
 nlohmann::json to_json(const Plan& p) {
@@ -142,6 +146,16 @@ nlohmann::json to_json(const Plan& p) {
                  {"locked_bytes", m.host_locked()},
                  {"ram_bytes", m.host_ram()},
                  {"total_bytes", m.host_total()}};
+    if (p.speed) {
+        j["speed"] = {{"decode_tps", p.speed->decode.tokens_per_s},
+                      {"decode_half_depth", p.speed->decode_half.depth},
+                      {"decode_half_tps", p.speed->decode_half.tokens_per_s},
+                      {"prefill_prompt_tokens", p.speed->prefill.prompt_tokens},
+                      {"prefill_tps", p.speed->prefill.tokens_per_s},
+                      {"notes", p.speed->notes}};
+    } else {
+        j["speed"] = {{"missing", p.speed_missing}};
+    }
     return j;
 }
 
@@ -212,6 +226,15 @@ void print_text(const Plan& p) {
     fmt::print("    page cache (mmap_host weights): {}\n", bytes_text(m.host_page_cache()));
     fmt::print("    locked RAM (pinned_host weights): {}\n", bytes_text(m.host_locked()));
     fmt::print("    RAM (KV cache + state on the host): {}\n", bytes_text(m.host_ram()));
+    if (p.speed) {
+        fmt::print("\n  predicted decode: {:.1f} t/s at depth 0, {:.1f} t/s at depth {}\n",
+                   p.speed->decode.tokens_per_s, p.speed->decode_half.tokens_per_s, p.speed->decode_half.depth);
+        fmt::print("  predicted prefill: {:.0f} t/s for {} tokens\n", p.speed->prefill.tokens_per_s,
+                   p.speed->prefill.prompt_tokens);
+        for (const std::string& n : p.speed->notes) fmt::print("    note: {}\n", n);
+    } else {
+        fmt::print("\n  predicted speed: none ({})\n", p.speed_missing);
+    }
 }
 
 }  // namespace
@@ -295,12 +318,27 @@ void register_plan(CLI::App& app) {
             const place::RunShape run{.n_ubatch = o->n_ubatch > 0 ? o->n_ubatch : 512,
                                       .stream_min_tokens = o->stream_min_tokens};
             Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache, run,
-                      {}};
+                      {}, {}, {}};
             // The context from this machine's profile when there is one (else a stated placeholder).
             place::Allowance allowance;
-            if (const auto prof = plan::load_profile(o->profile.empty() ? plan::default_profile_path() : o->profile))
-                allowance = plan::allowance_from_profile(*prof);
+            const std::string path = o->profile.empty() ? plan::default_profile_path() : o->profile;
+            const std::optional<plan::HardwareProfile> prof = plan::load_profile(path);
+            if (prof) allowance = plan::allowance_from_profile(*prof);
             plan.memory = place::predict_memory(plan.placement, hp, cache, allowance, run);
+            // The speed of these flags, as `mox bench` predicts it for its rows (a bonus: the
+            // memory is this command's job, so a profile without a needed rate only says so).
+            if (!prof) {
+                plan.speed_missing = fmt::format("no hardware profile at {}: run `mox calibrate`", path);
+            } else {
+                try {
+                    plan.speed = plan::predict_speed(
+                        plan.placement, hp, cache,
+                        {.run = run, .stream_min_tokens = run.stream_min_tokens, .prompt_tokens = o->prompt_tokens},
+                        *prof);
+                } catch (const Error& e) {
+                    plan.speed_missing = e.what();
+                }
+            }
             if (o->json)
                 fmt::print("{}\n", to_json(plan).dump(2));
             else
@@ -339,7 +377,7 @@ void register_plan(CLI::App& app) {
         const plan::PlanResult result = plan::plan_auto(req);
         if (o->json) {
             nlohmann::json j = plan_result_json(o->model, profile_path, *profile, result);
-            Plan chosen{o->model, 0, {}, result.placement, result.cache, result.run, result.memory};
+            Plan chosen{o->model, 0, {}, result.placement, result.cache, result.run, result.memory, result.speed, {}};
             j["placement"] = to_json(chosen);
             fmt::print("{}\n", j.dump(2));
         } else {
