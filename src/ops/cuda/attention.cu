@@ -116,7 +116,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTargetBlocks = 264;
 constexpr int64_t kMinKeysPerSplit = 256;
 
-
 // Raw bytes of one lane's E elements of a head row, loaded before any of them is decoded so that
 // all loads of a step are in flight together.
 template <int E>
@@ -233,7 +232,6 @@ __device__ __forceinline__ void halve(float* sc, int lane) {
         sc[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, kO);
     }
 }
-
 
 // grid (row chunks, n_head_kv, n_split), kThreads threads.
 template <int D>

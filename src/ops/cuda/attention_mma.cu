@@ -104,8 +104,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const Att
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // of query columns 2c, 2c + 1
     const uint8_t* kbase = p.k + hk * p.k_head_bytes;
     const uint8_t* vbase = p.v + hk * p.v_head_bytes;
-    auto krow = [&](int64_t j) { return kbase + static_cast<size_t>(max(k0, min(j, k1 - 1))) * p.k_row_bytes; };
-    auto vrow = [&](int64_t j) { return vbase + static_cast<size_t>(max(k0, min(j, k1 - 1))) * p.v_row_bytes; };
+    auto krow = [&](int64_t j) {
+        return kbase + static_cast<size_t>(max(k0, min(j, k1 - 1))) * p.k_row_bytes;
+    };
+    auto vrow = [&](int64_t j) {
+        return vbase + static_cast<size_t>(max(k0, min(j, k1 - 1))) * p.v_row_bytes;
+    };
 
     for (int64_t j0 = k0 + warp * kMmaKeys; j0 < k1; j0 += kMmaWarps * kMmaKeys) {
         // The next step's lines into L1 while this one computes (hints: no registers, no faults).
@@ -190,7 +194,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const Att
                 mma_f16(tl, a0, a1, a2, a3, bl0, bl1);
                 float* acc = o[4 * u + w];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) acc[i] = acc[i] * alpha[i & 1] + (th[i] + tl[i] * (1.0f / kLoScale));
+                for (int i = 0; i < 4; ++i)
+                    acc[i] = acc[i] * alpha[i & 1] + (th[i] + tl[i] * (1.0f / kLoScale));
             }
         }
     }
@@ -231,7 +236,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const Att
         }
     }
 }
-
 
 // ---------------------------------------------------------------------------------------------------
 // prefill on the tensor cores
@@ -340,13 +344,15 @@ __global__ void __launch_bounds__(kPfThreads) attention_prefill_mma_kernel(const
     const int k_row = lane & 7, k_col = (lane >> 3) * 8;
 
     for (int64_t kt = k0; kt < k1; kt += kPfKeys) {
-        __syncthreads();  // Q staged / the previous tile consumed
+        __syncthreads();                // Q staged / the previous tile consumed
         constexpr int kChunks = D / 8;  // 16-byte chunks per row
         for (int i = tid; i < kPfKeys * kChunks; i += kPfThreads) {
             const int r = i / kChunks, ch = i % kChunks;
             const int64_t j = min(kt + r, k1 - 1);  // past k1: a valid row, masked below
-            cp_async16(smem_addr(k_s + r * S + ch * 8), kbase + static_cast<size_t>(j) * p.k_row_bytes + ch * 16);
-            cp_async16(smem_addr(v_s + r * S + ch * 8), vbase + static_cast<size_t>(j) * p.v_row_bytes + ch * 16);
+            cp_async16(smem_addr(k_s + r * S + ch * 8),
+                       kbase + static_cast<size_t>(j) * p.k_row_bytes + ch * 16);
+            cp_async16(smem_addr(v_s + r * S + ch * 8),
+                       vbase + static_cast<size_t>(j) * p.v_row_bytes + ch * 16);
         }
         cp_async_wait_all();
         __syncthreads();
@@ -441,7 +447,8 @@ __global__ void __launch_bounds__(kPfThreads) attention_prefill_mma_kernel(const
             for (int u = 0; u < 2; ++u)
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
-                    o[2 * dn + u][i] = o[2 * dn + u][i] * alpha[i >> 1] + (th[u][i] + tl[u][i] * (1.0f / kLoScale));
+                    o[2 * dn + u][i] =
+                        o[2 * dn + u][i] * alpha[i >> 1] + (th[u][i] + tl[u][i] * (1.0f / kLoScale));
         }
     }
 
@@ -459,8 +466,10 @@ __global__ void __launch_bounds__(kPfThreads) attention_prefill_mma_kernel(const
             for (int e = 0; e < 2; ++e) {
                 const int col = 8 * nt + 2 * c + e;
                 const float a = o[nt][2 * hf + e];
-                if (p.n_split == 1) p.out[row * D + col] = gated(p, t, h, col, a / l[hf]);  // key 0 seen: l >= 1
-                else p.part_acc[(split * n_rows_all + row) * D + col] = a;
+                if (p.n_split == 1)
+                    p.out[row * D + col] = gated(p, t, h, col, a / l[hf]);  // key 0 seen: l >= 1
+                else
+                    p.part_acc[(split * n_rows_all + row) * D + col] = a;
             }
         if (p.n_split > 1 && c == 0) {
             p.part_ml[(split * n_rows_all + row) * 2] = m[hf];
@@ -474,12 +483,13 @@ void launch_prefill(const AttnParams& p, int n_head_kv, StreamHandle stream) {
     constexpr size_t smem = prefill_smem_bytes<D>();
     static const bool attributes_set = [] {
         MOX_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_mma_kernel<D>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
         return true;
     }();
     (void)attributes_set;
-    const dim3 grid(static_cast<unsigned>((p.n_rows_q + kPfRows - 1) / kPfRows), static_cast<unsigned>(n_head_kv),
-                    static_cast<unsigned>(p.n_split));
+    const dim3 grid(static_cast<unsigned>((p.n_rows_q + kPfRows - 1) / kPfRows),
+                    static_cast<unsigned>(n_head_kv), static_cast<unsigned>(p.n_split));
     launch_overlapped(attention_prefill_mma_kernel<D>, grid, kPfThreads, smem, stream, p);
     MOX_CUDA_CHECK_LAUNCH("attention_prefill_mma_kernel");
 }
@@ -487,14 +497,18 @@ void launch_prefill(const AttnParams& p, int n_head_kv, StreamHandle stream) {
 }  // namespace
 
 void launch_mma_decode(const AttnParams& p, int64_t D, dim3 grid, StreamHandle stream) {
-    if (D == 128) launch_overlapped(attention_mma_kernel<128>, grid, kMmaWarps * 32, 0, stream, p);
-    else launch_overlapped(attention_mma_kernel<256>, grid, kMmaWarps * 32, 0, stream, p);
+    if (D == 128)
+        launch_overlapped(attention_mma_kernel<128>, grid, kMmaWarps * 32, 0, stream, p);
+    else
+        launch_overlapped(attention_mma_kernel<256>, grid, kMmaWarps * 32, 0, stream, p);
     MOX_CUDA_CHECK_LAUNCH("attention_mma_kernel");
 }
 
 void launch_mma_prefill(const AttnParams& p, int64_t D, int n_head_kv, StreamHandle stream) {
-    if (D == 128) launch_prefill<128>(p, n_head_kv, stream);
-    else launch_prefill<256>(p, n_head_kv, stream);
+    if (D == 128)
+        launch_prefill<128>(p, n_head_kv, stream);
+    else
+        launch_prefill<256>(p, n_head_kv, stream);
 }
 
 }  // namespace mox::cuda::attn
