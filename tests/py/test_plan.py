@@ -381,3 +381,25 @@ def test_search_without_a_profile_says_calibrate(mox_bin, full, tmp_path):
     env = dict(os.environ, MOX_CACHE_DIR=str(tmp_path))
     out = run_plan(mox_bin, model, "--vram-budget", "16GiB", env=env)
     assert out.returncode != 0 and "mox calibrate" in out.stderr and str(tmp_path) in out.stderr
+
+
+def test_manual_flags_predict_the_speed_of_their_placement(mox_bin, full, tmp_path):
+    # With a profile, the manual report carries the speed model's numbers for exactly these flags:
+    # the same as the search's own prediction for the placement it chose (the search's flags given
+    # back as manual flags), in --json and in the text.
+    model, profiles, _, _ = full
+    chosen = search_json(mox_bin, full, "3090", "--vram-budget", "16GiB", "-c", "32768")["plan"]
+    layers = ",".join(str(l) for l in chosen["host_layers"])
+    args = ["-ngl", "99", "-c", "32768", "-ub", str(chosen["n_ubatch"]), "-ctk", chosen["k_type"].lower(),
+            "-ctv", chosen["v_type"].lower(), "--moe-cpu-layers", layers, "--profile", str(profiles["3090"])]
+    j = plan_json_of(mox_bin, model, *args)
+    assert j["speed"]["decode_tps"] == pytest.approx(chosen["decode"]["tokens_per_s"], rel=1e-12)
+    assert j["speed"]["decode_half_depth"] == 16384
+    assert 0 < j["speed"]["decode_half_tps"] < j["speed"]["decode_tps"]
+    out = run_plan(mox_bin, model, *args)
+    assert out.returncode == 0, out.stderr
+    assert f"predicted decode: {j['speed']['decode_tps']:.1f} t/s at depth 0" in out.stdout
+    # Without a profile the memory report stands alone and says why there is no speed.
+    env = dict(os.environ, MOX_CACHE_DIR=str(tmp_path))
+    j = json.loads(run_plan(mox_bin, model, "-ngl", "99", "--json", env=env).stdout)
+    assert "decode_tps" not in j["speed"] and "mox calibrate" in j["speed"]["missing"]
