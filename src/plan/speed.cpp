@@ -488,7 +488,10 @@ PrefillPrediction prefill_run(Rates& r, const Model& m, const models::Qwen35MoeH
             if (L.tier == place::Tier::gpu || stream) {
                 const double experts = experts_gpu_s(r, L, hp, tokens);
                 if (L.tier != place::Tier::gpu) {
-                    const double copy = L.stack_bytes / r.h2d(L.tier);
+                    // Both host tiers copy at the pinned rate: the runtime locks mapped stacks in
+                    // place (cudaHostRegister) before streaming them, and a stack it cannot lock
+                    // is not streamed (its layer's prefill runs on the CPU).
+                    const double copy = L.stack_bytes / r.h2d(place::Tier::pinned_host);
                     double& buffer = buffer_free[static_cast<size_t>(staged++ % 2)];
                     const double start = std::max(copy_free, buffer);
                     copy_free = start + copy;
