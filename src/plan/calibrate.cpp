@@ -30,6 +30,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <thread>
 
 namespace mox::plan {
 
@@ -295,6 +296,39 @@ uint64_t host_ram_bytes() {
     return 0;
 }
 
+std::optional<CpuTimes> parse_cpu_times(const std::string& stat_text) {
+    std::istringstream in(stat_text);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("cpu ", 0) != 0) continue;
+        std::istringstream fields(line.substr(4));
+        // user nice system idle iowait irq softirq steal [guest guest_nice: already in user/nice]
+        uint64_t v[8] = {};
+        for (uint64_t& x : v)
+            if (!(fields >> x)) return std::nullopt;
+        CpuTimes t;
+        for (uint64_t x : v) t.total += x;
+        t.busy = t.total - v[3] - v[4];
+        return t;
+    }
+    return std::nullopt;
+}
+
+std::optional<double> host_busy_fraction(double window_s) {
+    auto sample = []() -> std::optional<CpuTimes> {
+        std::ifstream in("/proc/stat");
+        if (!in) return std::nullopt;
+        std::ostringstream text;
+        text << in.rdbuf();
+        return parse_cpu_times(text.str());
+    };
+    const auto a = sample();
+    std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
+    const auto b = sample();
+    if (!a || !b || b->total <= a->total || b->busy < a->busy) return std::nullopt;
+    return static_cast<double>(b->busy - a->busy) / static_cast<double>(b->total - a->total);
+}
+
 uint64_t host_lockable_bytes(uint64_t ram) {
     rlimit lim{};
     if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0) return 0;
@@ -389,6 +423,11 @@ HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* n
     p.measured = true;
     p.host_ram_bytes = host_ram_bytes();
     p.host_lockable_bytes = host_lockable_bytes(p.host_ram_bytes);
+    if (const auto busy = host_busy_fraction(); busy && *busy > kBusyHostFraction)
+        note(fmt::format(
+            "WARNING: other processes kept {:.0f}% of the CPUs busy when calibration started: the CPU rates "
+            "and the host round trip measured now will be low; run `mox calibrate` again on an idle machine",
+            100 * *busy));
 #ifdef MOX_HAVE_CUDA
     if (o.gpu && cuda::device_count() > 0) {
         // First, before anything of ours is allocated on the device: the bare context.

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,19 @@ CalibrateOptions quick_calibrate_options();
 
 // MemTotal of /proc/meminfo in bytes (0 when it cannot be read).
 uint64_t host_ram_bytes();
+
+// CPU time counters of /proc/stat's aggregate "cpu" line: busy = all but idle and iowait.
+struct CpuTimes {
+    uint64_t busy = 0, total = 0;
+};
+// nullopt when `stat_text` has no well-formed "cpu" line.
+std::optional<CpuTimes> parse_cpu_times(const std::string& stat_text);
+// The fraction of all CPUs' time that other processes kept busy over `window_s` seconds, sampled
+// before calibrating (calibrate itself idles meanwhile); nullopt where /proc/stat cannot be read.
+// Calibrating on a busy host measures low CPU rates and a slow host round trip without any error.
+std::optional<double> host_busy_fraction(double window_s = 0.25);
+// Above this, calibrate says the profile was measured on a busy host.
+inline constexpr double kBusyHostFraction = 0.2;
 // RLIMIT_MEMLOCK's soft limit, or `ram` where it is unlimited: how much host memory may be pinned.
 uint64_t host_lockable_bytes(uint64_t ram);
 

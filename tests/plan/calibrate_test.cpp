@@ -99,6 +99,24 @@ TEST(Calibrate, HostLockableIsCappedByRam) {
     EXPECT_GT(host_ram_bytes(), 0u);
 }
 
+// /proc/stat's aggregate line: busy is everything but idle and iowait; guest time is already inside
+// user and nice, so it is not added twice; malformed text is no measurement.
+TEST(Calibrate, CpuTimesFromProcStat) {
+    const auto t = parse_cpu_times(
+        "cpu  100 5 50 800 20 3 2 0 7 0\ncpu0 50 2 25 400 10 1 1 0 3 0\nintr 12345\n");
+    ASSERT_TRUE(t.has_value());
+    EXPECT_EQ(t->total, 980u);
+    EXPECT_EQ(t->busy, 160u);
+    EXPECT_FALSE(parse_cpu_times("cpu0 1 2 3 4 5 6 7 8\n").has_value());  // no aggregate line
+    EXPECT_FALSE(parse_cpu_times("cpu  1 2 3\n").has_value());            // truncated
+    EXPECT_FALSE(parse_cpu_times("").has_value());
+    // On this machine: a fraction, when /proc/stat is there.
+    if (const auto busy = host_busy_fraction(0.05)) {
+        EXPECT_GE(*busy, 0.0);
+        EXPECT_LE(*busy, 1.0);
+    }
+}
+
 TEST(Calibrate, RefusesTypesThatCannotBeExperts) {
     CalibrateOptions o = small_options();
     EXPECT_THROW(measure_expert_rates(quant::TypeId::i32, o), Error);
