@@ -63,6 +63,13 @@ double probe_matmul_tflops(quant::TypeId type, int64_t n_tokens = 512, int reps 
 // type without a matvec kernel.
 double probe_moe_decode_gbps(quant::TypeId type, int reps = 10);
 
+// What the residual add + RMSNorm epilogue (cuda::ResidualNorm) adds to the launch that carries it:
+// 40 out-projection matvecs of Qwen3.6-35B-A3B's shape (4096 -> 2048 Q4_K, each its own weight) in a
+// replayed graph with the epilogue, minus the same graph without it, per launch (>= 0). Decode runs
+// it once per layer after the mixer (the MoE down launch carries the other one, which
+// probe_moe_decode_gbps includes).
+double probe_norm_epilogue_s(int reps = 10);
+
 // Qwen3.6-35B-A3B's Gated DeltaNet shape at decode (16 key and 32 value heads of 128, conv kernel
 // 4): seconds per layer of conv_silu + the sequential delta rule (ops/cuda_delta_net.h), 30 layers
 // with their own states back to back in a replayed graph (the states, 60 MB, exceed L2 as in a

@@ -442,8 +442,9 @@ HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* n
         progress(o, "GPU graph launch gap and host round trip");
         g.launch_gap_s = cuda::probe_launch_gap_s(400, o.gpu_reps);
         g.host_roundtrip_s = cuda::probe_host_roundtrip_s(50, o.gpu_reps);
-        progress(o, "GPU Gated DeltaNet decode step");
+        progress(o, "GPU Gated DeltaNet decode step and norm epilogue");
         g.deltanet_step_s = cuda::probe_deltanet_step_s(&g.deltanet_state_bytes, o.gpu_reps);
+        g.norm_epilogue_s = cuda::probe_norm_epilogue_s(o.gpu_reps);
         for (const TypeId type : o.types) {
             const std::string name(quant::type_name(type));
             progress(o, fmt::format("GPU matvec, MoE decode and matmul {}", name));

@@ -166,6 +166,7 @@ std::string profile_to_json(const HardwareProfile& p) {
         gpu["moe_decode_gbps"] = rates(g.moe_decode_gbps, "gpu.moe_decode_gbps");
         gpu["deltanet_step_s"] = finite(g.deltanet_step_s, "gpu.deltanet_step_s");
         gpu["deltanet_state_bytes"] = g.deltanet_state_bytes;
+        gpu["norm_epilogue_s"] = finite(g.norm_epilogue_s, "gpu.norm_epilogue_s");
         j["gpu"] = std::move(gpu);
     } else {
         j["gpu"] = nullptr;
@@ -220,6 +221,7 @@ HardwareProfile profile_from_json(const std::string& text) {
             if (g.deltanet_step_s > 0 && g.deltanet_state_bytes == 0)
                 fail("hardware profile: 'gpu.deltanet_step_s' without 'gpu.deltanet_state_bytes'");
         }
+        if (gpu.contains("norm_epilogue_s")) g.norm_epilogue_s = get_double(gpu, "gpu", "norm_epilogue_s");
         p.gpu = std::move(g);
     }
     return p;

@@ -112,6 +112,9 @@ public:
         return gpu().deltanet_step_s * state_bytes / static_cast<double>(gpu().deltanet_state_bytes);
     }
 
+    // The out-projection's norm epilogue per decode layer (0 when not measured).
+    double norm_epilogue() const { return has_gpu() ? gpu().norm_epilogue_s : 0; }
+
     double roundtrip() const { return has_gpu() ? gpu().host_roundtrip_s : 0; }
     double launch_gap() const { return has_gpu() ? gpu().launch_gap_s : 0; }
     double h2d(place::Tier t) {
@@ -398,6 +401,7 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
                 if (moe && x.shared_expert && x.matrix) continue;  // in the MoE launches' measured time
                 d.gpu_s += gpu_read_s(r, x);
             }
+            d.gpu_s += r.norm_epilogue();  // the out-projection's residual add + norm
             if (L.recurrent) {
                 d.gpu_cache_bytes += 2 * state;  // read and written back
                 if (const auto step = r.gpu_deltanet_step(state)) {

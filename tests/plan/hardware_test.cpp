@@ -46,6 +46,7 @@ HardwareProfile full_profile() {
     g.moe_decode_gbps = {{"Q4_K", 640.5}, {"Q6_K", 600.25}};
     g.deltanet_step_s = 1.125e-5;
     g.deltanet_state_bytes = 2'195'456ull;
+    g.norm_epilogue_s = 5.5e-6;
     p.gpu = g;
     return p;
 }
@@ -75,6 +76,7 @@ void expect_same(const HardwareProfile& a, const HardwareProfile& b) {
     EXPECT_EQ(a.gpu->moe_decode_gbps, b.gpu->moe_decode_gbps);
     EXPECT_EQ(a.gpu->deltanet_step_s, b.gpu->deltanet_step_s);
     EXPECT_EQ(a.gpu->deltanet_state_bytes, b.gpu->deltanet_state_bytes);
+    EXPECT_EQ(a.gpu->norm_epilogue_s, b.gpu->norm_epilogue_s);
 }
 
 std::string error_of(const std::string& text) {
@@ -158,10 +160,12 @@ TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
     j["gpu"].erase("moe_decode_gbps");
     j["gpu"].erase("deltanet_step_s");
     j["gpu"].erase("deltanet_state_bytes");
+    j["gpu"].erase("norm_epilogue_s");
     const HardwareProfile p = profile_from_json(j.dump());
     ASSERT_TRUE(p.gpu.has_value());
     EXPECT_TRUE(p.gpu->moe_decode_gbps.empty());
     EXPECT_EQ(p.gpu->deltanet_step_s, 0.0);
+    EXPECT_EQ(p.gpu->norm_epilogue_s, 0.0);
     EXPECT_EQ(p.gpu->matvec_gbps.size(), 2u);
     j = nlohmann::json::parse(profile_to_json(full_profile()));
     j["gpu"].erase("deltanet_state_bytes");

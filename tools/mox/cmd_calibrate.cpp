@@ -90,6 +90,9 @@ void print_profile(const plan::HardwareProfile& p) {
     fmt::print("  {:<46} {:.2f} us per kernel\n", "launch gap in a replayed graph", g.launch_gap_s * 1e6);
     fmt::print("  {:<46} {:.2f} us\n", "host round trip in a graph (copy, callback, copy)",
                g.host_roundtrip_s * 1e6);
+    if (g.norm_epilogue_s > 0)
+        fmt::print("  {:<46} {:.2f} us per launch\n", "residual add + norm epilogue (out-projection)",
+                   g.norm_epilogue_s * 1e6);
     if (g.deltanet_step_s > 0)
         fmt::print("  {:<46} {:.2f} us per layer ({} of state)\n", "Gated DeltaNet decode step (conv + delta rule)",
                    g.deltanet_step_s * 1e6, format_bytes(g.deltanet_state_bytes));

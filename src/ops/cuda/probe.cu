@@ -304,6 +304,33 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
     return bytes / (static_cast<double>(ms) * 1e-3) / 1e9;
 }
 
+double probe_norm_epilogue_s(int reps) {
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t kIn = 4096, kOut = 2048, kLayers = 40;
+    const quant::TypeId type = quant::TypeId::q4_k;
+    const size_t rb = quant::row_bytes(type, kIn);
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    const DeviceBuffer w = random_weight(type, kIn, kOut * kLayers, s);
+    const DeviceBuffer x = random_floats(kIn, 8, s), residual = random_floats(kOut, 9, s);
+    const DeviceBuffer norm_w = random_floats(kOut, 10, s);
+    DeviceBuffer y(kOut * sizeof(float)), u(kOut * sizeof(float)), counter(sizeof(unsigned));
+    counter.zero(s);
+    const ResidualNorm epilogue{.x = residual.as<float>(), .weight = norm_w.as<float>(), .eps = 1e-6f,
+                                .u = u.as<float>(), .counter = counter.as<unsigned>()};
+    auto graph_of = [&](const ResidualNorm* ep) {
+        return capture(s, [&] {
+            for (int64_t l = 0; l < kLayers; ++l)
+                matvec(type, w.as<uint8_t>() + static_cast<size_t>(l * kOut) * rb, rb, kIn, kOut, x.as<float>(), 1,
+                       y.as<float>(), s, ep);
+        });
+    };
+    const Graph with = graph_of(&epilogue), without = graph_of(nullptr);
+    const float ms_with = time_ms(s, 2, reps, [&] { with.launch(s); });
+    const float ms_without = time_ms(s, 2, reps, [&] { without.launch(s); });
+    return std::max(0.0, static_cast<double>(ms_with) - static_cast<double>(ms_without)) * 1e-3 / kLayers;
+}
+
 double probe_deltanet_step_s(uint64_t* state_bytes, int reps) {
     MOX_CUDA_CHECK(cudaSetDevice(0));
     constexpr int64_t kHk = 16, kHv = 32, kD = 128, kKernel = 4, kLayers = 30;
