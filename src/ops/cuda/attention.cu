@@ -396,30 +396,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
         const int r = idx / D, c = idx % D;
         const int64_t rg = static_cast<int64_t>(blockIdx.x) * kRows + r;
         if (rg >= p.n_rows_q) continue;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w)
-            if (sm_l[w][r] > 0.0f) M = fmaxf(M, sm_m[w][r]);
-        float L = 0.0f, A = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-            if (sm_l[w][r] <= 0.0f) continue;  // this warp saw no key of the row
-            const float wt = expf(sm_m[w][r] - M);
-            L += wt * sm_l[w][r];
-            A += wt * sm_acc[w][r][c];
-        }
+        float M, L, A;
+        attn::merge_partials<kWarps>([&](int w) { return sm_m[w][r]; }, [&](int w) { return sm_l[w][r]; },
+                                     [&](int w) { return sm_acc[w][r][c]; }, M, L, A);
         const int64_t t = rg / p.group;
         const int h = hk * p.group + static_cast<int>(rg % p.group);
-        const int64_t row = t * p.n_head + h;
-        if (p.n_split == 1) {
-            p.out[row * D + c] = gated(p, t, h, c, A / L);  // L >= 1: the block saw key 0
-        } else {
-            p.part_acc[(split * n_rows_all + row) * D + c] = A;
-            if (c == 0) {
-                p.part_ml[(split * n_rows_all + row) * 2] = M;
-                p.part_ml[(split * n_rows_all + row) * 2 + 1] = L;
-            }
-        }
+        attn::store_row<D>(p, split, n_rows_all, t * p.n_head + h, t, h, c, A, M, L);
     }
 }
 

@@ -212,28 +212,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const Att
     __syncthreads();
     for (int idx = threadIdx.x; idx < p.group * D; idx += kMmaWarps * 32) {
         const int n = idx / D, col = idx % D;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kMmaWarps; ++w)
-            if (sm_l[w][n] > 0.0f) M = fmaxf(M, sm_m[w][n]);
-        float L = 0.0f, A = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kMmaWarps; ++w) {
-            if (sm_l[w][n] <= 0.0f) continue;  // this warp saw no key
-            const float wt = expf(sm_m[w][n] - M);
-            L += wt * sm_l[w][n];
-            A += wt * sm_o[w][n][col];
-        }
+        float M, L, A;
+        merge_partials<kMmaWarps>([&](int w) { return sm_m[w][n]; }, [&](int w) { return sm_l[w][n]; },
+                                  [&](int w) { return sm_o[w][n][col]; }, M, L, A);
         const int h = hk * p.group + n;
-        if (p.n_split == 1) {
-            p.out[static_cast<int64_t>(h) * D + col] = gated(p, 0, h, col, A / L);  // L >= 1: key 0 is seen
-        } else {
-            p.part_acc[(static_cast<int64_t>(split) * p.n_head + h) * D + col] = A;
-            if (col == 0) {
-                p.part_ml[(static_cast<int64_t>(split) * p.n_head + h) * 2] = M;
-                p.part_ml[(static_cast<int64_t>(split) * p.n_head + h) * 2 + 1] = L;
-            }
-        }
+        store_row<D>(p, split, p.n_head, h, 0, h, col, A, M, L);  // one query token: row h of n_head
     }
 }
 
@@ -459,22 +442,12 @@ __global__ void __launch_bounds__(kPfThreads) attention_prefill_mma_kernel(const
         if (rg >= p.n_rows_q) continue;
         const int64_t t = rg / p.group;
         const int h = hk * p.group + static_cast<int>(rg % p.group);
-        const int64_t row = t * p.n_head + h;
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int col = 8 * nt + 2 * c + e;
-                const float a = o[nt][2 * hf + e];
-                if (p.n_split == 1)
-                    p.out[row * D + col] = gated(p, t, h, col, a / l[hf]);  // key 0 seen: l >= 1
-                else
-                    p.part_acc[(split * n_rows_all + row) * D + col] = a;
-            }
-        if (p.n_split > 1 && c == 0) {
-            p.part_ml[(split * n_rows_all + row) * 2] = m[hf];
-            p.part_ml[(split * n_rows_all + row) * 2 + 1] = l[hf];
-        }
+            for (int e = 0; e < 2; ++e)
+                store_row<D>(p, split, n_rows_all, t * p.n_head + h, t, h, 8 * nt + 2 * c + e,
+                             o[nt][2 * hf + e], m[hf], l[hf]);
     }
 }
 

@@ -45,6 +45,43 @@ __device__ __forceinline__ float gated(const AttnParams& p, int64_t t, int h, in
 // Query rows of one KV head per block of the tensor-core prefill kernel (16 per warp).
 inline constexpr int kPfRows = 64;
 
+// The softmax merge of W partial results of one row (warps, or splits): w's max m(w), sum l(w) and
+// accumulator a(w), l(w) = 0 for one that saw no key; M = the max over those with keys, L and A the
+// sums of e^(m(w) - M) l(w) and e^(m(w) - M) a(w), in w's order.
+template <int W, class Fm, class Fl, class Fa>
+__device__ __forceinline__ void merge_partials(Fm m, Fl l, Fa a, float& M, float& L, float& A) {
+    M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+        if (l(w) > 0.0f) M = fmaxf(M, m(w));
+    L = 0.0f, A = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+        if (l(w) <= 0.0f) continue;  // saw no key of the row
+        const float wt = expf(m(w) - M);
+        L += wt * l(w);
+        A += wt * a(w);
+    }
+}
+
+// Column col of output row `row` (token t, head h) of n_rows (n_q * n_head): with one split the
+// result, normalised and gated (L >= 1: the split saw key 0); with several, this split's partial
+// for combine_kernel (acc, and once per row its max and sum).
+template <int D>
+__device__ __forceinline__ void store_row(const AttnParams& p, int split, int64_t n_rows, int64_t row,
+                                          int64_t t, int h, int col, float A, float M, float L) {
+    if (p.n_split == 1) {
+        p.out[row * D + col] = gated(p, t, h, col, A / L);
+        return;
+    }
+    const int64_t at = split * n_rows + row;
+    p.part_acc[at * D + col] = A;
+    if (col == 0) {
+        p.part_ml[at * 2] = M;
+        p.part_ml[at * 2 + 1] = L;
+    }
+}
+
 // Keys a warp of the tensor-core decode kernel takes per step (keys_per_split must be a multiple).
 inline constexpr int kMmaKeys = 16;
 
