@@ -107,6 +107,23 @@ DeviceBuffer random_floats(size_t n, uint32_t seed, cudaStream_t stream) {
     return d;
 }
 
+// A residual add + RMSNorm epilogue over rows of n values (random residual and norm weight), as a
+// decode step's launches carry it; the buffers live as long as this object.
+struct EpilogueBuffers {
+    DeviceBuffer residual, weight, u, counter;
+    ResidualNorm norm;
+
+    EpilogueBuffers(int64_t n, uint32_t seed, cudaStream_t stream)
+        : residual(random_floats(static_cast<size_t>(n), seed, stream)),
+          weight(random_floats(static_cast<size_t>(n), seed + 1, stream)),
+          u(static_cast<size_t>(n) * sizeof(float)),
+          counter(sizeof(unsigned)) {
+        counter.zero(stream);
+        norm = {.x = residual.as<float>(), .weight = weight.as<float>(), .eps = 1e-6f, .u = u.as<float>(),
+                .counter = counter.as<unsigned>()};
+    }
+};
+
 }  // namespace
 
 DeviceMemoryUse probe_memory_use() {
@@ -276,17 +293,12 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
     const ops::Weight wd = weight(down, kFf, kEmbd, kExperts, rb_ff);
     const ops::Weight sg = weight(sh_gate, kEmbd, kFf, 1, rb_embd), su = weight(sh_up, kEmbd, kFf, 1, rb_embd);
     const ops::Weight sd = weight(sh_down, kFf, kEmbd, 1, rb_ff);
-    // Router logits of every layer (n_expert + the shared expert's gate logit), the layer input,
-    // and the epilogue's residual, norm weight, normalised output and counter.
+    // Router logits of every layer (n_expert + the shared expert's gate logit), the layer input.
     const DeviceBuffer logits = random_floats(static_cast<size_t>(kLayers * (kExperts + 1)), 11, s);
-    const DeviceBuffer x = random_floats(kEmbd, 12, s), residual = random_floats(kEmbd, 13, s);
-    const DeviceBuffer norm_w = random_floats(kEmbd, 14, s);
+    const DeviceBuffer x = random_floats(kEmbd, 12, s);
     DeviceBuffer h(static_cast<size_t>((kUsed + 1) * kFf) * sizeof(float)), out(kEmbd * sizeof(float));
-    DeviceBuffer u(kEmbd * sizeof(float)), ids(kUsed * sizeof(int32_t)), wts(kUsed * sizeof(float));
-    DeviceBuffer counter(sizeof(unsigned));
-    counter.zero(s);
-    const ResidualNorm epilogue{.x = residual.as<float>(), .weight = norm_w.as<float>(), .eps = 1e-6f,
-                                .u = u.as<float>(), .counter = counter.as<unsigned>()};
+    DeviceBuffer ids(kUsed * sizeof(int32_t)), wts(kUsed * sizeof(float));
+    const EpilogueBuffers epilogue(kEmbd, 13, s);
     const Graph graph = capture(s, [&] {
         for (int64_t l = 0; l < kLayers; ++l) {
             const float* lg = logits.as<float>() + l * (kExperts + 1);
@@ -294,7 +306,7 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
             moe_route_gate_up(lg, true, ids.as<int32_t>(), wts.as<float>(), wg, wu, kUsed, x.as<float>(),
                               h.as<float>(), s, &shared);
             moe_down(wd, ids.as<int32_t>(), wts.as<float>(), kUsed, h.as<float>(), out.as<float>(), s, &shared,
-                     &epilogue);
+                     &epilogue.norm);
         }
     });
     const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
@@ -312,12 +324,9 @@ double probe_norm_epilogue_s(int reps) {
     Stream stream;
     const cudaStream_t s = stream.handle();
     const DeviceBuffer w = random_weight(type, kIn, kOut * kLayers, s);
-    const DeviceBuffer x = random_floats(kIn, 8, s), residual = random_floats(kOut, 9, s);
-    const DeviceBuffer norm_w = random_floats(kOut, 10, s);
-    DeviceBuffer y(kOut * sizeof(float)), u(kOut * sizeof(float)), counter(sizeof(unsigned));
-    counter.zero(s);
-    const ResidualNorm epilogue{.x = residual.as<float>(), .weight = norm_w.as<float>(), .eps = 1e-6f,
-                                .u = u.as<float>(), .counter = counter.as<unsigned>()};
+    const DeviceBuffer x = random_floats(kIn, 8, s);
+    DeviceBuffer y(kOut * sizeof(float));
+    const EpilogueBuffers epilogue(kOut, 9, s);
     auto graph_of = [&](const ResidualNorm* ep) {
         return capture(s, [&] {
             for (int64_t l = 0; l < kLayers; ++l)
@@ -325,7 +334,7 @@ double probe_norm_epilogue_s(int reps) {
                        y.as<float>(), s, ep);
         });
     };
-    const Graph with = graph_of(&epilogue), without = graph_of(nullptr);
+    const Graph with = graph_of(&epilogue.norm), without = graph_of(nullptr);
     const float ms_with = time_ms(s, 2, reps, [&] { with.launch(s); });
     const float ms_without = time_ms(s, 2, reps, [&] { without.launch(s); });
     return std::max(0.0, static_cast<double>(ms_with) - static_cast<double>(ms_without)) * 1e-3 / kLayers;
