@@ -119,7 +119,10 @@ struct EpilogueBuffers {
           u(static_cast<size_t>(n) * sizeof(float)),
           counter(sizeof(unsigned)) {
         counter.zero(stream);
-        norm = {.x = residual.as<float>(), .weight = weight.as<float>(), .eps = 1e-6f, .u = u.as<float>(),
+        norm = {.x = residual.as<float>(),
+                .weight = weight.as<float>(),
+                .eps = 1e-6f,
+                .u = u.as<float>(),
                 .counter = counter.as<unsigned>()};
     }
 };
@@ -219,7 +222,8 @@ double probe_launch_gap_s(int kernels, int reps) {
     const DeviceBuffer x = random_floats(kIn, 7, s);
     DeviceBuffer y(kOut * sizeof(float));
     const Graph graph = capture(s, [&] {
-        for (int i = 0; i < kernels; ++i) matvec(type, w.data(), rb, kIn, kOut, x.as<float>(), 1, y.as<float>(), s);
+        for (int i = 0; i < kernels; ++i)
+            matvec(type, w.data(), rb, kIn, kOut, x.as<float>(), 1, y.as<float>(), s);
     });
     const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
     return static_cast<double>(ms) * 1e-3 / kernels;
@@ -244,8 +248,8 @@ double probe_matvec_gbps(quant::TypeId type, size_t min_bytes, int reps) {
     const int64_t slice_rows = std::min(n_out, kSliceRows);
     Graph graph = capture(s, [&] {
         for (int64_t i = 0; i < n_slices; ++i)
-            matvec(type, w.as<uint8_t>() + static_cast<size_t>(i * slice_rows) * rb, rb, kIn, slice_rows, x.as<float>(),
-                   1, y.as<float>() + i * slice_rows, s);
+            matvec(type, w.as<uint8_t>() + static_cast<size_t>(i * slice_rows) * rb, rb, kIn, slice_rows,
+                   x.as<float>(), 1, y.as<float>() + i * slice_rows, s);
     });
     const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
     const double bytes = static_cast<double>(rb) * static_cast<double>(slice_rows * n_slices);
@@ -272,7 +276,8 @@ double probe_matmul_tflops(quant::TypeId type, int64_t n_tokens, int reps) {
 }
 
 double probe_moe_decode_gbps(quant::TypeId type, int reps) {
-    if (!matvec_supported(type)) fail("MoE decode probe: no CUDA matvec kernel for {}", quant::type_name(type));
+    if (!matvec_supported(type))
+        fail("MoE decode probe: no CUDA matvec kernel for {}", quant::type_name(type));
     MOX_CUDA_CHECK(cudaSetDevice(0));
     constexpr int64_t kEmbd = 2048, kFf = 512, kExperts = 256, kUsed = 8, kLayers = 40;
     Stream stream;
@@ -283,15 +288,22 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
     const DeviceBuffer gate = random_weight(type, kEmbd, kFf * kExperts, s);
     const DeviceBuffer up = random_weight(type, kEmbd, kFf * kExperts, s);
     const DeviceBuffer down = random_weight(type, kFf, kEmbd * kExperts, s);
-    const DeviceBuffer sh_gate = random_weight(type, kEmbd, kFf, s), sh_up = random_weight(type, kEmbd, kFf, s);
+    const DeviceBuffer sh_gate = random_weight(type, kEmbd, kFf, s),
+                       sh_up = random_weight(type, kEmbd, kFf, s);
     const DeviceBuffer sh_down = random_weight(type, kFf, kEmbd, s);
     auto weight = [&](const DeviceBuffer& b, int64_t n_in, int64_t n_out, int64_t n_expert, size_t rb) {
-        return ops::Weight{.data = b.as<uint8_t>(), .type = type, .n_in = n_in, .n_out = n_out, .n_expert = n_expert,
+        return ops::Weight{.data = b.as<uint8_t>(),
+                           .type = type,
+                           .n_in = n_in,
+                           .n_out = n_out,
+                           .n_expert = n_expert,
                            .row_bytes = rb};
     };
-    const ops::Weight wg = weight(gate, kEmbd, kFf, kExperts, rb_embd), wu = weight(up, kEmbd, kFf, kExperts, rb_embd);
+    const ops::Weight wg = weight(gate, kEmbd, kFf, kExperts, rb_embd),
+                      wu = weight(up, kEmbd, kFf, kExperts, rb_embd);
     const ops::Weight wd = weight(down, kFf, kEmbd, kExperts, rb_ff);
-    const ops::Weight sg = weight(sh_gate, kEmbd, kFf, 1, rb_embd), su = weight(sh_up, kEmbd, kFf, 1, rb_embd);
+    const ops::Weight sg = weight(sh_gate, kEmbd, kFf, 1, rb_embd),
+                      su = weight(sh_up, kEmbd, kFf, 1, rb_embd);
     const ops::Weight sd = weight(sh_down, kFf, kEmbd, 1, rb_ff);
     // Router logits of every layer (n_expert + the shared expert's gate logit), the layer input.
     const DeviceBuffer logits = random_floats(static_cast<size_t>(kLayers * (kExperts + 1)), 11, s);
@@ -305,8 +317,8 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
             const MoeDecodeShared shared{.gate = &sg, .up = &su, .down = &sd, .gate_logit = lg + kExperts};
             moe_route_gate_up(lg, true, ids.as<int32_t>(), wts.as<float>(), wg, wu, kUsed, x.as<float>(),
                               h.as<float>(), s, &shared);
-            moe_down(wd, ids.as<int32_t>(), wts.as<float>(), kUsed, h.as<float>(), out.as<float>(), s, &shared,
-                     &epilogue.norm);
+            moe_down(wd, ids.as<int32_t>(), wts.as<float>(), kUsed, h.as<float>(), out.as<float>(), s,
+                     &shared, &epilogue.norm);
         }
     });
     const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
@@ -330,8 +342,8 @@ double probe_norm_epilogue_s(int reps) {
     auto graph_of = [&](const ResidualNorm* ep) {
         return capture(s, [&] {
             for (int64_t l = 0; l < kLayers; ++l)
-                matvec(type, w.as<uint8_t>() + static_cast<size_t>(l * kOut) * rb, rb, kIn, kOut, x.as<float>(), 1,
-                       y.as<float>(), s, ep);
+                matvec(type, w.as<uint8_t>() + static_cast<size_t>(l * kOut) * rb, rb, kIn, kOut,
+                       x.as<float>(), 1, y.as<float>(), s, ep);
         });
     };
     const Graph with = graph_of(&epilogue.norm), without = graph_of(nullptr);
@@ -354,8 +366,10 @@ double probe_deltanet_step_s(uint64_t* state_bytes, int reps) {
         st.zero(s);
         S.push_back(std::move(st));
     }
-    const DeviceBuffer x = random_floats(kChannels, 1, s), b = random_floats(kHv, 2, s), alpha = random_floats(kHv, 3, s);
-    const DeviceBuffer z = random_floats(kHv * kD, 4, s), a = random_floats(kHv, 5, s), dt = random_floats(kHv, 6, s);
+    const DeviceBuffer x = random_floats(kChannels, 1, s), b = random_floats(kHv, 2, s),
+                       alpha = random_floats(kHv, 3, s);
+    const DeviceBuffer z = random_floats(kHv * kD, 4, s), a = random_floats(kHv, 5, s),
+                       dt = random_floats(kHv, 6, s);
     const DeviceBuffer norm = random_floats(kD, 7, s);
     DeviceBuffer conv_out(kChannels * sizeof(float)), out(kHv * kD * sizeof(float));
     const DeltaNetWeights w{.a = a.as<float>(), .dt_bias = dt.as<float>(), .norm = norm.as<float>()};
@@ -363,10 +377,10 @@ double probe_deltanet_step_s(uint64_t* state_bytes, int reps) {
     const Graph graph = capture(s, [&] {
         for (int64_t l = 0; l < kLayers; ++l) {
             const auto i = static_cast<size_t>(l);
-            conv_silu(conv_state[i].as<float>(), conv_w[i].as<float>(), x.as<float>(), kChannels, 1, kChannels, kKernel,
-                      conv_out.as<float>(), s);
-            delta_net(S[i].as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(), w, shape, 1,
-                      out.as<float>(), s, DeltaNetMethod::sequential);
+            conv_silu(conv_state[i].as<float>(), conv_w[i].as<float>(), x.as<float>(), kChannels, 1,
+                      kChannels, kKernel, conv_out.as<float>(), s);
+            delta_net(S[i].as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
+                      w, shape, 1, out.as<float>(), s, DeltaNetMethod::sequential);
         }
     });
     const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
