@@ -39,6 +39,14 @@ double probe_h2d_gbps(bool pinned, size_t bytes = size_t{256} << 20, int reps = 
 // iteration.
 double probe_host_roundtrip_s(int iterations = 50, int reps = 10);
 
+// The fixed cost of one decode hand-off of CPU experts as the decode graph runs it (ops/cuda_handoff.h:
+// publish -> a host thread that is already spinning answers at once -> collect), in seconds: a graph
+// of `slots` repetitions of [tiny kernel -> publish -> collect -> tiny kernel] served by this thread
+// with no computation, minus the same graph with only the two tiny kernels, per slot. It includes the
+// publish and collect launches. (probe_host_roundtrip_s is the copy + host-callback path that prefill
+// micro-batches below the streaming threshold take.)
+double probe_handoff_roundtrip_s(int slots = 40, int reps = 10);
+
 // Seconds per kernel of a replayed graph of `kernels` small matvecs (a 2048 -> 16 Q8_0 weight that
 // stays in L2): what every launch of a decode graph costs beyond its memory traffic (grid start,
 // reduction, drain; an empty kernel measures ~0.75 us on an H200, a real one several times that).
@@ -75,5 +83,18 @@ double probe_norm_epilogue_s(int reps = 10);
 // with their own states back to back in a replayed graph (the states, 60 MB, exceed L2 as in a
 // real step). *state_bytes: one layer's conv + recurrent state bytes, to scale to other shapes.
 double probe_deltanet_step_s(uint64_t* state_bytes, int reps = 10);
+
+// Prefill (issue 6: the planner's prefill prediction). The batched MoE of one layer as a micro-batch
+// of `n_tokens` runs it (ops/cuda_moe.h moe_batch: grouping, gate/up, down, combine), Qwen3.6-35B-A3B's
+// shape with every matrix of `type` and uniform random routing (~16 tokens per expert at 512): the
+// routed FLOPs (2 * n_tokens * k * 3 * 2048 * 512) per second, TFLOP/s. Well below the dense matmul's
+// rate: each expert is a product of a few token rows. Throws mox::Error for a type without a matmul
+// kernel.
+double probe_moe_prefill_tflops(quant::TypeId type, int64_t n_tokens = 512, int reps = 5);
+
+// Qwen3.6-35B-A3B's Gated DeltaNet shape at prefill: conv_silu + the delta rule over `n_tokens`
+// tokens of one sequence (the chunked form, as a micro-batch runs it), seconds per token and layer;
+// *state_bytes as probe_deltanet_step_s's, to scale to other shapes.
+double probe_deltanet_prefill_token_s(uint64_t* state_bytes, int64_t n_tokens = 512, int reps = 5);
 
 }  // namespace mox::cuda

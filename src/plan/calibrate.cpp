@@ -439,24 +439,30 @@ HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* n
         progress(o, "GPU host->device copies");
         g.h2d_pinned_gbps = cuda::probe_h2d_gbps(true, o.gpu_copy_bytes, o.gpu_reps);
         g.h2d_pageable_gbps = cuda::probe_h2d_gbps(false, o.gpu_copy_bytes, o.gpu_reps);
-        progress(o, "GPU graph launch gap and host round trip");
+        progress(o, "GPU graph launch gap and host round trips");
         g.launch_gap_s = cuda::probe_launch_gap_s(400, o.gpu_reps);
         g.host_roundtrip_s = cuda::probe_host_roundtrip_s(50, o.gpu_reps);
-        progress(o, "GPU Gated DeltaNet decode step and norm epilogue");
+        g.handoff_roundtrip_s = cuda::probe_handoff_roundtrip_s(40, o.gpu_reps);
+        progress(o, "GPU Gated DeltaNet decode step and prefill, norm epilogue");
         g.deltanet_step_s = cuda::probe_deltanet_step_s(&g.deltanet_state_bytes, o.gpu_reps);
         g.norm_epilogue_s = cuda::probe_norm_epilogue_s(o.gpu_reps);
+        uint64_t prefill_state = 0;
+        g.deltanet_prefill_token_s =
+            cuda::probe_deltanet_prefill_token_s(&prefill_state, o.gpu_matmul_tokens, o.gpu_reps);
+        MOX_CHECK(prefill_state == g.deltanet_state_bytes, "DeltaNet probes of two shapes");
         for (const TypeId type : o.types) {
             const std::string name(quant::type_name(type));
-            progress(o, fmt::format("GPU matvec, MoE decode and matmul {}", name));
+            progress(o, fmt::format("GPU matvec, MoE decode, matmul and MoE prefill {}", name));
             if (cuda::matvec_supported(type)) {
                 g.matvec_gbps[name] = cuda::probe_matvec_gbps(type, o.gpu_matvec_bytes, 2 * o.gpu_reps);
                 g.moe_decode_gbps[name] = cuda::probe_moe_decode_gbps(type, o.gpu_reps);
             } else {
                 note(fmt::format("GPU: no matvec kernel for {}", name));
             }
-            if (cuda::matmul_supported(type))
+            if (cuda::matmul_supported(type)) {
                 g.matmul_tflops[name] = cuda::probe_matmul_tflops(type, o.gpu_matmul_tokens, o.gpu_reps);
-            else
+                g.moe_prefill_tflops[name] = cuda::probe_moe_prefill_tflops(type, o.gpu_matmul_tokens, o.gpu_reps);
+            } else
                 note(fmt::format("GPU: no matmul kernel for {}", name));
         }
         // Again, with every probe buffer freed: now the kernels the probes ran are loaded too (CUDA

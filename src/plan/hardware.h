@@ -27,6 +27,16 @@ struct GpuProfile {
     // One hybrid hand-off inside a decode graph: a small device -> host copy, a host callback and a
     // host -> device copy, with nothing to compute (the fixed cost per CPU-expert layer per token).
     double host_roundtrip_s = 0;
+    // The decode graph's own hand-off (ops/cuda_handoff.h: publish, a spinning host thread answers,
+    // collect) with nothing to compute, launches included. Optional (0: absent in older profiles,
+    // where the speed model charges host_roundtrip_s instead).
+    double handoff_roundtrip_s = 0;
+    // Prefill probes (optional, as above): moe_prefill_tflops, a GPU expert layer's batched MoE at a
+    // 512-token micro-batch, routed FLOPs per second per type (its tokens spread over the experts, so
+    // well below matmul_tflops); deltanet_prefill_token_s, a Gated DeltaNet layer's conv + chunked
+    // delta rule per token at that micro-batch, for deltanet_state_bytes of state.
+    std::map<std::string, double> moe_prefill_tflops;
+    double deltanet_prefill_token_s = 0;
     // Tensor-core matmul over quantized weights at prefill batch sizes (512+ tokens), per type.
     std::map<std::string, double> matmul_tflops;
     // Latency-bound decode launches, measured as the decode graph runs them (cuda_probe.h); absent

@@ -112,10 +112,27 @@ public:
         return gpu().deltanet_step_s * state_bytes / static_cast<double>(gpu().deltanet_state_bytes);
     }
 
+    // The batched MoE's measured routed FLOP rate at a prefill micro-batch, if measured.
+    std::optional<double> gpu_moe_prefill(quant::TypeId t) const {
+        if (!has_gpu()) return std::nullopt;
+        if (auto r = lookup(gpu().moe_prefill_tflops, t)) return *r * kTera;
+        return std::nullopt;
+    }
+    // A DeltaNet layer's conv + chunked rule per prefill token, scaled by state bytes, if measured.
+    std::optional<double> gpu_deltanet_prefill_token(double state_bytes) const {
+        if (!has_gpu() || gpu().deltanet_prefill_token_s <= 0 || gpu().deltanet_state_bytes == 0)
+            return std::nullopt;
+        return gpu().deltanet_prefill_token_s * state_bytes / static_cast<double>(gpu().deltanet_state_bytes);
+    }
+
     // The out-projection's norm epilogue per decode layer (0 when not measured).
     double norm_epilogue() const { return has_gpu() ? gpu().norm_epilogue_s : 0; }
 
     double roundtrip() const { return has_gpu() ? gpu().host_roundtrip_s : 0; }
+    // A host layer's hand-off in the decode graph: the probe of the graph's own protocol (its publish
+    // and collect launches included) when the profile has one, else the copy + callback round trip.
+    bool handoff_probed() const { return has_gpu() && gpu().handoff_roundtrip_s > 0; }
+    double decode_handoff() const { return handoff_probed() ? gpu().handoff_roundtrip_s : roundtrip(); }
     double launch_gap() const { return has_gpu() ? gpu().launch_gap_s : 0; }
     double h2d(place::Tier t) {
         const double r = !has_gpu()                      ? 0
@@ -303,9 +320,13 @@ double experts_gpu_s(Rates& r, const Layer& L, const models::Qwen35MoeHparams& h
         if (tokens <= 1) {
             s += k * x.bytes / r.gpu_matvec(x.type);
         } else {
+            // The batched MoE's measured rate when the profile has it (its small per-expert products
+            // run far below the dense matmul's), else the dense matmul's rate; never faster than
+            // reading the selected experts once.
             const double used = distinct_experts(tokens, k, static_cast<double>(hp.n_expert));
-            s += std::max(2.0 * tokens * k * x.params / r.gpu_matmul(x.type),
-                          used * x.bytes / r.gpu_matvec(x.type));
+            const auto moe = r.gpu_moe_prefill(x.type);
+            const double flops_rate = moe ? *moe : r.gpu_matmul(x.type);
+            s += std::max(2.0 * tokens * k * x.params / flops_rate, used * x.bytes / r.gpu_matvec(x.type));
         }
     }
     return s;
@@ -391,7 +412,7 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
             d.cpu_s += x.bytes / dram;
         }
     } else {
-        const double rt = r.roundtrip();
+        const double rt = r.decode_handoff();
         for (const Layer& L : m.layers) {
             const bool gpu_experts = L.has_experts && L.tier == place::Tier::gpu;
             const std::optional<double> moe = gpu_experts ? moe_decode_s(r, L, hp) : std::nullopt;
@@ -429,6 +450,7 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
                 d.cpu_s += c.s;
                 d.handoff_s += rt;
                 d.handoffs++;
+                if (r.handoff_probed()) d.probed_kernels += 2;  // publish, collect
                 d.overlap_s += std::min(shexp_gpu_s(r, L), rt + c.s);
             }
         }
@@ -463,6 +485,7 @@ PrefillPrediction prefill_run(Rates& r, const Model& m, const models::Qwen35MoeH
     std::array<double, 2> buffer_free{0, 0};  // when each staging buffer's last layer is computed
     int64_t staged = 0;  // host layers streamed so far (they alternate between the buffers)
     const double rt = r.roundtrip();
+    const auto state = static_cast<double>(state_layer_bytes(hp));
     for (int64_t done = 0; done < prompt; done += n_ubatch) {
         const auto tokens = static_cast<double>(std::min(n_ubatch, prompt - done));
         const bool stream = streaming && tokens >= static_cast<double>(stream_min);
@@ -486,6 +509,8 @@ PrefillPrediction prefill_run(Rates& r, const Model& m, const models::Qwen35MoeH
             for (const Matrix& x : L.dense) dense += gpu_product_s(r, x, tokens);
             if (!L.recurrent)
                 dense += attention_flops(hp, tokens, static_cast<double>(done)) / r.gpu_attention_flops();
+            else if (const auto per_token = r.gpu_deltanet_prefill_token(state))
+                dense += tokens * *per_token;  // conv + chunked delta rule (without a probe: not charged)
             gpu_t += dense;
             p.gpu_compute_s += dense;
             if (!L.has_experts) continue;

@@ -44,10 +44,10 @@ inline constexpr int64_t kDecodeKernelsOutput = 2;
 // is dominated by its matrix products).
 inline constexpr int64_t kKernelsPerLayer = 10;
 inline constexpr int64_t kKernelsOutput = 4;
-// What a host layer's decode adds on the GPU's critical path beyond the round trip the profile
-// measures (a copy, a host callback, a copy): the separate top-k kernel, the shared expert's gated
-// add, and two more small copies (hidden state, ids and weights travel in three), each costed as a
-// launch gap (models/gpu/qwen35moe_gpu_experts.cpp: host_moe_handoff).
+// The launches a host layer's decode adds to the GPU's critical path (models/gpu/
+// qwen35moe_gpu_experts.cpp: host_moe_handoff): the separate top-k kernel, publish, collect and the
+// shared expert's gated add, each costed as a launch gap; publish and collect are not when the
+// profile's hand-off probe (gpu.handoff_roundtrip_s) measured them with the round trip.
 inline constexpr int64_t kExtraLaunchesPerHandoff = 4;
 // The prefill streaming threshold the runtime uses when no plan sets one (the batch size where,
 // on typical machines, copying a layer's experts beats computing them on the CPU).

@@ -62,6 +62,10 @@ TEST(CudaProbe, LaunchGapAndHostRoundTrip) {
     // Two copies and a host callback cost more than the launch of one kernel node.
     EXPECT_GT(rt, gap);
     EXPECT_LT(rt, 0.1);
+    const double handoff = probe_handoff_roundtrip_s(20, 5);
+    std::printf("[probe] decode hand-off %.2f us\n", handoff * 1e6);
+    EXPECT_TRUE(finite_positive(handoff));
+    EXPECT_LT(handoff, 0.1);
 }
 
 TEST(CudaProbe, MatvecAndMatmulRates) {
@@ -115,6 +119,24 @@ TEST(CudaProbe, MoeDecodeAndDeltaNetStep) {
     EXPECT_TRUE(std::isfinite(epilogue));
     EXPECT_GE(epilogue, 0.0);
     EXPECT_LT(epilogue, 1e-3);
+}
+
+TEST(CudaProbe, MoePrefillAndDeltaNetPrefill) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const double moe = probe_moe_prefill_tflops(TypeId::q4_k, 512, 3);
+    const double dense = probe_matmul_tflops(TypeId::q4_k, 512, 3);
+    std::printf("[probe] MoE prefill Q4_K %.2f TFLOP/s at 512 tokens (dense matmul %.2f)\n", moe, dense);
+    EXPECT_TRUE(finite_positive(moe));
+    EXPECT_LT(moe, 2 * dense);  // ~16 tokens per expert cannot beat one 512-token product by much
+    EXPECT_THROW(probe_moe_prefill_tflops(TypeId::q8_k, 16, 1), Error);
+    uint64_t state = 0;
+    const double per_token = probe_deltanet_prefill_token_s(&state, 512, 3);
+    const double step = probe_deltanet_step_s(nullptr, 3);
+    std::printf("[probe] DeltaNet prefill %.3f us per token and layer (decode step %.2f us)\n", per_token * 1e6,
+                step * 1e6);
+    EXPECT_TRUE(finite_positive(per_token));
+    EXPECT_LT(per_token, step);  // the chunked form amortises the state over the chunk
+    EXPECT_EQ(state, static_cast<uint64_t>((3 * 8192 + 32 * 128 * 128) * 4));
 }
 
 }  // namespace

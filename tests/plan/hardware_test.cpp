@@ -47,6 +47,9 @@ HardwareProfile full_profile() {
     g.deltanet_step_s = 1.125e-5;
     g.deltanet_state_bytes = 2'195'456ull;
     g.norm_epilogue_s = 5.5e-6;
+    g.handoff_roundtrip_s = 6.25e-6;
+    g.moe_prefill_tflops = {{"Q4_K", 30.5}, {"Q6_K", 28.25}};
+    g.deltanet_prefill_token_s = 4.5e-7;
     p.gpu = g;
     return p;
 }
@@ -77,6 +80,9 @@ void expect_same(const HardwareProfile& a, const HardwareProfile& b) {
     EXPECT_EQ(a.gpu->deltanet_step_s, b.gpu->deltanet_step_s);
     EXPECT_EQ(a.gpu->deltanet_state_bytes, b.gpu->deltanet_state_bytes);
     EXPECT_EQ(a.gpu->norm_epilogue_s, b.gpu->norm_epilogue_s);
+    EXPECT_EQ(a.gpu->handoff_roundtrip_s, b.gpu->handoff_roundtrip_s);
+    EXPECT_EQ(a.gpu->moe_prefill_tflops, b.gpu->moe_prefill_tflops);
+    EXPECT_EQ(a.gpu->deltanet_prefill_token_s, b.gpu->deltanet_prefill_token_s);
 }
 
 std::string error_of(const std::string& text) {
@@ -161,17 +167,25 @@ TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
     j["gpu"].erase("deltanet_step_s");
     j["gpu"].erase("deltanet_state_bytes");
     j["gpu"].erase("norm_epilogue_s");
+    j["gpu"].erase("handoff_roundtrip_s");
+    j["gpu"].erase("moe_prefill_tflops");
+    j["gpu"].erase("deltanet_prefill_token_s");
     const HardwareProfile p = profile_from_json(j.dump());
     ASSERT_TRUE(p.gpu.has_value());
     EXPECT_TRUE(p.gpu->moe_decode_gbps.empty());
     EXPECT_EQ(p.gpu->deltanet_step_s, 0.0);
     EXPECT_EQ(p.gpu->norm_epilogue_s, 0.0);
+    EXPECT_EQ(p.gpu->handoff_roundtrip_s, 0.0);
+    EXPECT_TRUE(p.gpu->moe_prefill_tflops.empty());
+    EXPECT_EQ(p.gpu->deltanet_prefill_token_s, 0.0);
     EXPECT_EQ(p.gpu->matvec_gbps.size(), 2u);
     j = nlohmann::json::parse(profile_to_json(full_profile()));
     j["gpu"].erase("deltanet_state_bytes");
     EXPECT_NE(error_of(j.dump()).find("deltanet_state_bytes"), std::string::npos) << error_of(j.dump());
     j["gpu"]["deltanet_state_bytes"] = 0;
     EXPECT_NE(error_of(j.dump()).find("deltanet_state_bytes"), std::string::npos) << error_of(j.dump());
+    j["gpu"].erase("deltanet_step_s");  // the prefill probe needs the state bytes too
+    EXPECT_NE(error_of(j.dump()).find("deltanet_prefill_token_s"), std::string::npos) << error_of(j.dump());
 }
 
 TEST(HardwareProfile, OtherSchemaVersionsAreRefused) {

@@ -316,4 +316,64 @@ TEST(PlanSpeed, DecodeProbesReplaceBytesAndGaps) {
     EXPECT_NEAR(b.decode.gpu_s, want, 1e-9 * want);
 }
 
+// With the hand-off probe, a host layer's decode pays the decode graph's own round trip (publish and
+// collect launches included) instead of the copy + callback one, and those two launches no gap;
+// prefill keeps the copy + callback round trip, which is what its micro-batches below the
+// streaming threshold run.
+TEST(PlanSpeed, DecodeHandOffProbeReplacesTheCallbackRoundTrip) {
+    const std::vector<int64_t> host{3, 17, 30};
+    const HardwareProfile plain = h200_like();
+    HardwareProfile probed = plain;
+    probed.gpu->handoff_roundtrip_s = plain.gpu->host_roundtrip_s / 8;
+    const SpeedPrediction a = predict_speed(hybrid(host), hp(), cache(), options(), plain);
+    const SpeedPrediction b = predict_speed(hybrid(host), hp(), cache(), options(), probed);
+    expect_decode_sums(b.decode);
+    EXPECT_NEAR(b.decode.handoff_s, 3 * probed.gpu->handoff_roundtrip_s, 1e-15);
+    EXPECT_EQ(b.decode.kernels, a.decode.kernels);
+    EXPECT_EQ(b.decode.probed_kernels, a.decode.probed_kernels + 2 * 3);
+    EXPECT_LT(b.decode.total_s, a.decode.total_s);
+    SpeedOptions cpu_prefill = options(512, 100);
+    cpu_prefill.stream_min_tokens = 101;
+    const SpeedPrediction c = predict_speed(hybrid(host), hp(), cache(), cpu_prefill, probed);
+    EXPECT_EQ(c.prefill.handoffs, 3);
+    EXPECT_NEAR(c.prefill.handoff_s, 3 * plain.gpu->host_roundtrip_s, 1e-15);
+    for (int64_t l : {0, 17})  // still the decode difference
+        EXPECT_NEAR(host_layer_decode_cost(hybrid({}), hp(), l, probed),
+                    predict_speed(hybrid({l}), hp(), cache(), options(), probed).decode.total_s -
+                        predict_speed(hybrid({}), hp(), cache(), options(), probed).decode.total_s,
+                    1e-12);
+}
+
+// Prefill probes: every DeltaNet layer adds its measured conv + chunked rule per token (absent
+// before: not charged), and a GPU expert layer's routed products run at the batched MoE's measured
+// rate instead of the dense matmul's, never faster than reading the selected experts once.
+TEST(PlanSpeed, PrefillProbesChargeDeltaNetAndTheBatchedMoe) {
+    const HardwareProfile plain = h200_like();
+    const int64_t n_recurrent = hp().n_trunk() - hp().n_trunk() / 4;
+    const int64_t prompt = 4096;
+    HardwareProfile dn = plain;
+    dn.gpu->deltanet_state_bytes = hp().recurrent_state_bytes() / static_cast<uint64_t>(n_recurrent);
+    dn.gpu->deltanet_prefill_token_s = 4e-7;
+    const SpeedPrediction a = predict_speed(hybrid({}), hp(), cache(), options(512, prompt), plain);
+    const SpeedPrediction b = predict_speed(hybrid({}), hp(), cache(), options(512, prompt), dn);
+    expect_prefill_sums(b.prefill);
+    EXPECT_NEAR(b.prefill.gpu_compute_s - a.prefill.gpu_compute_s,
+                static_cast<double>(n_recurrent * prompt) * dn.gpu->deltanet_prefill_token_s,
+                1e-9 * b.prefill.gpu_compute_s);
+    // A batched-MoE rate a quarter of the matmul rate slows prefill; the decode is untouched.
+    HardwareProfile slow = plain, fast = plain;
+    for (const auto& [type, tflops] : plain.gpu->matmul_tflops) {
+        slow.gpu->moe_prefill_tflops[type] = tflops / 4;
+        fast.gpu->moe_prefill_tflops[type] = tflops * 1e6;
+    }
+    const SpeedPrediction s = predict_speed(hybrid({}), hp(), cache(), options(512, prompt), slow);
+    const SpeedPrediction f = predict_speed(hybrid({}), hp(), cache(), options(512, prompt), fast);
+    expect_prefill_sums(s.prefill);
+    EXPECT_GT(s.prefill.gpu_compute_s, 1.2 * a.prefill.gpu_compute_s);
+    EXPECT_EQ(s.decode.total_s, a.decode.total_s);
+    // An absurd rate leaves the weight reads, which already bound the fixture's matmul-rate experts at
+    // 512 tokens: the same time as without the probe.
+    EXPECT_NEAR(f.prefill.gpu_compute_s, a.prefill.gpu_compute_s, 1e-12);
+}
+
 }  // namespace mox::plan

@@ -1,5 +1,6 @@
 // The measurements behind `mox calibrate`'s GPU profile (ops/cuda_probe.h).
 #include "ops/cuda_delta_net.h"
+#include "ops/cuda_handoff.h"
 #include "ops/cuda_memory.h"
 #include "ops/cuda_moe.h"
 #include "ops/cuda_probe.h"
@@ -208,6 +209,58 @@ double probe_host_roundtrip_s(int iterations, int reps) {
     return (static_cast<double>(ms_with) - static_cast<double>(ms_without)) * 1e-3 / iterations;
 }
 
+double probe_handoff_roundtrip_s(int slots, int reps) {
+    MOX_CHECK(slots >= 1 && reps >= 1, "{} slots, {} repetitions", slots, reps);
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t kEmbd = 2048, kUsed = 8;  // Qwen3.6-35B-A3B's hidden state and k
+    HandoffChannel channel(slots, kEmbd, kUsed);
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    DeviceBuffer counter(sizeof(int)), out(kEmbd * sizeof(float)), ids(kUsed * sizeof(int32_t));
+    counter.zero(s);
+    ids.zero(s);  // expert 0 everywhere: the host side does not look at them here
+    const DeviceBuffer x = random_floats(kEmbd, 31, s), wts = random_floats(kUsed, 32, s);
+    int* c = counter.as<int>();
+    const Graph with_host = capture(s, [&] {
+        for (int i = 0; i < slots; ++i) {
+            tick(c, s);
+            channel.publish(i, x.as<float>(), ids.as<int32_t>(), wts.as<float>(), s);
+            channel.collect(i, out.as<float>(), s);
+            tick(c, s);
+        }
+    });
+    const Graph kernels_only = capture(s, [&] {
+        for (int i = 0; i < slots; ++i) {
+            tick(c, s);
+            tick(c, s);
+        }
+    });
+    // One step: the graph runs while this thread answers each slot as soon as it is published, as
+    // the decode loop's launching thread does (with the experts' work taken out).
+    Event a, b;
+    auto step = [&] {
+        const uint32_t n = channel.begin_step();
+        a.record(s);
+        with_host.launch(s);
+        b.record(s);
+        for (int i = 0; i < slots; ++i) {
+            if (!channel.wait_ready(i, n, s)) fail("hand-off probe: the GPU gave up at slot {}", i);
+            channel.answer(i, n, true);
+        }
+        b.synchronize();
+        const HandoffStatus st = channel.status();
+        if (st.error != HandoffError::none)
+            fail("hand-off probe: error {} at slot {}", static_cast<uint32_t>(st.error), st.slot);
+        return Event::elapsed_ms(a, b);
+    };
+    for (int i = 0; i < 2; ++i) step();
+    std::vector<float> ms;
+    for (int i = 0; i < reps; ++i) ms.push_back(step());
+    const float ms_without = time_ms(s, 2, reps, [&] { kernels_only.launch(s); });
+    return std::max(0.0, static_cast<double>(median(std::move(ms))) - static_cast<double>(ms_without)) * 1e-3 /
+           slots;
+}
+
 double probe_launch_gap_s(int kernels, int reps) {
     MOX_CHECK(kernels >= 1, "{} kernels", kernels);
     MOX_CUDA_CHECK(cudaSetDevice(0));
@@ -350,6 +403,73 @@ double probe_norm_epilogue_s(int reps) {
     const float ms_with = time_ms(s, 2, reps, [&] { with.launch(s); });
     const float ms_without = time_ms(s, 2, reps, [&] { without.launch(s); });
     return std::max(0.0, static_cast<double>(ms_with) - static_cast<double>(ms_without)) * 1e-3 / kLayers;
+}
+
+double probe_moe_prefill_tflops(quant::TypeId type, int64_t n_tokens, int reps) {
+    if (!matmul_supported(type)) fail("MoE prefill probe: no CUDA matmul kernel for {}", quant::type_name(type));
+    MOX_CHECK(n_tokens >= 1, "{} tokens", n_tokens);
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t kEmbd = 2048, kFf = 512, kExperts = 256, kUsed = 8;
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    const size_t rb_embd = quant::row_bytes(type, kEmbd), rb_ff = quant::row_bytes(type, kFf);
+    const DeviceBuffer gate = random_weight(type, kEmbd, kFf * kExperts, s);
+    const DeviceBuffer up = random_weight(type, kEmbd, kFf * kExperts, s);
+    const DeviceBuffer down = random_weight(type, kFf, kEmbd * kExperts, s);
+    auto weight = [&](const DeviceBuffer& b, int64_t n_in, int64_t n_out, size_t rb) {
+        return ops::Weight{.data = b.as<uint8_t>(),
+                           .type = type,
+                           .n_in = n_in,
+                           .n_out = n_out,
+                           .n_expert = kExperts,
+                           .row_bytes = rb};
+    };
+    const ops::Weight wg = weight(gate, kEmbd, kFf, rb_embd), wu = weight(up, kEmbd, kFf, rb_embd);
+    const ops::Weight wd = weight(down, kFf, kEmbd, rb_ff);
+    // Routing from random logits: k distinct experts per token, spread uniformly as a trained router's
+    // are on average.
+    const DeviceBuffer logits = random_floats(static_cast<size_t>(n_tokens * kExperts), 41, s);
+    DeviceBuffer ids(static_cast<size_t>(n_tokens * kUsed) * sizeof(int32_t)),
+        wts(static_cast<size_t>(n_tokens * kUsed) * sizeof(float));
+    route_softmax_topk(logits.as<float>(), n_tokens, kExperts, kUsed, true, ids.as<int32_t>(), wts.as<float>(), s);
+    const DeviceBuffer x = random_floats(static_cast<size_t>(n_tokens * kEmbd), 42, s);
+    DeviceBuffer out(static_cast<size_t>(n_tokens * kEmbd) * sizeof(float));
+    DeviceBuffer workspace(moe_batch_workspace_bytes(wg, wd, n_tokens, kUsed));
+    const float ms = time_ms(s, 2, reps, [&] {
+        moe_batch(wg, wu, wd, ids.as<int32_t>(), wts.as<float>(), n_tokens, kUsed, x.as<float>(), out.as<float>(),
+                  workspace.data(), s);
+    });
+    const double flops = 2.0 * static_cast<double>(n_tokens * kUsed) * 3.0 * kEmbd * kFf;
+    return flops / (static_cast<double>(ms) * 1e-3) / 1e12;
+}
+
+double probe_deltanet_prefill_token_s(uint64_t* state_bytes, int64_t n_tokens, int reps) {
+    MOX_CHECK(n_tokens >= 1, "{} tokens", n_tokens);
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t kHk = 16, kHv = 32, kD = 128, kKernel = 4;
+    constexpr int64_t kChannels = 2 * kHk * kD + kHv * kD;  // conv rows: q | k | v
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    DeviceBuffer conv_state = random_floats(static_cast<size_t>((kKernel - 1) * kChannels), 50, s);
+    const DeviceBuffer conv_w = random_floats(static_cast<size_t>(kKernel * kChannels), 51, s);
+    DeviceBuffer S(static_cast<size_t>(kHv * kD * kD) * sizeof(float));
+    S.zero(s);
+    const auto n = static_cast<size_t>(n_tokens);
+    const DeviceBuffer x = random_floats(n * kChannels, 52, s), b = random_floats(n * kHv, 53, s),
+                       alpha = random_floats(n * kHv, 54, s), z = random_floats(n * kHv * kD, 55, s);
+    const DeviceBuffer a = random_floats(kHv, 56, s), dt = random_floats(kHv, 57, s), norm = random_floats(kD, 58, s);
+    DeviceBuffer conv_out(n * kChannels * sizeof(float)), out(n * kHv * kD * sizeof(float));
+    const DeltaNetWeights w{.a = a.as<float>(), .dt_bias = dt.as<float>(), .norm = norm.as<float>()};
+    const DeltaNetShape shape{.n_k_heads = kHk, .n_v_heads = kHv, .dk = kD, .dv = kD};
+    const float ms = time_ms(s, 2, reps, [&] {
+        conv_silu(conv_state.as<float>(), conv_w.as<float>(), x.as<float>(), kChannels, n_tokens, kChannels, kKernel,
+                  conv_out.as<float>(), s);
+        delta_net(S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(), w, shape,
+                  n_tokens, out.as<float>(), s, DeltaNetMethod::automatic);
+    });
+    if (state_bytes != nullptr)
+        *state_bytes = static_cast<uint64_t>((kKernel - 1) * kChannels + kHv * kD * kD) * sizeof(float);
+    return static_cast<double>(ms) * 1e-3 / static_cast<double>(n_tokens);
 }
 
 double probe_deltanet_step_s(uint64_t* state_bytes, int reps) {
