@@ -6,8 +6,8 @@
 
 `steps`: the run must hold whole forward passes of the GPU backend (e.g. `mox run -p Hello -n 5`).
 A pass starts at every 81st add_rms_norm launch (40 layers x 2 + the output norm of Qwen3.6-35B-A3B;
---norms-per-pass for another depth); with fewer norm launches than that (one step profiled with
-MOX_CUDA_PROFILE_STEP, where decode runs the norms as epilogues; a prefill) the file is one pass. Prints each pass's kernel count and summed duration, then the
+--norms-per-pass for another depth); with fewer norm launches than that (part of a step, or a
+prefill's micro-batch) the file is one pass. Prints each pass's kernel count and summed duration, then the
 last pass's kernels grouped by (name, grid): count, total, mean, min and max microseconds.
 
 `details`: one line per profiled kernel (use MOX_CUDA_PROFILE_STEP=N with --profile-from-start off
@@ -59,8 +59,7 @@ def steps(path, norms_per_pass):
     if not data:
         sys.exit("no kernel durations: not ncu --metrics gpu__time_duration.sum output")
     norms = [i for i, (n, _, _) in enumerate(data) if n.startswith("add_rms_norm")]
-    # Fewer norms than one pass holds: one profiled step (MOX_CUDA_PROFILE_STEP, whose norms run
-    # as epilogues of other kernels) or a prefill: the whole file is one pass.
+    # Fewer norms than one pass holds (part of a step, a prefill's micro-batch): one pass.
     starts = norms[::norms_per_pass] if len(norms) >= norms_per_pass else [0]
     bounds = starts + [len(data)]
     print("| pass | kernels | sum of kernel durations (us) |\n|---:|---:|---:|")

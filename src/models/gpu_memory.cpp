@@ -66,7 +66,7 @@ GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape
     const int64_t E = hp.n_expert, K = hp.n_expert_used, ffs = std::max<int64_t>(hp.n_ff_shexp, 1);
     // The buffers of models/gpu/qwen35moe_gpu.cpp, in its order.
     b.activations = u(nb) * 4 + 4                                                   // token ids, position
-                    + 4 * floats(nb * d) + 4                                        // x, u, mix, shared; norm counter
+                    + 4 * floats(nb * d)                                            // x, u, mix, shared
                     + floats(nb * (C + inner + 2 * Hv)) + floats(nb * C) + floats(nb * inner)  // DeltaNet
                     + floats(nb * (2 * H * hd + 2 * Hkv * hd)) + 2 * floats(nb * H * hd)        // attention
                     + floats(nb * E + 1) + u(nb * K) * 4 + floats(nb * K)           // router, ids, weights

@@ -8,7 +8,6 @@
 #pragma once
 
 #include "ops/weight.h"
-#include "quant/cuda_matvec.h"
 #include "quant/cuda_stream.h"
 
 #include <cstdint>
@@ -57,11 +56,9 @@ void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, floa
 // out[:] = sum_i weights[i] * down_e h[i, :], e = ids[i] (overwrites out), plus, with `shared`,
 // sigmoid(*shared->gate_logit) * down_s(h + k * n_ff) (h as moe_gate_up left it). down: {n_ff,
 // n_embd, n_expert}; h [k, n_ff]; out [n_embd]. Each output row is one warp's fixed set of partial
-// sums reduced by a fixed shuffle tree: no atomics, the same bits on every run. With `epilogue`, the
-// (last) launch ends with ResidualNorm's add + norm of out (quant/cuda_matvec.h).
+// sums reduced by a fixed shuffle tree: no atomics, the same bits on every run.
 void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights, int64_t k, const float* h,
-              float* out, StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr,
-              const ResidualNorm* epilogue = nullptr);
+              float* out, StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr);
 
 // Routed experts for a batch of n_tokens tokens (prefill), grouped by expert so each selected
 // expert's weights are read once per batch, on the tensor cores:

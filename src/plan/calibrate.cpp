@@ -443,9 +443,8 @@ HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* n
         g.launch_gap_s = cuda::probe_launch_gap_s(400, o.gpu_reps);
         g.host_roundtrip_s = cuda::probe_host_roundtrip_s(50, o.gpu_reps);
         g.handoff_roundtrip_s = cuda::probe_handoff_roundtrip_s(40, o.gpu_reps);
-        progress(o, "GPU Gated DeltaNet decode step and prefill, norm epilogue");
+        progress(o, "GPU Gated DeltaNet decode step and prefill");
         g.deltanet_step_s = cuda::probe_deltanet_step_s(&g.deltanet_state_bytes, o.gpu_reps);
-        g.norm_epilogue_s = cuda::probe_norm_epilogue_s(o.gpu_reps);
         uint64_t prefill_state = 0;
         g.deltanet_prefill_token_s =
             cuda::probe_deltanet_prefill_token_s(&prefill_state, o.gpu_matmul_tokens, o.gpu_reps);

@@ -166,7 +166,6 @@ std::string profile_to_json(const HardwareProfile& p) {
         gpu["moe_decode_gbps"] = rates(g.moe_decode_gbps, "gpu.moe_decode_gbps");
         gpu["deltanet_step_s"] = finite(g.deltanet_step_s, "gpu.deltanet_step_s");
         gpu["deltanet_state_bytes"] = g.deltanet_state_bytes;
-        gpu["norm_epilogue_s"] = finite(g.norm_epilogue_s, "gpu.norm_epilogue_s");
         gpu["handoff_roundtrip_s"] = finite(g.handoff_roundtrip_s, "gpu.handoff_roundtrip_s");
         gpu["moe_prefill_tflops"] = rates(g.moe_prefill_tflops, "gpu.moe_prefill_tflops");
         gpu["deltanet_prefill_token_s"] = finite(g.deltanet_prefill_token_s, "gpu.deltanet_prefill_token_s");
@@ -224,7 +223,8 @@ HardwareProfile profile_from_json(const std::string& text) {
             if (g.deltanet_step_s > 0 && g.deltanet_state_bytes == 0)
                 fail("hardware profile: 'gpu.deltanet_step_s' without 'gpu.deltanet_state_bytes'");
         }
-        if (gpu.contains("norm_epilogue_s")) g.norm_epilogue_s = get_double(gpu, "gpu", "norm_epilogue_s");
+        // (Profiles of session 8's builds also hold "norm_epilogue_s", a probe of a decode epilogue that
+        // lost its A/B and was removed: ignored, like any key this build does not read.)
         if (gpu.contains("handoff_roundtrip_s"))
             g.handoff_roundtrip_s = get_double(gpu, "gpu", "handoff_roundtrip_s");
         g.moe_prefill_tflops = get_rates(gpu, "gpu", "moe_prefill_tflops");

@@ -47,8 +47,6 @@ struct GpuProfile {
     std::map<std::string, double> moe_decode_gbps;
     double deltanet_step_s = 0;
     uint64_t deltanet_state_bytes = 0;
-    // What the residual add + norm epilogue adds to the out-projection launch of every decode layer.
-    double norm_epilogue_s = 0;
 };
 
 struct CpuProfile {

@@ -125,8 +125,6 @@ public:
         return gpu().deltanet_prefill_token_s * state_bytes / static_cast<double>(gpu().deltanet_state_bytes);
     }
 
-    // The out-projection's norm epilogue per decode layer (0 when not measured).
-    double norm_epilogue() const { return has_gpu() ? gpu().norm_epilogue_s : 0; }
 
     double roundtrip() const { return has_gpu() ? gpu().host_roundtrip_s : 0; }
     // A host layer's hand-off in the decode graph: the probe of the graph's own protocol (its publish
@@ -422,7 +420,6 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
                 if (moe && x.shared_expert && x.matrix) continue;  // in the MoE launches' measured time
                 d.gpu_s += gpu_read_s(r, x);
             }
-            d.gpu_s += r.norm_epilogue();  // the out-projection's residual add + norm
             if (L.recurrent) {
                 d.gpu_cache_bytes += 2 * state;  // read and written back
                 if (const auto step = r.gpu_deltanet_step(state)) {

@@ -33,12 +33,12 @@ namespace mox::plan {
 
 // Kernel launches the decode graph replays per trunk layer and for the output, each charged
 // GpuProfile::launch_gap_s unless a calibrated probe measured it (DecodePrediction::probed_kernels).
-// A Gated DeltaNet layer: in-projection, conv, delta rule (+ gated norm), out-projection (+ the
-// residual add + norm as its epilogue), router, MoE router + gate/up, MoE down (+ the next norm);
-// an attention layer: q/gate, k and v projections, q/k norm + RoPE (+ the KV cache store),
-// attention, out-projection, router, MoE gate/up and down. Output: the first norm and the head.
-inline constexpr int64_t kDecodeKernelsRecurrent = 7;
-inline constexpr int64_t kDecodeKernelsAttention = 9;
+// A Gated DeltaNet layer: in-projection, conv, delta rule (+ gated norm), out-projection, residual
+// add + norm, router, MoE router + gate/up, MoE down, residual add + the next layer's norm; an
+// attention layer: q/gate, k and v projections, q/k norm + RoPE (+ the KV cache store), attention,
+// out-projection, the two norms, router, MoE gate/up and down. Output: the first norm and the head.
+inline constexpr int64_t kDecodeKernelsRecurrent = 9;
+inline constexpr int64_t kDecodeKernelsAttention = 11;
 inline constexpr int64_t kDecodeKernelsOutput = 2;
 // Launches of one prefill micro-batch per trunk layer and for the output (a rough count: prefill
 // is dominated by its matrix products).

@@ -23,22 +23,6 @@ inline constexpr int kMaxMatvecCols = 8;
 // IQ1_M: every block type of the registry but Q8_1 and Q8_K (activation-side formats).
 bool matvec_supported(quant::TypeId type);
 
-// The residual stream's add + RMSNorm as the epilogue of the one-column product that writes a block's
-// output y (decode): the launch's last block to finish (counted on a device counter) computes
-//   x <- x + y,  u = x * rsqrt(mean(x^2) + eps) * weight
-// over y's n_out values, with the ops of cuda::add_rms_norm in the same order in a block of the same
-// size (the same bits; short float matrices then skip their one-warp kernel), so
-// the next projection finds u ready and the step has one norm launch fewer (81 per Qwen3.6 step).
-// counter: a device unsigned that starts at zero; launches that run one after another on a stream may
-// share it (each last block puts it back to zero). x, weight, u: [n_out], none of them y.
-struct ResidualNorm {
-    float* x = nullptr;
-    const float* weight = nullptr;
-    float eps = 0.0f;
-    float* u = nullptr;
-    unsigned* counter = nullptr;
-};
-
 // y[c * n_out + r] = sum_i W[r, i] * x[c * n_in + i] for r < n_out, c < n_cols (1..8).
 // w: n_out rows of row_bytes (= quant::row_bytes(type, n_in)) on the device, 16-byte aligned (any
 // cudaMalloc'ed base; for F32/F16/BF16 any n_in works, otherwise n_in is a multiple of the block).
@@ -47,9 +31,8 @@ struct ResidualNorm {
 // slack after it (cuda::upload_weight does).
 // x, y: device fp32. Asynchronous on `stream`; throws mox::Error for an unsupported type or a shape
 // whose activations exceed the shared memory of a block.
-// With `epilogue` (one column only), the launch ends with ResidualNorm's add + norm of y.
 void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
-            int n_cols, float* y, StreamHandle stream = nullptr, const ResidualNorm* epilogue = nullptr);
+            int n_cols, float* y, StreamHandle stream = nullptr);
 
 // Whether one-column products with `type` weights (matvec with n_cols 1, the batch-1 MoE kernels)
 // use 8-bit activations: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, unless MOX_CUDA_INT8=0. The rule: x is cut

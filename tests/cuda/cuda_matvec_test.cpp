@@ -7,7 +7,6 @@
 #include "kernel_activations.h"
 #include "random_blocks.h"
 
-#include "ops/cuda_basic.h"
 #include "quant/cuda_matvec.h"
 #include "quant/types.h"
 
@@ -17,7 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <tuple>
 
 namespace mox::cuda {
 
@@ -168,51 +166,6 @@ TEST(CudaMatvec, Int8SegmentsCoverEveryElementOnce) {
         }
         for (int64_t e = 0; e < n_in; ++e)
             EXPECT_EQ(seen[static_cast<size_t>(e)], 1) << quant::type_name(type) << " element " << e;
-    }
-}
-
-// The ResidualNorm epilogue (decode's add + RMSNorm run by the last block of the launch that writes a
-// block output): y unchanged, the residual exactly x + y, u the same bits as the separate
-// cuda::add_rms_norm of the same row, the counter back at zero, and a second launch on the same
-// counter right too. The int8 and fp32-staged kernels with many blocks, the short float kernel.
-TEST(CudaMatvec, ResidualNormEpilogue) {
-    MOX_REQUIRE_CUDA_DEVICE();
-    uint32_t seed = 900;
-    for (const auto& [type, n_in, n_out] : {std::tuple{TypeId::q4_k, int64_t{4096}, int64_t{2048}},
-                                           {TypeId::q5_1, 512, 2048}, {TypeId::f32, 2048, 257},
-                                           {TypeId::q6_k, 256, 5000}}) {
-        SCOPED_TRACE(fmt::format("{} {} -> {}", quant::type_name(type), n_in, n_out));
-        const size_t rb = quant::row_bytes(type, n_in);
-        std::vector<uint8_t> wq = make_weights(type, n_in, n_out, seed++);
-        ops::Weight host{
-            .data = wq.data(), .type = type, .n_in = n_in, .n_out = n_out, .n_expert = 1, .row_bytes = rb};
-        DeviceWeight dw = upload_weight(host);
-        DeviceBuffer dx = test::to_device(test::randn(static_cast<size_t>(n_in), seed++));
-        auto nw = test::randn(static_cast<size_t>(n_out), seed++, 0.2f);
-        for (float& v : nw) v += 1.0f;
-        DeviceBuffer dnw = test::to_device(nw), counter(sizeof(unsigned));
-        counter.zero();
-        DeviceBuffer y_plain(static_cast<size_t>(n_out) * 4), y(static_cast<size_t>(n_out) * 4);
-        DeviceBuffer u(static_cast<size_t>(n_out) * 4), u_ref(static_cast<size_t>(n_out) * 4);
-        matvec(type, dw.view.data, rb, n_in, n_out, dx.as<float>(), 1, y_plain.as<float>());
-        const auto yp = test::to_host<float>(y_plain, static_cast<size_t>(n_out));
-        for (int launch = 0; launch < 2; ++launch) {
-            const auto res0 = test::randn(static_cast<size_t>(n_out), seed++, 3.0f);
-            DeviceBuffer res = test::to_device(res0), res_ref = test::to_device(res0);
-            const ResidualNorm ep{res.as<float>(), dnw.as<float>(), 1e-6f, u.as<float>(), counter.as<unsigned>()};
-            matvec(type, dw.view.data, rb, n_in, n_out, dx.as<float>(), 1, y.as<float>(), nullptr, &ep);
-            add_rms_norm(res_ref.as<float>(), y_plain.as<float>(), dnw.as<float>(), 1, n_out, 1e-6f,
-                         u_ref.as<float>());
-            const auto got_y = test::to_host<float>(y, static_cast<size_t>(n_out));
-            EXPECT_EQ(std::memcmp(got_y.data(), yp.data(), yp.size() * 4), 0) << "y changed, launch " << launch;
-            const auto got_res = test::to_host<float>(res, static_cast<size_t>(n_out));
-            for (int64_t i = 0; i < n_out; ++i)
-                ASSERT_EQ(got_res[i], res0[i] + yp[i]) << "residual element " << i << ", launch " << launch;
-            const auto got_u = test::to_host<float>(u, static_cast<size_t>(n_out));
-            const auto want_u = test::to_host<float>(u_ref, static_cast<size_t>(n_out));
-            EXPECT_EQ(std::memcmp(got_u.data(), want_u.data(), want_u.size() * 4), 0) << "u, launch " << launch;
-            EXPECT_EQ(test::to_host<unsigned>(counter, 1)[0], 0u) << "counter left set, launch " << launch;
-        }
     }
 }
 

@@ -6,7 +6,6 @@
 #include "expert_stack.h"
 #include "kernel_activations.h"
 
-#include "ops/cuda_basic.h"
 #include "ops/cuda_moe.h"
 #include "ops/moe.h"
 #include "quant/types.h"
@@ -336,50 +335,6 @@ TEST(CudaMoe, DecodeIsDeterministic) {
         ASSERT_EQ(a.size(), b.size());
         EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
         for (float v : a) ASSERT_TRUE(std::isfinite(v));
-    }
-}
-
-// moe_down's ResidualNorm epilogue (decode's add + norm after the MoE): out unchanged, the residual
-// exactly x + out, u the same bits as cuda::add_rms_norm of the same row, the counter back at zero;
-// with the shared expert in the same launch and in a second launch (another type: the epilogue goes
-// on the last one).
-TEST(CudaMoe, DownResidualNormEpilogue) {
-    MOX_REQUIRE_CUDA_DEVICE();
-    const int64_t n_embd = 2048, n_ff = 512, n_expert = 16, k = 8;
-    uint32_t seed = 600;
-    for (TypeId shared_type : {TypeId::q6_k, TypeId::q8_0}) {
-        SCOPED_TRACE(fmt::format("shared down {}", quant::type_name(shared_type)));
-        HostStack down = make_stack(TypeId::q6_k, n_ff, n_embd, n_expert, seed++, 0.05f);
-        HostStack sd = make_stack(shared_type, n_ff, n_embd, 1, seed++, 0.05f);
-        DeviceWeight dd = upload_weight(down.w), dsd = upload_weight(sd.w);
-        const std::vector<int32_t> ids = {3, 0, 15, 7, 9, 1, 12, 5};
-        const auto weights = test::randn(static_cast<size_t>(k), seed++, 0.3f);
-        const auto h = test::randn(static_cast<size_t>((k + 1) * n_ff), seed++);
-        const std::vector<float> gate_logit = {0.7f};
-        DeviceBuffer di = test::to_device(ids), dw = test::to_device(weights), dh = test::to_device(h),
-                     dg = test::to_device(gate_logit);
-        const MoeDecodeShared shared{.down = &dsd.view, .gate_logit = dg.as<float>()};
-        auto norm_w = test::randn(static_cast<size_t>(n_embd), seed++, 0.2f);
-        for (float& v : norm_w) v += 1.0f;
-        const auto res0 = test::randn(static_cast<size_t>(n_embd), seed++, 3.0f);
-        DeviceBuffer dnw = test::to_device(norm_w), counter(sizeof(unsigned));
-        counter.zero();
-        DeviceBuffer out_plain(static_cast<size_t>(n_embd) * 4), out(static_cast<size_t>(n_embd) * 4);
-        DeviceBuffer u(static_cast<size_t>(n_embd) * 4), u_ref(static_cast<size_t>(n_embd) * 4);
-        DeviceBuffer res = test::to_device(res0), res_ref = test::to_device(res0);
-        moe_down(dd.view, di.as<int32_t>(), dw.as<float>(), k, dh.as<float>(), out_plain.as<float>(), nullptr, &shared);
-        const ResidualNorm ep{res.as<float>(), dnw.as<float>(), 1e-6f, u.as<float>(), counter.as<unsigned>()};
-        moe_down(dd.view, di.as<int32_t>(), dw.as<float>(), k, dh.as<float>(), out.as<float>(), nullptr, &shared, &ep);
-        add_rms_norm(res_ref.as<float>(), out_plain.as<float>(), dnw.as<float>(), 1, n_embd, 1e-6f, u_ref.as<float>());
-        const auto op = test::to_host<float>(out_plain, static_cast<size_t>(n_embd));
-        const auto o = test::to_host<float>(out, static_cast<size_t>(n_embd));
-        EXPECT_EQ(std::memcmp(o.data(), op.data(), op.size() * 4), 0) << "out changed";
-        const auto got_res = test::to_host<float>(res, static_cast<size_t>(n_embd));
-        for (int64_t i = 0; i < n_embd; ++i) ASSERT_EQ(got_res[i], res0[i] + op[i]) << "residual element " << i;
-        const auto got_u = test::to_host<float>(u, static_cast<size_t>(n_embd));
-        const auto want_u = test::to_host<float>(u_ref, static_cast<size_t>(n_embd));
-        EXPECT_EQ(std::memcmp(got_u.data(), want_u.data(), want_u.size() * 4), 0) << "u";
-        EXPECT_EQ(test::to_host<unsigned>(counter, 1)[0], 0u) << "counter left set";
     }
 }
 

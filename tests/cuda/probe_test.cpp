@@ -114,11 +114,6 @@ TEST(CudaProbe, MoeDecodeAndDeltaNetStep) {
     EXPECT_TRUE(finite_positive(step));
     EXPECT_LT(step, 1e-3);
     EXPECT_EQ(state, static_cast<uint64_t>((3 * 8192 + 32 * 128 * 128) * 4));
-    const double epilogue = probe_norm_epilogue_s(3);
-    std::printf("[probe] norm epilogue %.2f us per launch\n", epilogue * 1e6);
-    EXPECT_TRUE(std::isfinite(epilogue));
-    EXPECT_GE(epilogue, 0.0);
-    EXPECT_LT(epilogue, 1e-3);
 }
 
 TEST(CudaProbe, MoePrefillAndDeltaNetPrefill) {

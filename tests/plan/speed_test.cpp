@@ -261,7 +261,6 @@ HardwareProfile with_decode_probes() {
     prof.gpu->deltanet_step_s = 12e-6;
     const int64_t n_recurrent = hp().n_trunk() - hp().n_trunk() / 4;
     prof.gpu->deltanet_state_bytes = hp().recurrent_state_bytes() / static_cast<uint64_t>(n_recurrent);
-    prof.gpu->norm_epilogue_s = 5e-6;
     return prof;
 }
 
@@ -277,8 +276,7 @@ TEST(PlanSpeed, HostLayerCostIsTheDecodeDifference) {
 
 // With the probes, a GPU expert layer's routed and shared experts cost their bytes at the MoE decode
 // rate instead of the matvec rate, a DeltaNet layer its measured step instead of its state bytes at
-// the streaming rate, every layer its out-projection's norm epilogue, and the launches the probes
-// timed pay no separate launch gap.
+// the streaming rate, and the launches the probes timed pay no separate launch gap.
 TEST(PlanSpeed, DecodeProbesReplaceBytesAndGaps) {
     const HardwareProfile plain = h200_like(), probed = with_decode_probes();
     const int64_t n_layers = hp().n_trunk(), n_recurrent = n_layers - n_layers / 4;
@@ -312,7 +310,6 @@ TEST(PlanSpeed, DecodeProbesReplaceBytesAndGaps) {
         }
     }
     want += static_cast<double>(n_recurrent) * probed.gpu->deltanet_step_s;
-    want += static_cast<double>(n_layers) * probed.gpu->norm_epilogue_s;
     EXPECT_NEAR(b.decode.gpu_s, want, 1e-9 * want);
 }
 

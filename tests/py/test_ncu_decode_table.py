@@ -80,7 +80,7 @@ def test_a_file_without_a_header_is_refused(tmp_path):
     assert "no CSV header" in r.stderr
 
 def test_steps_reads_a_file_with_fewer_norms_than_a_pass_as_one_pass(tmp_path):
-    # One profiled decode step whose norms run as epilogues: a single norm launch, not 81.
+    # A file with a single norm launch, not 81 (part of a step, a prefill's micro-batch).
     header = ["ID", "Kernel Name", "Grid Size", "gpu__time_duration.sum"]
     rows = [["", "", "", "ns"],
             ["0", "void (anonymous namespace)::embed_kernel(const int *)", "(1, 1, 1)", "2,000"],

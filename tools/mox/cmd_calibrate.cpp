@@ -92,9 +92,6 @@ void print_profile(const plan::HardwareProfile& p) {
                g.host_roundtrip_s * 1e6);
     if (g.handoff_roundtrip_s > 0)
         fmt::print("  {:<46} {:.2f} us\n", "decode hand-off to the CPU (publish, collect)", g.handoff_roundtrip_s * 1e6);
-    if (g.norm_epilogue_s > 0)
-        fmt::print("  {:<46} {:.2f} us per launch\n", "residual add + norm epilogue (out-projection)",
-                   g.norm_epilogue_s * 1e6);
     if (g.deltanet_step_s > 0)
         fmt::print("  {:<46} {:.2f} us per layer ({} of state)\n", "Gated DeltaNet decode step (conv + delta rule)",
                    g.deltanet_step_s * 1e6, format_bytes(g.deltanet_state_bytes));

@@ -100,11 +100,6 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         profile_step_ = std::strtoll(e, &end, 10);
         if (*end != '\0' || profile_step_ < 0) fail("MOX_CUDA_PROFILE_STEP={}: expected a decode step number", e);
     }
-    if (const char* e = std::getenv("MOX_CUDA_NORM_EPILOGUE"); e && *e) {
-        const std::string v = e;
-        if (v != "0" && v != "1") fail("MOX_CUDA_NORM_EPILOGUE={}: expected 0 or 1", v);
-        norm_epilogues_ = v == "1";
-    }
     if (const char* e = std::getenv("MOX_CUDA_KV_FUSE"); e && *e) {
         const std::string v = e;
         if (v != "0" && v != "1") fail("MOX_CUDA_KV_FUSE={}: expected 0 or 1", v);
@@ -130,8 +125,6 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     tokens_ = DeviceBuffer(nb * sizeof(int32_t));
     pos_ = DeviceBuffer(sizeof(int32_t));
     x_ = fbuf(nb * d), u_ = fbuf(nb * d), mix_ = fbuf(nb * d), shared_ = fbuf(nb * d);
-    norm_counter_ = DeviceBuffer(sizeof(unsigned));
-    norm_counter_.zero();
     const int64_t C = hp_.conv_channels(), inner = hp_.ssm_inner, Hv = hp_.ssm_v_heads;
     // The projections of a DeltaNet / attention input, laid out for their InputGroup.
     dn_proj_ = fbuf(nb * (C + inner + 2 * Hv)), conv_ = fbuf(nb * C), y_ = fbuf(nb * inner);
@@ -188,7 +181,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         if (hand_embd_.empty()) fail("--device cuda: pinned host memory for the embeddings: {}", why);
     }
     uint64_t activation_bytes = logits_.size();
-    for (const DeviceBuffer* b : {&tokens_, &pos_, &x_, &u_, &mix_, &shared_, &norm_counter_, &dn_proj_, &conv_, &y_, &attn_proj_, &q_, &o_,
+    for (const DeviceBuffer* b : {&tokens_, &pos_, &x_, &u_, &mix_, &shared_, &dn_proj_, &conv_, &y_, &attn_proj_, &q_, &o_,
                                   &router_logits_, &ids_, &weights_, &h_, &sh_gu_, &sh_h_})
         activation_bytes += b->size();
     MOX_CHECK(activation_bytes == plan.activations, "memory model: activations {} B predicted, {} B allocated",
@@ -340,11 +333,9 @@ void Qwen35MoeGpu::project(const InputGroup& g, const float* x, int64_t n, float
     }
 }
 
-void Qwen35MoeGpu::linear(const ops::Weight& v, const float* x, int64_t n, float* y, cuda::StreamHandle stream,
-                          const cuda::ResidualNorm* ep) {
-    MOX_CHECK(ep == nullptr || n == 1, "a norm epilogue at {} tokens", n);
+void Qwen35MoeGpu::linear(const ops::Weight& v, const float* x, int64_t n, float* y, cuda::StreamHandle stream) {
     if (n <= cuda::kMaxMatvecCols)
-        cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream, ep);
+        cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream);
     else
         cuda::matmul(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, n, y, work_.data(), stream);
 }
@@ -465,32 +456,21 @@ void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     if (token_embd_.valid()) cuda::embed_rows(token_embd_, tokens_.as<int32_t>(), n, x, s);
     else cuda::copy_to_device(x, hand_embd_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
     if (streaming(n)) stream_begin();
-    // Before each block: x <- x + the previous block's output, u = the norm of x. At decode the
-    // launch that writes a block's output does it in its epilogue (cuda::ResidualNorm), except after
-    // host experts (their output arrives from the CPU) and before the first layer.
-    const bool epilogues = n == 1 && norm_epilogues_;
-    unsigned* counter = norm_counter_.as<unsigned>();
     const float* pending = nullptr;  // the last block's output, not yet added to x
-    bool normed = false;             // u already holds the norm the next block reads
     for (size_t il = 0; il < layers_.size(); ++il) {
         const GpuLayer& L = layers_[il];
-        if (!normed) cuda::add_rms_norm(x, pending, L.attn_norm, n, d, eps, u, s);
-        const cuda::ResidualNorm post{x, L.post_attention_norm, eps, u, counter};
-        if (m_.layers_[il].recurrent) deltanet(L, m_.rec_index_[il], seq, n, epilogues ? &post : nullptr);
-        else attention(L, m_.attn_index_[il], seq, n, max_keys, epilogues ? &post : nullptr);
-        if (!epilogues) cuda::add_rms_norm(x, mix, L.post_attention_norm, n, d, eps, u, s);
-        const float* next = il + 1 < layers_.size() ? layers_[il + 1].attn_norm : output_norm_;
-        const cuda::ResidualNorm after{x, next, eps, u, counter};
-        normed = epilogues && host_index_[il] < 0;
-        moe(L, static_cast<int64_t>(il), n, normed ? &after : nullptr);
+        cuda::add_rms_norm(x, pending, L.attn_norm, n, d, eps, u, s);
+        if (m_.layers_[il].recurrent) deltanet(L, m_.rec_index_[il], seq, n);
+        else attention(L, m_.attn_index_[il], seq, n, max_keys);
+        cuda::add_rms_norm(x, mix, L.post_attention_norm, n, d, eps, u, s);
+        moe(L, static_cast<int64_t>(il), n);
         pending = mix;
     }
-    if (!normed) cuda::add_rms_norm(x, pending, output_norm_, n, d, eps, u, s);
+    cuda::add_rms_norm(x, pending, output_norm_, n, d, eps, u, s);
 }
 
 // Gated DeltaNet (spec §3a): u_ -> mix_.
-void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n,
-                            const cuda::ResidualNorm* ep) {
+void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     float* proj = dn_proj_.as<float>();
@@ -507,12 +487,11 @@ void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int
     const cuda::DeltaNetWeights w{L.ssm_a, L.ssm_dt_bias, L.ssm_norm};
     cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta, alpha, z, w, shape, n,
                     y_.as<float>(), s, n == 1 ? cuda::DeltaNetMethod::automatic : deltanet_method_);
-    linear(L.ssm_out, y_.as<float>(), n, mix_.as<float>(), s, ep);
+    linear(L.ssm_out, y_.as<float>(), n, mix_.as<float>());
 }
 
 // Gated full attention (spec §3b): u_ -> mix_.
-void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys,
-                             const cuda::ResidualNorm* ep) {
+void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
@@ -538,17 +517,15 @@ void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, in
     // The gate sits after each head's query in the q projection: [n][H][q: hd | gate: hd].
     const cuda::AttentionGate gate{qg + hd, 2 * H * hd, 2 * hd};
     cuda::attention(kv, shape, q_.as<float>(), n, pos_.as<int32_t>(), max_keys, gate, o_.as<float>(), attn_ws_.data(), s);
-    linear(L.attn_output, o_.as<float>(), n, mix_.as<float>(), s, ep);
+    linear(L.attn_output, o_.as<float>(), n, mix_.as<float>());
 }
 
 // Routed experts plus the sigmoid-gated shared expert (spec §3c): u_ -> mix_.
-void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n, const cuda::ResidualNorm* ep) {
+void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
     float* logits = router_logits_.as<float>();
-    MOX_CHECK(ep == nullptr || (n == 1 && host_index_[static_cast<size_t>(il)] < 0),
-              "a norm epilogue for a batch or for host experts");
     if (host_index_[static_cast<size_t>(il)] >= 0) {
         if (streaming(n) && stream_order_[static_cast<size_t>(il)] >= 0) host_moe_streamed(L, il, n);
         else host_moe_handoff(L, il, n);
@@ -565,8 +542,7 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n, const cuda::Res
         const cuda::MoeDecodeShared* sh = hp_.n_ff_shexp > 0 ? &shared : nullptr;
         cuda::moe_route_gate_up(logits, true, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps, L.up_exps, K,
                                 u, h_.as<float>(), s, sh);
-        cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh,
-                       ep);
+        cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh);
         return;
     }
     linear(L.router_in.parts[0], u, n, logits);

@@ -15,7 +15,6 @@
 #include "ops/cuda_handoff.h"
 #include "ops/cuda_memory.h"
 #include "ops/moe.h"
-#include "quant/cuda_matvec.h"
 
 #include <atomic>
 #include <exception>
@@ -130,11 +129,9 @@ private:
     // hand_embd_) and whose first position is in pos_, leaving the final-norm hidden states in u_.
     // Only launches and host nodes: capturable when n == 1.
     void trunk(GpuSequence& seq, int64_t n, int64_t max_keys);
-    // u_ -> mix_; with `ep` (decode) the launch that writes mix_ ends with the next add + norm into u_.
-    void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n, const cuda::ResidualNorm* ep);
-    void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys,
-                   const cuda::ResidualNorm* ep);
-    void moe(const GpuLayer& L, int64_t il, int64_t n, const cuda::ResidualNorm* ep);
+    void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n);
+    void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys);
+    void moe(const GpuLayer& L, int64_t il, int64_t n);
     // shared_ [n, d] = the shared expert of u_ (not yet gated), on `stream`.
     void shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle stream);
     // Uploads every weight the options place on the GPU into `arena`; returns their bytes.
@@ -155,8 +152,7 @@ private:
     void stream_copy(size_t order, int buffer);  // the order-th streamed layer into staging[buffer]
     bool streaming(int64_t n) const;
     // y [n, n_out] = x [n, n_in] W^T: matvec for up to 8 tokens, the tensor-core matmul above.
-    void linear(const ops::Weight& w, const float* x, int64_t n, float* y, cuda::StreamHandle stream,
-                const cuda::ResidualNorm* ep = nullptr);
+    void linear(const ops::Weight& w, const float* x, int64_t n, float* y, cuda::StreamHandle stream);
     void linear(const ops::Weight& w, const float* x, int64_t n, float* y) { linear(w, x, n, y, stream_.handle()); }
     // Every part of g for n tokens of x, into a buffer laid out for g (InputGroup::out).
     void project(const InputGroup& g, const float* x, int64_t n, float* base);
@@ -201,9 +197,6 @@ private:
     bool profile_ = false;
     std::atomic<int64_t> host_jobs_{0}, host_tokens_{0}, host_ns_{0};
     std::atomic<bool> host_failed_{false};
-    // Decode runs each residual add + RMSNorm as the epilogue of the launch that writes the block
-    // output (cuda::ResidualNorm; MOX_CUDA_NORM_EPILOGUE=0: separate norm launches, for A/B).
-    bool norm_epilogues_ = true;
     // f32/f16/bf16 KV caches are written by the q/k preparation kernel (cuda::QkCacheStore), not by
     // kv_store launches of their own; MOX_CUDA_KV_FUSE=0 keeps kv_store (A/B).
     bool fuse_kv_store_ = true;
@@ -212,7 +205,6 @@ private:
     // Activations for one micro-batch (fp32, token-major rows).
     cuda::DeviceBuffer tokens_, pos_;  // int32 [n_ubatch], int32 [1]
     cuda::DeviceBuffer x_, u_, mix_, shared_;
-    cuda::DeviceBuffer norm_counter_;  // unsigned: the ResidualNorm epilogues' last-block counter
     cuda::DeviceBuffer dn_proj_, conv_, y_;           // DeltaNet: [qkv | z | beta | alpha] projections
     cuda::DeviceBuffer attn_proj_, q_, o_, attn_ws_;  // attention: [query+gate | k | v] projections
     cuda::DeviceBuffer router_logits_, ids_, weights_, h_, sh_gu_, sh_h_;  // MoE

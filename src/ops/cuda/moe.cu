@@ -242,7 +242,6 @@ struct DownArgs {
     const float* h;  // [slots, n_ff]
     float* out;      // [n_embd]
     bool accumulate;
-    ResidualNorm ep{};  // ep.x set: the launch ends with the add + norm of out (quant/cuda_matvec.h)
 };
 
 // R output rows per warp (1 or 2): two rows share each staged-h read; one row halves a warp's
@@ -356,7 +355,6 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
             *out = a.accumulate ? *out + vl : vl;
         }
     }
-    if (a.ep.x != nullptr) residual_norm_epilogue(a.ep, a.out, a.n_embd);
 }
 
 template <class T, bool I8>
@@ -540,15 +538,11 @@ void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, floa
 }
 
 void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights, int64_t k, const float* h,
-              float* out, StreamHandle stream, const MoeDecodeShared* shared, const ResidualNorm* epilogue) {
+              float* out, StreamHandle stream, const MoeDecodeShared* shared) {
     check_stack(down, "down");
     MOX_CHECK(k >= 1 && k <= kMaxK, "MoE k {}", k);
-    MOX_CHECK(epilogue == nullptr || (epilogue->x != nullptr && epilogue->weight != nullptr && epilogue->u != nullptr &&
-                                      epilogue->counter != nullptr && epilogue->x != out && epilogue->u != out),
-              "MoE down epilogue: every pointer set, none of them out");
     const bool fused = shared != nullptr && check_shared_down(*shared, down);
-    const bool second = shared != nullptr && !fused;  // the shared expert's own launch ends the layer
-    DownArgs a{.down = down.data,
+    const DownArgs a{.down = down.data,
                      .row_bytes = down.row_bytes,
                      .n_ff = down.n_in,
                      .n_embd = down.n_out,
@@ -561,14 +555,13 @@ void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights,
                      .h = h,
                      .out = out,
                      .accumulate = false};
-    if (epilogue != nullptr && !second) a.ep = *epilogue;
     dispatch_type(down.type, [&](auto tag) {
         launch_down<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), stream);
     });
     if (shared != nullptr && !fused) {
         // Added onto the routed sum by a second launch (stream order): still one fixed order.
         const ops::Weight& sd = *shared->down;
-        DownArgs b{.down = nullptr,
+        const DownArgs b{.down = nullptr,
                          .row_bytes = sd.row_bytes,
                          .n_ff = sd.n_in,
                          .n_embd = sd.n_out,
@@ -581,7 +574,6 @@ void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights,
                          .h = h + k * down.n_in,
                          .out = out,
                          .accumulate = true};
-        if (epilogue != nullptr) b.ep = *epilogue;
         dispatch_type(sd.type, [&](auto tag) { launch_down<decltype(tag)>(b, 1, stream); });
     }
 }

@@ -108,26 +108,6 @@ DeviceBuffer random_floats(size_t n, uint32_t seed, cudaStream_t stream) {
     return d;
 }
 
-// A residual add + RMSNorm epilogue over rows of n values (random residual and norm weight), as a
-// decode step's launches carry it; the buffers live as long as this object.
-struct EpilogueBuffers {
-    DeviceBuffer residual, weight, u, counter;
-    ResidualNorm norm;
-
-    EpilogueBuffers(int64_t n, uint32_t seed, cudaStream_t stream)
-        : residual(random_floats(static_cast<size_t>(n), seed, stream)),
-          weight(random_floats(static_cast<size_t>(n), seed + 1, stream)),
-          u(static_cast<size_t>(n) * sizeof(float)),
-          counter(sizeof(unsigned)) {
-        counter.zero(stream);
-        norm = {.x = residual.as<float>(),
-                .weight = weight.as<float>(),
-                .eps = 1e-6f,
-                .u = u.as<float>(),
-                .counter = counter.as<unsigned>()};
-    }
-};
-
 }  // namespace
 
 DeviceMemoryUse probe_memory_use() {
@@ -363,7 +343,6 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
     const DeviceBuffer x = random_floats(kEmbd, 12, s);
     DeviceBuffer h(static_cast<size_t>((kUsed + 1) * kFf) * sizeof(float)), out(kEmbd * sizeof(float));
     DeviceBuffer ids(kUsed * sizeof(int32_t)), wts(kUsed * sizeof(float));
-    const EpilogueBuffers epilogue(kEmbd, 13, s);
     const Graph graph = capture(s, [&] {
         for (int64_t l = 0; l < kLayers; ++l) {
             const float* lg = logits.as<float>() + l * (kExperts + 1);
@@ -371,7 +350,7 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
             moe_route_gate_up(lg, true, ids.as<int32_t>(), wts.as<float>(), wg, wu, kUsed, x.as<float>(),
                               h.as<float>(), s, &shared);
             moe_down(wd, ids.as<int32_t>(), wts.as<float>(), kUsed, h.as<float>(), out.as<float>(), s,
-                     &shared, &epilogue.norm);
+                     &shared);
         }
     });
     const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
@@ -379,30 +358,6 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
                          (2.0 * static_cast<double>(kFf) * static_cast<double>(rb_embd) +
                           static_cast<double>(kEmbd) * static_cast<double>(rb_ff));
     return bytes / (static_cast<double>(ms) * 1e-3) / 1e9;
-}
-
-double probe_norm_epilogue_s(int reps) {
-    MOX_CUDA_CHECK(cudaSetDevice(0));
-    constexpr int64_t kIn = 4096, kOut = 2048, kLayers = 40;
-    const quant::TypeId type = quant::TypeId::q4_k;
-    const size_t rb = quant::row_bytes(type, kIn);
-    Stream stream;
-    const cudaStream_t s = stream.handle();
-    const DeviceBuffer w = random_weight(type, kIn, kOut * kLayers, s);
-    const DeviceBuffer x = random_floats(kIn, 8, s);
-    DeviceBuffer y(kOut * sizeof(float));
-    const EpilogueBuffers epilogue(kOut, 9, s);
-    auto graph_of = [&](const ResidualNorm* ep) {
-        return capture(s, [&] {
-            for (int64_t l = 0; l < kLayers; ++l)
-                matvec(type, w.as<uint8_t>() + static_cast<size_t>(l * kOut) * rb, rb, kIn, kOut,
-                       x.as<float>(), 1, y.as<float>(), s, ep);
-        });
-    };
-    const Graph with = graph_of(&epilogue.norm), without = graph_of(nullptr);
-    const float ms_with = time_ms(s, 2, reps, [&] { with.launch(s); });
-    const float ms_without = time_ms(s, 2, reps, [&] { without.launch(s); });
-    return std::max(0.0, static_cast<double>(ms_with) - static_cast<double>(ms_without)) * 1e-3 / kLayers;
 }
 
 double probe_moe_prefill_tflops(quant::TypeId type, int64_t n_tokens, int reps) {

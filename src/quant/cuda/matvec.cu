@@ -75,12 +75,11 @@ namespace {
 
 // Each block stages the NC activation columns once, then its warps take kRows rows at a time,
 // striding over the matrix. y: [NC][n_out] with column stride y_stride. I8: x staged as 8-bit
-// segments (matvec.cuh), one column only. ep.x set (one column): the ResidualNorm epilogue of y.
+// segments (matvec.cuh), one column only.
 template <class T, int NC, bool I8>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
-                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride,
-                  const ResidualNorm ep) {
+                  const float* __restrict__ x, int64_t x_stride, float* __restrict__ y, int64_t y_stride) {
     static_assert(!I8 || NC == 1, "int8 activations are the one-column path");
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
@@ -117,14 +116,11 @@ __global__ void __launch_bounds__(kThreads)
             }
         }
     }
-    if constexpr (NC == 1) {
-        if (ep.x != nullptr) residual_norm_epilogue(ep, y, n_out);
-    }
 }
 
 template <class T, int NC, bool I8>
 void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x, float* y,
-                   StreamHandle stream, const ResidualNorm& ep) {
+                   StreamHandle stream) {
     const auto kernel = matvec_kernel<T, NC, I8>;
     const int64_t n_segs = n_segments<T>(n_in);
     size_t smem = static_cast<size_t>(NC * n_units(n_segs) * 256) * sizeof(float);
@@ -136,7 +132,7 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
     const int blocks = grid_blocks(reinterpret_cast<const void*>(kernel), smem,
                                    (n_out + rows_per_block - 1) / rows_per_block);
     launch_overlapped(kernel, blocks, kThreads, smem, stream, static_cast<const uint8_t*>(w), row_bytes, n_in,
-                      n_out, x, n_in, y, n_out, ep);
+                      n_out, x, n_in, y, n_out);
     MOX_CUDA_CHECK_LAUNCH("matvec_kernel");
 }
 
@@ -203,14 +199,13 @@ bool use_short_kernel(int64_t n_in, int64_t n_out, const float* x) {
 
 template <class T, int NC>
 void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x, float* y,
-            StreamHandle stream, const ResidualNorm& ep) {
+            StreamHandle stream) {
     if constexpr (NC == 1 && kHasI8<T>) {
         if (int8_activations_enabled())
-            return launch_kernel<T, 1, true>(w, row_bytes, n_in, n_out, x, y, stream, ep);
+            return launch_kernel<T, 1, true>(w, row_bytes, n_in, n_out, x, y, stream);
     }
     if constexpr (NC == 1 && seg::kIsFloat<T>) {
-        // An epilogue keeps the 256-thread blocks: its norm then sums in add_rms_norm's order.
-        if (ep.x == nullptr && use_short_kernel<T>(n_in, n_out, x)) {
+        if (use_short_kernel<T>(n_in, n_out, x)) {
             const auto blocks = static_cast<unsigned>((n_out + kRows - 1) / kRows);
             launch_overlapped(matvec_short_kernel<T>, blocks, kWarp, 0, stream,
                               static_cast<const uint8_t*>(w), row_bytes, n_in, n_out, x, y);
@@ -218,7 +213,7 @@ void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const 
             return;
         }
     }
-    launch_kernel<T, NC, false>(w, row_bytes, n_in, n_out, x, y, stream, ep);
+    launch_kernel<T, NC, false>(w, row_bytes, n_in, n_out, x, y, stream);
 }
 
 }  // namespace
@@ -257,15 +252,8 @@ bool matvec_supported(quant::TypeId type) {
 }
 
 void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
-            int n_cols, float* y, StreamHandle stream, const ResidualNorm* epilogue) {
+            int n_cols, float* y, StreamHandle stream) {
     MOX_CHECK(n_cols >= 1 && n_cols <= kMaxMatvecCols, "matvec with {} columns", n_cols);
-    ResidualNorm ep;
-    if (epilogue != nullptr) {
-        MOX_CHECK(n_cols == 1 && epilogue->x != nullptr && epilogue->weight != nullptr && epilogue->u != nullptr &&
-                      epilogue->counter != nullptr && epilogue->x != y && epilogue->u != y,
-                  "matvec epilogue: one column, every pointer set, none of them y");
-        ep = *epilogue;
-    }
     MOX_CHECK(n_in > 0 && n_out > 0, "matvec shape {}x{}", n_out, n_in);
     const auto& tr = quant::traits(type);
     if (tr.is_quantized && n_in % tr.block_elems != 0)
@@ -283,16 +271,16 @@ void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
             using T = decltype(tag);
             switch (nc) {
                 case 8:
-                    launch<T, 8>(w, row_bytes, n_in, n_out, xc, yc, stream, ep);
+                    launch<T, 8>(w, row_bytes, n_in, n_out, xc, yc, stream);
                     break;
                 case 4:
-                    launch<T, 4>(w, row_bytes, n_in, n_out, xc, yc, stream, ep);
+                    launch<T, 4>(w, row_bytes, n_in, n_out, xc, yc, stream);
                     break;
                 case 2:
-                    launch<T, 2>(w, row_bytes, n_in, n_out, xc, yc, stream, ep);
+                    launch<T, 2>(w, row_bytes, n_in, n_out, xc, yc, stream);
                     break;
                 default:
-                    launch<T, 1>(w, row_bytes, n_in, n_out, xc, yc, stream, ep);
+                    launch<T, 1>(w, row_bytes, n_in, n_out, xc, yc, stream);
                     break;
             }
         });

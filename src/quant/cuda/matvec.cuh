@@ -16,7 +16,6 @@
 
 #include "quant/cuda/check.cuh"
 #include "quant/cuda/segments.cuh"
-#include "quant/cuda_matvec.h"
 #include "quant/types.h"
 
 #include <cstdint>
@@ -384,81 +383,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
     return v;
-}
-
-// Sum over the block (blockDim a multiple of 32); every thread gets the total. Every thread of the
-// block must call it.
-__device__ __forceinline__ float block_sum(float v) {
-    __shared__ float red[kWarp];
-    v = warp_sum(v);
-    const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-    __syncthreads();  // red may still be read by a previous call
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = 0.0f;
-    for (int i = 0; i < static_cast<int>(blockDim.x) / kWarp; ++i) t += red[i];
-    return t;
-}
-
-// Rows up to kNormPer * blockDim wide stay in registers between the sum and the scaling, and every
-// load of a row is issued before the first is used (one L2 round trip instead of one per strided
-// loop trip).
-inline constexpr int kNormPer = 16;
-
-// x <- x + add (add may be null), out = x * rsqrt(mean(x^2) + eps) * w over one row of d values, by
-// all threads of a block: cuda::add_rms_norm's per-row work (the same operations in the same order).
-// Loads bypass L1 (ld.cg): ResidualNorm's last block reads rows the other blocks of its launch wrote.
-__device__ __forceinline__ void add_rms_norm_row(float* x, const float* add, const float* w, int64_t d, float eps,
-                                                 float* out) {
-    const int tid = static_cast<int>(threadIdx.x), step = static_cast<int>(blockDim.x);
-    if (d <= static_cast<int64_t>(step) * kNormPer) {
-        float v[kNormPer], wr[kNormPer];
-#pragma unroll
-        for (int k = 0; k < kNormPer; ++k) {
-            const int64_t i = tid + static_cast<int64_t>(k) * step;
-            v[k] = i < d ? __ldcg(x + i) + (add != nullptr ? __ldcg(add + i) : 0.0f) : 0.0f;
-            wr[k] = i < d ? __ldg(w + i) : 0.0f;
-        }
-        float ss = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kNormPer; ++k) {
-            const int64_t i = tid + static_cast<int64_t>(k) * step;
-            if (add != nullptr && i < d) x[i] = v[k];
-            ss += v[k] * v[k];
-        }
-        const float scale = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
-#pragma unroll
-        for (int k = 0; k < kNormPer; ++k) {
-            const int64_t i = tid + static_cast<int64_t>(k) * step;
-            if (i < d) out[i] = v[k] * scale * wr[k];
-        }
-        return;
-    }
-    float ss = 0.0f;
-    for (int64_t i = tid; i < d; i += step) {
-        float v = __ldcg(x + i);
-        if (add != nullptr) {
-            v += __ldcg(add + i);
-            x[i] = v;
-        }
-        ss += v * v;
-    }
-    const float scale = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
-    for (int64_t i = tid; i < d; i += step) out[i] = x[i] * scale * w[i];
-}
-
-// ResidualNorm's epilogue of a launch that wrote y [d]: every thread of every block calls it after its
-// last store of y; the last block to arrive adds and normalises the whole row.
-__device__ __forceinline__ void residual_norm_epilogue(const ResidualNorm& ep, const float* y, int64_t d) {
-    __shared__ bool last;
-    __threadfence();  // this block's stores of y, visible device-wide before it counts itself
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ep.counter, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // then every other block's stores are visible here
-    add_rms_norm_row(ep.x, y, ep.weight, d, ep.eps, ep.u);
-    if (threadIdx.x == 0) *ep.counter = 0;  // ready for the next launch (and the graph's next replay)
 }
 
 // Calls fn(T{}) with the segment decoder of `type`; false when the type has no CUDA kernel.
