@@ -225,6 +225,31 @@ TEST(CudaAttention, DecodeShortContextBoundary) {
     }
 }
 
+// The short-context kernel with 8 and 16 warps per block (MOX_CUDA_ATTN_SHORT_WARPS; "auto" picks by
+// the graph's key bound): the same results as the reference for lengths that leave some warps without
+// a key, and at the bound, every KV type.
+TEST(CudaAttention, DecodeShortContextWarps) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    uint32_t seed = 900;
+    for (const char* warps : {"8", "16", "auto"}) {
+        ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_WARPS", warps, 1), 0);
+        for (TypeId t : kKvTypes)
+            for (int64_t len : {1, 5, 70, 300, 513, 1024}) {
+                Case c;
+                c.k_type = c.v_type = t;
+                c.pos0 = len - 1;
+                c.max_keys = std::max<int64_t>(256, len);
+                run_case(c, ++seed);
+            }
+        for (int64_t dim : {64, 128})  // the other head sizes the kernel has
+            run_case({.n_head = 8, .n_head_kv = 2, .head_dim = dim, .pos0 = 699, .max_keys = 1024}, ++seed);
+    }
+    ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_WARPS", "2", 1), 0);  // not a count the kernel has
+    Case c;
+    EXPECT_THROW(run_case(c, 1), Error);
+    ASSERT_EQ(unsetenv("MOX_CUDA_ATTN_SHORT_WARPS"), 0);
+}
+
 // Decode over f16 caches beyond 1024 keys takes the tensor-core kernel (attention_mma_kernel, f16 K and
 // V, groups of up to 8 query heads, head_dim 128 or 256), held to the fp32 kernels' tolerance: Q and P
 // enter the MMAs as two f16 parts. One split and many, groups of 8, 4 and 3, gate on and off, a length

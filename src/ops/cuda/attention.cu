@@ -415,18 +415,20 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
 // Qwen3.6, each warp walking every 4th group of kShortKeys keys with the scores of a step reduced
 // across the warp in interleaved butterflies (all lanes get every score), then the 4 warps merge
 // through shared memory. K/V rows are read once per query head; at <= 1024 keys they stay in L2.
-constexpr int kShortWarps = 4;
+// A warp's steps form one dependent chain (load, dot, butterfly, exp, accumulate: ~0.5 us each on the
+// H200), so with W warps a context of n keys costs ~n / (4 W) steps: tg512 ran 5% slower than tg128
+// at 4 warps (session 9). W = 8 and 16 shorten the chain (short_warps chooses; see there).
 constexpr int kShortKeys = 4;  // keys per warp and step
 constexpr int64_t kShortMaxKeys = 1024;
 
-template <int D>
-__global__ void __launch_bounds__(kShortWarps * 32) attention_short_kernel(const AttnParams p) {
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) attention_short_kernel(const AttnParams p) {
     dependency_wait();  // launch.cuh
     allow_next_launch();
     constexpr int E = D / 32;
-    __shared__ float sm_acc[kShortWarps][D];
-    __shared__ float sm_m[kShortWarps];
-    __shared__ float sm_l[kShortWarps];
+    __shared__ float sm_acc[W][D];
+    __shared__ float sm_m[W];
+    __shared__ float sm_l[W];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = static_cast<int>(blockIdx.x), hk = h / p.group;
     const int e0 = lane * E;
@@ -439,7 +441,7 @@ __global__ void __launch_bounds__(kShortWarps * 32) attention_short_kernel(const
     float m = -INFINITY, l = 0.0f;
     const uint8_t* kbase = p.k + hk * p.k_head_bytes;
     const uint8_t* vbase = p.v + hk * p.v_head_bytes;
-    for (int64_t j0 = static_cast<int64_t>(warp) * kShortKeys; j0 < k1; j0 += kShortWarps * kShortKeys) {
+    for (int64_t j0 = static_cast<int64_t>(warp) * kShortKeys; j0 < k1; j0 += W * kShortKeys) {
         Raw<E> rk[kShortKeys], rv[kShortKeys];
 #pragma unroll
         for (int s = 0; s < kShortKeys; ++s) {  // every load of the step first (past k1: a valid row)
@@ -490,18 +492,18 @@ __global__ void __launch_bounds__(kShortWarps * 32) attention_short_kernel(const
     __syncthreads();
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kShortWarps; ++w)
+    for (int w = 0; w < W; ++w)
         if (sm_l[w] > 0.0f) M = fmaxf(M, sm_m[w]);
-    float wt[kShortWarps], L = 0.0f;
+    float wt[W], L = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kShortWarps; ++w) {
+    for (int w = 0; w < W; ++w) {
         wt[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - M) : 0.0f;  // a warp that saw no key weighs 0
         L += wt[w] * sm_l[w];
     }
-    for (int c = static_cast<int>(threadIdx.x); c < D; c += kShortWarps * 32) {
+    for (int c = static_cast<int>(threadIdx.x); c < D; c += W * 32) {
         float A = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kShortWarps; ++w) A = fmaf(wt[w], sm_acc[w][c], A);
+        for (int w = 0; w < W; ++w) A = fmaf(wt[w], sm_acc[w][c], A);
         p.out[static_cast<int64_t>(h) * D + c] = gated(p, 0, h, c, A / L);  // L >= 1: key 0 is seen
     }
 }
@@ -608,6 +610,35 @@ bool mma_attention_enabled() {
     return enabled;
 }
 
+// Warps per block of attention_short_kernel for a graph sized for max_keys keys. MOX_CUDA_ATTN_SHORT_WARPS
+// = 4 (the default: the measured kernel), 8 or 16 forces a count; "auto" takes 4 up to 256 keys, 8 up to
+// 512, 16 beyond (each warp then walks at most 16 steps). Not yet measured on a GPU (session 9 had no
+// device time left): auto becomes the default only after an A/B. Read at every launch (not cached), so
+// tests can switch it; decode graphs read it once, at capture.
+int short_warps(int64_t max_keys) {
+    const char* env = std::getenv("MOX_CUDA_ATTN_SHORT_WARPS");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "4") == 0) return 4;
+    if (std::strcmp(env, "8") == 0) return 8;
+    if (std::strcmp(env, "16") == 0) return 16;
+    if (std::strcmp(env, "auto") == 0) return max_keys <= 256 ? 4 : max_keys <= 512 ? 8 : 16;
+    fail("MOX_CUDA_ATTN_SHORT_WARPS={}: expected 4, 8, 16 or auto", env);
+}
+
+template <int D>
+void launch_short(int warps, unsigned blocks, StreamHandle stream, const AttnParams& p) {
+    switch (warps) {
+        case 4:
+            launch_overlapped(attention_short_kernel<D, 4>, blocks, 4 * 32, 0, stream, p);
+            break;
+        case 8:
+            launch_overlapped(attention_short_kernel<D, 8>, blocks, 8 * 32, 0, stream, p);
+            break;
+        default:
+            launch_overlapped(attention_short_kernel<D, 16>, blocks, 16 * 32, 0, stream, p);
+            break;
+    }
+}
+
 // MOX_CUDA_ATTN_SHORT=0: decode over short contexts takes attention_kernel too (A/B measurements).
 bool short_attention_enabled() {
     static const bool enabled = [] {
@@ -692,15 +723,16 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
 
     if (n_q == 1 && max_keys <= kShortMaxKeys && short_attention_enabled()) {
         const auto blocks = static_cast<unsigned>(shape.n_head);
+        const int warps = short_warps(max_keys);
         switch (D) {
             case 64:
-                launch_overlapped(attention_short_kernel<64>, blocks, kShortWarps * 32, 0, stream, p);
+                launch_short<64>(warps, blocks, stream, p);
                 break;
             case 128:
-                launch_overlapped(attention_short_kernel<128>, blocks, kShortWarps * 32, 0, stream, p);
+                launch_short<128>(warps, blocks, stream, p);
                 break;
             default:
-                launch_overlapped(attention_short_kernel<256>, blocks, kShortWarps * 32, 0, stream, p);
+                launch_short<256>(warps, blocks, stream, p);
                 break;
         }
         MOX_CUDA_CHECK_LAUNCH("attention_short_kernel");
