@@ -169,6 +169,8 @@ std::string profile_to_json(const HardwareProfile& p) {
         gpu["handoff_roundtrip_s"] = finite(g.handoff_roundtrip_s, "gpu.handoff_roundtrip_s");
         gpu["moe_prefill_tflops"] = rates(g.moe_prefill_tflops, "gpu.moe_prefill_tflops");
         gpu["deltanet_prefill_token_s"] = finite(g.deltanet_prefill_token_s, "gpu.deltanet_prefill_token_s");
+        gpu["moe_prefill_large_tflops"] = rates(g.moe_prefill_large_tflops, "gpu.moe_prefill_large_tflops");
+        gpu["moe_prefill_large_tokens"] = g.moe_prefill_large_tokens;
         j["gpu"] = std::move(gpu);
     } else {
         j["gpu"] = nullptr;
@@ -232,6 +234,14 @@ HardwareProfile profile_from_json(const std::string& text) {
             g.deltanet_prefill_token_s = get_double(gpu, "gpu", "deltanet_prefill_token_s");
             if (g.deltanet_prefill_token_s > 0 && g.deltanet_state_bytes == 0)
                 fail("hardware profile: 'gpu.deltanet_prefill_token_s' without 'gpu.deltanet_state_bytes'");
+        }
+        g.moe_prefill_large_tflops = get_rates(gpu, "gpu", "moe_prefill_large_tflops");
+        if (!g.moe_prefill_large_tflops.empty()) {
+            g.moe_prefill_large_tokens = get_int(gpu, "gpu", "moe_prefill_large_tokens");
+            if (g.moe_prefill_large_tokens <= 512)
+                fail("hardware profile: 'gpu.moe_prefill_large_tokens' must be above the 512 tokens of "
+                     "'gpu.moe_prefill_tflops', found {}",
+                     g.moe_prefill_large_tokens);
         }
         p.gpu = std::move(g);
     }

@@ -37,6 +37,10 @@ struct GpuProfile {
     // delta rule per token at that micro-batch, for deltanet_state_bytes of state.
     std::map<std::string, double> moe_prefill_tflops;
     double deltanet_prefill_token_s = 0;
+    // The batched MoE's rate at a larger micro-batch of moe_prefill_large_tokens tokens (optional, as
+    // above; the speed model interpolates between the two sizes in log2 of the tokens).
+    std::map<std::string, double> moe_prefill_large_tflops;
+    int64_t moe_prefill_large_tokens = 0;
     // Tensor-core matmul over quantized weights at prefill batch sizes (512+ tokens), per type.
     std::map<std::string, double> matmul_tflops;
     // Latency-bound decode launches, measured as the decode graph runs them (cuda_probe.h); absent

@@ -19,6 +19,8 @@ namespace {
 
 constexpr double kGiga = 1e9;   // GB/s and GFLOP/s
 constexpr double kTera = 1e12;  // TFLOP/s
+// The micro-batch of GpuProfile::moe_prefill_tflops (CalibrateOptions::gpu_matmul_tokens' default).
+constexpr double kMoePrefillTokens = 512;
 
 std::string lower(std::string_view s) {
     std::string out(s);
@@ -112,11 +114,20 @@ public:
         return gpu().deltanet_step_s * state_bytes / static_cast<double>(gpu().deltanet_state_bytes);
     }
 
-    // The batched MoE's measured routed FLOP rate at a prefill micro-batch, if measured.
-    std::optional<double> gpu_moe_prefill(quant::TypeId t) const {
+    // The batched MoE's measured routed FLOP rate for a micro-batch of `tokens`, if measured: the
+    // 512-token rate, or, where the profile also has the rate at a larger micro-batch, the two
+    // interpolated in log2 of the tokens (clamped to the measured sizes).
+    std::optional<double> gpu_moe_prefill(quant::TypeId t, double tokens) const {
         if (!has_gpu()) return std::nullopt;
-        if (auto r = lookup(gpu().moe_prefill_tflops, t)) return *r * kTera;
-        return std::nullopt;
+        const auto small = lookup(gpu().moe_prefill_tflops, t);
+        if (!small) return std::nullopt;
+        const auto big_tokens = static_cast<double>(gpu().moe_prefill_large_tokens);
+        const auto large = big_tokens > kMoePrefillTokens ? lookup(gpu().moe_prefill_large_tflops, t) : std::nullopt;
+        if (!large) return *small * kTera;
+        const double f = std::clamp((std::log2(std::max(tokens, 1.0)) - std::log2(kMoePrefillTokens)) /
+                                        (std::log2(big_tokens) - std::log2(kMoePrefillTokens)),
+                                    0.0, 1.0);
+        return (*small + f * (*large - *small)) * kTera;
     }
     // A DeltaNet layer's conv + chunked rule per prefill token, scaled by state bytes, if measured.
     std::optional<double> gpu_deltanet_prefill_token(double state_bytes) const {
@@ -322,7 +333,7 @@ double experts_gpu_s(Rates& r, const Layer& L, const models::Qwen35MoeHparams& h
             // run far below the dense matmul's), else the dense matmul's rate; never faster than
             // reading the selected experts once.
             const double used = distinct_experts(tokens, k, static_cast<double>(hp.n_expert));
-            const auto moe = r.gpu_moe_prefill(x.type);
+            const auto moe = r.gpu_moe_prefill(x.type, tokens);
             const double flops_rate = moe ? *moe : r.gpu_matmul(x.type);
             s += std::max(2.0 * tokens * k * x.params / flops_rate, used * x.bytes / r.gpu_matvec(x.type));
         }

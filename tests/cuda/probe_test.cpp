@@ -124,6 +124,9 @@ TEST(CudaProbe, MoePrefillAndDeltaNetPrefill) {
     EXPECT_TRUE(finite_positive(moe));
     EXPECT_LT(moe, 2 * dense);  // ~16 tokens per expert cannot beat one 512-token product by much
     EXPECT_THROW(probe_moe_prefill_tflops(TypeId::q8_k, 16, 1), Error);
+    const double moe_4k = probe_moe_prefill_tflops(TypeId::q4_k, 4096, 2);  // calibrate's larger size
+    std::printf("[probe] MoE prefill Q4_K %.2f TFLOP/s at 4096 tokens\n", moe_4k);
+    EXPECT_TRUE(finite_positive(moe_4k));
     uint64_t state = 0;
     const double per_token = probe_deltanet_prefill_token_s(&state, 512, 3);
     const double step = probe_deltanet_step_s(nullptr, 3);

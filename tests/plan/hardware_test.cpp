@@ -49,6 +49,8 @@ HardwareProfile full_profile() {
     g.handoff_roundtrip_s = 6.25e-6;
     g.moe_prefill_tflops = {{"Q4_K", 30.5}, {"Q6_K", 28.25}};
     g.deltanet_prefill_token_s = 4.5e-7;
+    g.moe_prefill_large_tflops = {{"Q4_K", 61.5}, {"Q6_K", 55.25}};
+    g.moe_prefill_large_tokens = 4096;
     p.gpu = g;
     return p;
 }
@@ -81,6 +83,8 @@ void expect_same(const HardwareProfile& a, const HardwareProfile& b) {
     EXPECT_EQ(a.gpu->handoff_roundtrip_s, b.gpu->handoff_roundtrip_s);
     EXPECT_EQ(a.gpu->moe_prefill_tflops, b.gpu->moe_prefill_tflops);
     EXPECT_EQ(a.gpu->deltanet_prefill_token_s, b.gpu->deltanet_prefill_token_s);
+    EXPECT_EQ(a.gpu->moe_prefill_large_tflops, b.gpu->moe_prefill_large_tflops);
+    EXPECT_EQ(a.gpu->moe_prefill_large_tokens, b.gpu->moe_prefill_large_tokens);
 }
 
 std::string error_of(const std::string& text) {
@@ -172,6 +176,8 @@ TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
     j["gpu"].erase("handoff_roundtrip_s");
     j["gpu"].erase("moe_prefill_tflops");
     j["gpu"].erase("deltanet_prefill_token_s");
+    j["gpu"].erase("moe_prefill_large_tflops");
+    j["gpu"].erase("moe_prefill_large_tokens");
     const HardwareProfile p = profile_from_json(j.dump());
     ASSERT_TRUE(p.gpu.has_value());
     EXPECT_TRUE(p.gpu->moe_decode_gbps.empty());
@@ -179,6 +185,8 @@ TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
     EXPECT_EQ(p.gpu->handoff_roundtrip_s, 0.0);
     EXPECT_TRUE(p.gpu->moe_prefill_tflops.empty());
     EXPECT_EQ(p.gpu->deltanet_prefill_token_s, 0.0);
+    EXPECT_TRUE(p.gpu->moe_prefill_large_tflops.empty());
+    EXPECT_EQ(p.gpu->moe_prefill_large_tokens, 0);
     EXPECT_EQ(p.gpu->matvec_gbps.size(), 2u);
     j = nlohmann::json::parse(profile_to_json(full_profile()));
     j["gpu"].erase("deltanet_state_bytes");
@@ -187,6 +195,12 @@ TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
     EXPECT_NE(error_of(j.dump()).find("deltanet_state_bytes"), std::string::npos) << error_of(j.dump());
     j["gpu"].erase("deltanet_step_s");  // the prefill probe needs the state bytes too
     EXPECT_NE(error_of(j.dump()).find("deltanet_prefill_token_s"), std::string::npos) << error_of(j.dump());
+    // A large-batch MoE rate needs its size, above the 512 tokens of the other rate.
+    j = nlohmann::json::parse(profile_to_json(full_profile()));
+    j["gpu"].erase("moe_prefill_large_tokens");
+    EXPECT_NE(error_of(j.dump()).find("moe_prefill_large_tokens"), std::string::npos) << error_of(j.dump());
+    j["gpu"]["moe_prefill_large_tokens"] = 512;
+    EXPECT_NE(error_of(j.dump()).find("moe_prefill_large_tokens"), std::string::npos) << error_of(j.dump());
 }
 
 TEST(HardwareProfile, OtherSchemaVersionsAreRefused) {

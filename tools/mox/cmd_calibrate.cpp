@@ -98,12 +98,13 @@ void print_profile(const plan::HardwareProfile& p) {
     if (g.deltanet_prefill_token_s > 0)
         fmt::print("  {:<46} {:.3f} us per token and layer\n", "Gated DeltaNet prefill (conv + chunked rule)",
                    g.deltanet_prefill_token_s * 1e6);
-    fmt::print("    {:<10} {:>28} {:>28} {:>28} {:>28}\n", "type", "matvec, 1 token: weight GB/s",
-               "MoE decode layer: weight GB/s", "matmul, 512 tokens: TFLOP/s", "MoE, 512 tokens: TFLOP/s");
+    const std::string large = fmt::format("MoE, {} tokens: TFLOP/s", g.moe_prefill_large_tokens);
+    fmt::print("    {:<10} {:>28} {:>28} {:>28} {:>28} {:>28}\n", "type", "matvec, 1 token: weight GB/s",
+               "MoE decode layer: weight GB/s", "matmul, 512 tokens: TFLOP/s", "MoE, 512 tokens: TFLOP/s", large);
     for (const std::string& t : type_keys(g.matvec_gbps, g.matmul_tflops))
-        fmt::print("    {:<10} {:>28} {:>28} {:>28} {:>28}\n", t, rate(g.matvec_gbps, t, "{:.1f}"),
+        fmt::print("    {:<10} {:>28} {:>28} {:>28} {:>28} {:>28}\n", t, rate(g.matvec_gbps, t, "{:.1f}"),
                    rate(g.moe_decode_gbps, t, "{:.1f}"), rate(g.matmul_tflops, t, "{:.2f}"),
-                   rate(g.moe_prefill_tflops, t, "{:.2f}"));
+                   rate(g.moe_prefill_tflops, t, "{:.2f}"), rate(g.moe_prefill_large_tflops, t, "{:.2f}"));
 }
 
 void run(const CalibrateFlags& f, bool show) {
