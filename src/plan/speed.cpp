@@ -122,7 +122,8 @@ public:
         const auto small = lookup(gpu().moe_prefill_tflops, t);
         if (!small) return std::nullopt;
         const auto big_tokens = static_cast<double>(gpu().moe_prefill_large_tokens);
-        const auto large = big_tokens > kMoePrefillTokens ? lookup(gpu().moe_prefill_large_tflops, t) : std::nullopt;
+        const auto large =
+            big_tokens > kMoePrefillTokens ? lookup(gpu().moe_prefill_large_tflops, t) : std::nullopt;
         if (!large) return *small * kTera;
         const double f = std::clamp((std::log2(std::max(tokens, 1.0)) - std::log2(kMoePrefillTokens)) /
                                         (std::log2(big_tokens) - std::log2(kMoePrefillTokens)),
@@ -135,7 +136,6 @@ public:
             return std::nullopt;
         return gpu().deltanet_prefill_token_s * state_bytes / static_cast<double>(gpu().deltanet_state_bytes);
     }
-
 
     double roundtrip() const { return has_gpu() ? gpu().host_roundtrip_s : 0; }
     // A host layer's hand-off in the decode graph: the probe of the graph's own protocol (its publish

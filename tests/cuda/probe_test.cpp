@@ -130,8 +130,8 @@ TEST(CudaProbe, MoePrefillAndDeltaNetPrefill) {
     uint64_t state = 0;
     const double per_token = probe_deltanet_prefill_token_s(&state, 512, 3);
     const double step = probe_deltanet_step_s(nullptr, 3);
-    std::printf("[probe] DeltaNet prefill %.3f us per token and layer (decode step %.2f us)\n", per_token * 1e6,
-                step * 1e6);
+    std::printf("[probe] DeltaNet prefill %.3f us per token and layer (decode step %.2f us)\n",
+                per_token * 1e6, step * 1e6);
     EXPECT_TRUE(finite_positive(per_token));
     EXPECT_LT(per_token, step);  // the chunked form amortises the state over the chunk
     EXPECT_EQ(state, static_cast<uint64_t>((3 * 8192 + 32 * 128 * 128) * 4));

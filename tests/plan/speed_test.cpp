@@ -378,22 +378,21 @@ TEST(PlanSpeed, PrefillProbesChargeDeltaNetAndTheBatchedMoe) {
 // rate, at the large size and above the large one, halfway (in log2) the mean.
 TEST(PlanSpeed, BatchedMoeRateInterpolatesBetweenMeasuredSizes) {
     HardwareProfile small_only = h200_like();
-    for (const auto& [type, tflops] : small_only.gpu->matmul_tflops) small_only.gpu->moe_prefill_tflops[type] = tflops / 8;
+    for (const auto& [type, tflops] : small_only.gpu->matmul_tflops)
+        small_only.gpu->moe_prefill_tflops[type] = tflops / 8;
     HardwareProfile both = small_only, at_large = small_only, at_mid = small_only;
     both.gpu->moe_prefill_large_tokens = 2048;
     for (const auto& [type, tflops] : small_only.gpu->moe_prefill_tflops) {
         both.gpu->moe_prefill_large_tflops[type] = 2 * tflops;
-        at_large.gpu->moe_prefill_tflops[type] = 2 * tflops;       // the large rate everywhere
-        at_mid.gpu->moe_prefill_tflops[type] = 1.5 * tflops;       // the mean of the two
+        at_large.gpu->moe_prefill_tflops[type] = 2 * tflops;  // the large rate everywhere
+        at_mid.gpu->moe_prefill_tflops[type] = 1.5 * tflops;  // the mean of the two
     }
     // Prompts of one micro-batch of T tokens, all experts on the GPU.
     auto experts_s = [&](const HardwareProfile& prof, int64_t t) {
         return predict_speed(hybrid({}), hp(), cache(), options(4096, t), prof).prefill.gpu_compute_s;
     };
-    for (int64_t t : {256, 512})
-        EXPECT_NEAR(experts_s(both, t), experts_s(small_only, t), 1e-12) << t;
-    for (int64_t t : {2048, 4096})
-        EXPECT_NEAR(experts_s(both, t), experts_s(at_large, t), 1e-12) << t;
+    for (int64_t t : {256, 512}) EXPECT_NEAR(experts_s(both, t), experts_s(small_only, t), 1e-12) << t;
+    for (int64_t t : {2048, 4096}) EXPECT_NEAR(experts_s(both, t), experts_s(at_large, t), 1e-12) << t;
     EXPECT_NEAR(experts_s(both, 1024), experts_s(at_mid, 1024), 1e-12);
     EXPECT_LT(experts_s(both, 1024), experts_s(small_only, 1024));
 }

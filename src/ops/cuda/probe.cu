@@ -223,9 +223,16 @@ double probe_handoff_roundtrip_s(int slots, int reps) {
         a.record(s);
         with_host.launch(s);
         b.record(s);
-        for (int i = 0; i < slots; ++i) {
-            if (!channel.wait_ready(i, n, s)) fail("hand-off probe: the GPU gave up at slot {}", i);
-            channel.answer(i, n, true);
+        try {
+            for (int i = 0; i < slots; ++i) {
+                if (!channel.wait_ready(i, n, s)) fail("hand-off probe: the GPU gave up at slot {}", i);
+                channel.answer(i, n, true);
+            }
+        } catch (...) {
+            // wait_ready recorded host_abort, so the graph's collects return at once: let it finish
+            // before the channel it reads goes away.
+            (void)cudaStreamSynchronize(s);
+            throw;
         }
         b.synchronize();
         const HandoffStatus st = channel.status();
@@ -237,8 +244,8 @@ double probe_handoff_roundtrip_s(int slots, int reps) {
     std::vector<float> ms;
     for (int i = 0; i < reps; ++i) ms.push_back(step());
     const float ms_without = time_ms(s, 2, reps, [&] { kernels_only.launch(s); });
-    return std::max(0.0, static_cast<double>(median(std::move(ms))) - static_cast<double>(ms_without)) * 1e-3 /
-           slots;
+    return std::max(0.0, static_cast<double>(median(std::move(ms))) - static_cast<double>(ms_without)) *
+           1e-3 / slots;
 }
 
 double probe_launch_gap_s(int kernels, int reps) {
@@ -361,7 +368,8 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
 }
 
 double probe_moe_prefill_tflops(quant::TypeId type, int64_t n_tokens, int reps) {
-    if (!matmul_supported(type)) fail("MoE prefill probe: no CUDA matmul kernel for {}", quant::type_name(type));
+    if (!matmul_supported(type))
+        fail("MoE prefill probe: no CUDA matmul kernel for {}", quant::type_name(type));
     MOX_CHECK(n_tokens >= 1, "{} tokens", n_tokens);
     MOX_CUDA_CHECK(cudaSetDevice(0));
     constexpr int64_t kEmbd = 2048, kFf = 512, kExperts = 256, kUsed = 8;
@@ -386,13 +394,14 @@ double probe_moe_prefill_tflops(quant::TypeId type, int64_t n_tokens, int reps) 
     const DeviceBuffer logits = random_floats(static_cast<size_t>(n_tokens * kExperts), 41, s);
     DeviceBuffer ids(static_cast<size_t>(n_tokens * kUsed) * sizeof(int32_t)),
         wts(static_cast<size_t>(n_tokens * kUsed) * sizeof(float));
-    route_softmax_topk(logits.as<float>(), n_tokens, kExperts, kUsed, true, ids.as<int32_t>(), wts.as<float>(), s);
+    route_softmax_topk(logits.as<float>(), n_tokens, kExperts, kUsed, true, ids.as<int32_t>(),
+                       wts.as<float>(), s);
     const DeviceBuffer x = random_floats(static_cast<size_t>(n_tokens * kEmbd), 42, s);
     DeviceBuffer out(static_cast<size_t>(n_tokens * kEmbd) * sizeof(float));
     DeviceBuffer workspace(moe_batch_workspace_bytes(wg, wd, n_tokens, kUsed));
     const float ms = time_ms(s, 2, reps, [&] {
-        moe_batch(wg, wu, wd, ids.as<int32_t>(), wts.as<float>(), n_tokens, kUsed, x.as<float>(), out.as<float>(),
-                  workspace.data(), s);
+        moe_batch(wg, wu, wd, ids.as<int32_t>(), wts.as<float>(), n_tokens, kUsed, x.as<float>(),
+                  out.as<float>(), workspace.data(), s);
     });
     const double flops = 2.0 * static_cast<double>(n_tokens * kUsed) * 3.0 * kEmbd * kFf;
     return flops / (static_cast<double>(ms) * 1e-3) / 1e12;
@@ -412,15 +421,16 @@ double probe_deltanet_prefill_token_s(uint64_t* state_bytes, int64_t n_tokens, i
     const auto n = static_cast<size_t>(n_tokens);
     const DeviceBuffer x = random_floats(n * kChannels, 52, s), b = random_floats(n * kHv, 53, s),
                        alpha = random_floats(n * kHv, 54, s), z = random_floats(n * kHv * kD, 55, s);
-    const DeviceBuffer a = random_floats(kHv, 56, s), dt = random_floats(kHv, 57, s), norm = random_floats(kD, 58, s);
+    const DeviceBuffer a = random_floats(kHv, 56, s), dt = random_floats(kHv, 57, s),
+                       norm = random_floats(kD, 58, s);
     DeviceBuffer conv_out(n * kChannels * sizeof(float)), out(n * kHv * kD * sizeof(float));
     const DeltaNetWeights w{.a = a.as<float>(), .dt_bias = dt.as<float>(), .norm = norm.as<float>()};
     const DeltaNetShape shape{.n_k_heads = kHk, .n_v_heads = kHv, .dk = kD, .dv = kD};
     const float ms = time_ms(s, 2, reps, [&] {
-        conv_silu(conv_state.as<float>(), conv_w.as<float>(), x.as<float>(), kChannels, n_tokens, kChannels, kKernel,
-                  conv_out.as<float>(), s);
-        delta_net(S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(), w, shape,
-                  n_tokens, out.as<float>(), s, DeltaNetMethod::automatic);
+        conv_silu(conv_state.as<float>(), conv_w.as<float>(), x.as<float>(), kChannels, n_tokens, kChannels,
+                  kKernel, conv_out.as<float>(), s);
+        delta_net(S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(), w,
+                  shape, n_tokens, out.as<float>(), s, DeltaNetMethod::automatic);
     });
     if (state_bytes != nullptr)
         *state_bytes = static_cast<uint64_t>((kKernel - 1) * kChannels + kHv * kD * kD) * sizeof(float);
