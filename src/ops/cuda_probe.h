@@ -63,11 +63,11 @@ double probe_matvec_gbps(quant::TypeId type, size_t min_bytes = size_t{256} << 2
 double probe_matmul_tflops(quant::TypeId type, int64_t n_tokens = 512, int reps = 10);
 
 // The routed-expert part of one GPU MoE layer at decode, as the decode graph runs it: the fused
-// router + gate/up launch and the down launch (ops/cuda_moe.h), for Qwen3.6-35B-A3B's shape (256 experts of 2048 -> 512 -> 2048, k = 8, a shared
-// expert of the same shape), all of `type`, 40 layers with their own routing back to back in a
-// replayed graph: (k + 1) experts' weight bytes per second, GB/s. These launches are latency-bound
-// (routing, then 9 experts' rows), so this rate is well below the matvec's. Throws mox::Error for a
-// type without a matvec kernel.
+// router + gate/up launch and the down launch (ops/cuda_moe.h), for Qwen3.6-35B-A3B's shape (256
+// experts of 2048 -> 512 -> 2048, k = 8, a shared expert of the same shape), all of `type`, 40 layers
+// with their own routing back to back in a replayed graph: (k + 1) experts' weight bytes per second,
+// GB/s. These launches are latency-bound (routing, then 9 experts' rows), so this rate is well below
+// the matvec's. Throws mox::Error for a type without a matvec kernel.
 double probe_moe_decode_gbps(quant::TypeId type, int reps = 10);
 
 // Qwen3.6-35B-A3B's Gated DeltaNet shape at decode (16 key and 32 value heads of 128, conv kernel

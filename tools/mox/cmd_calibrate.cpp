@@ -98,7 +98,9 @@ void print_profile(const plan::HardwareProfile& p) {
     if (g.deltanet_prefill_token_s > 0)
         fmt::print("  {:<46} {:.3f} us per token and layer\n", "Gated DeltaNet prefill (conv + chunked rule)",
                    g.deltanet_prefill_token_s * 1e6);
-    const std::string large = fmt::format("MoE, {} tokens: TFLOP/s", g.moe_prefill_large_tokens);
+    const std::string large = g.moe_prefill_large_tokens > 0
+                                  ? fmt::format("MoE, {} tokens: TFLOP/s", g.moe_prefill_large_tokens)
+                                  : std::string("MoE, large batch: TFLOP/s");
     fmt::print("    {:<10} {:>28} {:>28} {:>28} {:>28} {:>28}\n", "type", "matvec, 1 token: weight GB/s",
                "MoE decode layer: weight GB/s", "matmul, 512 tokens: TFLOP/s", "MoE, 512 tokens: TFLOP/s", large);
     for (const std::string& t : type_keys(g.matvec_gbps, g.matmul_tflops))
