@@ -236,7 +236,10 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
                     {.run = run, .stream_min_tokens = su.gpu.stream_min_tokens, .prompt_tokens = std::max<int64_t>(1, c.test.n_prompt)},
                     *profile);
                 if (c.test.n_gen == 0) sample.predicted_tps = sp.prefill.tokens_per_s;
-                else if (c.test.n_prompt == 0) sample.predicted_tps = c.test.n_depth == 0 ? sp.decode.tokens_per_s : sp.decode_half.tokens_per_s;
+                else if (c.test.n_prompt == 0)  // at the mean context of the generated tokens
+                    sample.predicted_tps =
+                        plan::predict_decode(*su.placement, hp, cache, c.test.n_depth + c.test.n_gen / 2, *profile)
+                            .tokens_per_s;
             } catch (const Error& e) {
                 static bool said = false;
                 if (!said) log::warn("bench: no predicted t/s: {}", e.what());

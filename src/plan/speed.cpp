@@ -618,6 +618,20 @@ SpeedPrediction predict_speed(const place::Placement& p, const models::Qwen35Moe
     return s;
 }
 
+DecodePrediction predict_decode(const place::Placement& p, const models::Qwen35MoeHparams& hp,
+                                const place::CacheOptions& cache, int64_t depth, const HardwareProfile& profile) {
+    if (depth < 0) fail("decode depth {}: at least 0", depth);
+    std::vector<std::string> notes;
+    Rates r(profile, notes);
+    const Model m = analyse(p, hp);
+    if (!m.cpu_only && !profile.gpu)
+        fail("the placement puts weights on the GPU but the hardware profile{} has no GPU",
+             profile.machine.empty() ? "" : fmt::format(" of {}", profile.machine));
+    DecodePrediction d = decode_at(r, m, hp, cache, depth);
+    r.throw_if_missing();
+    return d;
+}
+
 int64_t best_stream_min(const place::Placement& p, const models::Qwen35MoeHparams& hp, int64_t n_ubatch,
                         const HardwareProfile& profile) {
     std::vector<std::string> notes;

@@ -111,6 +111,12 @@ SpeedPrediction predict_speed(const place::Placement& p, const models::Qwen35Moe
                               const place::CacheOptions& cache, const SpeedOptions& options,
                               const HardwareProfile& profile);
 
+// One generated token at `depth` tokens of context (predict_speed's decode and decode_half are this at
+// 0 and n_ctx / 2): what `mox bench` compares a tgN row at depth d with, at d + N / 2, the mean
+// context of its tokens. Throws as predict_speed does.
+DecodePrediction predict_decode(const place::Placement& p, const models::Qwen35MoeHparams& hp,
+                                const place::CacheOptions& cache, int64_t depth, const HardwareProfile& profile);
+
 // The smallest micro-batch (1..n_ubatch) from which streaming the host layers' experts costs no
 // more than computing them on the CPU; n_ubatch + 1 when streaming never pays within a
 // micro-batch; kDefaultStreamMinTokens when no layer is on the host.

@@ -397,4 +397,21 @@ TEST(PlanSpeed, BatchedMoeRateInterpolatesBetweenMeasuredSizes) {
     EXPECT_LT(experts_s(both, 1024), experts_s(small_only, 1024));
 }
 
+// predict_decode is predict_speed's decode at any depth: the same numbers at 0 and n_ctx / 2, more
+// KV cache read (and so more time) deeper in the context, a negative depth refused.
+TEST(PlanSpeed, DecodeAtAnyDepth) {
+    const place::Placement p = hybrid({3, 17});
+    const SpeedPrediction s = predict_speed(p, hp(), cache(), options(), h200_like());
+    const DecodePrediction d0 = predict_decode(p, hp(), cache(), 0, h200_like());
+    const DecodePrediction dh = predict_decode(p, hp(), cache(), cache().n_ctx / 2, h200_like());
+    EXPECT_EQ(d0.total_s, s.decode.total_s);
+    EXPECT_EQ(dh.total_s, s.decode_half.total_s);
+    EXPECT_EQ(dh.depth, cache().n_ctx / 2);
+    const DecodePrediction d1 = predict_decode(p, hp(), cache(), 1000, h200_like());
+    EXPECT_GT(d1.gpu_cache_bytes, d0.gpu_cache_bytes);
+    EXPECT_GT(d1.total_s, d0.total_s);
+    EXPECT_LT(d1.total_s, dh.total_s);
+    EXPECT_THROW(predict_decode(p, hp(), cache(), -1, h200_like()), Error);
+}
+
 }  // namespace mox::plan
