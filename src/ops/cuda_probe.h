@@ -76,6 +76,14 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps = 10);
 // real step). *state_bytes: one layer's conv + recurrent state bytes, to scale to other shapes.
 double probe_deltanet_step_s(uint64_t* state_bytes, int reps = 10);
 
+// Qwen3.6-35B-A3B's gated attention at decode (16 query and 2 KV heads of 256, f16 cache) over `keys`
+// keys, as the decode graph launches it (its key bound rounded up like the graph's buckets: 256
+// doubling): seconds per layer, 10 layers with their own caches back to back in a replayed graph.
+// Short contexts take the one-block-per-head kernel whose key steps form a chain, long ones the
+// tensor-core kernel split over the context plus the combine: neither is the cache's bytes at the
+// matvec rate.
+double probe_attention_decode_s(int64_t keys, int reps = 10);
+
 // Prefill (issue 6: the planner's prefill prediction). The batched MoE of one layer as a micro-batch
 // of `n_tokens` runs it (ops/cuda_moe.h moe_batch: grouping, gate/up, down, combine), Qwen3.6-35B-A3B's
 // shape with every matrix of `type` and uniform random routing (~16 tokens per expert at 512): the

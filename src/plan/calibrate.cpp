@@ -457,6 +457,9 @@ HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* n
         g.handoff_roundtrip_s = cuda::probe_handoff_roundtrip_s(40, o.gpu_reps);
         progress(o, "GPU Gated DeltaNet decode step and prefill");
         g.deltanet_step_s = cuda::probe_deltanet_step_s(&g.deltanet_state_bytes, o.gpu_reps);
+        progress(o, "GPU decode attention");
+        for (const int64_t keys : {256, 1024, 4096, 32768})
+            g.attention_decode_f16.emplace_back(keys, cuda::probe_attention_decode_s(keys, o.gpu_reps));
         uint64_t prefill_state = 0;
         g.deltanet_prefill_token_s =
             cuda::probe_deltanet_prefill_token_s(&prefill_state, o.gpu_matmul_tokens, o.gpu_reps);

@@ -171,6 +171,10 @@ std::string profile_to_json(const HardwareProfile& p) {
         gpu["deltanet_prefill_token_s"] = finite(g.deltanet_prefill_token_s, "gpu.deltanet_prefill_token_s");
         gpu["moe_prefill_large_tflops"] = rates(g.moe_prefill_large_tflops, "gpu.moe_prefill_large_tflops");
         gpu["moe_prefill_large_tokens"] = g.moe_prefill_large_tokens;
+        json points = json::array();
+        for (const auto& [keys, s] : g.attention_decode_f16)
+            points.push_back(json::array({keys, finite(s, "gpu.attention_decode_f16")}));
+        gpu["attention_decode_f16"] = std::move(points);
         j["gpu"] = std::move(gpu);
     } else {
         j["gpu"] = nullptr;
@@ -234,6 +238,22 @@ HardwareProfile profile_from_json(const std::string& text) {
             g.deltanet_prefill_token_s = get_double(gpu, "gpu", "deltanet_prefill_token_s");
             if (g.deltanet_prefill_token_s > 0 && g.deltanet_state_bytes == 0)
                 fail("hardware profile: 'gpu.deltanet_prefill_token_s' without 'gpu.deltanet_state_bytes'");
+        }
+        if (const auto it = gpu.find("attention_decode_f16"); it != gpu.end()) {
+            const std::string key = "gpu.attention_decode_f16";
+            if (!it->is_array())
+                fail("hardware profile: '{}' must be an array, found {}", key, it->type_name());
+            for (const json& point : *it) {
+                if (!point.is_array() || point.size() != 2 || !point[0].is_number_integer())
+                    fail("hardware profile: '{}' holds [keys, seconds] pairs, found {}", key, point.dump());
+                const int64_t keys = point[0].get<int64_t>();
+                const double s = read_double(point[1], key);
+                if (keys < 1 ||
+                    (!g.attention_decode_f16.empty() && keys <= g.attention_decode_f16.back().first))
+                    fail("hardware profile: '{}' needs increasing key counts >= 1, found {}", key,
+                         it->dump());
+                g.attention_decode_f16.emplace_back(keys, s);
+            }
         }
         g.moe_prefill_large_tflops = get_rates(gpu, "gpu", "moe_prefill_large_tflops");
         if (!g.moe_prefill_large_tflops.empty()) {

@@ -10,6 +10,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mox::plan {
 
@@ -41,6 +43,10 @@ struct GpuProfile {
     // above; the speed model interpolates between the two sizes in log2 of the tokens).
     std::map<std::string, double> moe_prefill_large_tflops;
     int64_t moe_prefill_large_tokens = 0;
+    // Decode attention of Qwen3.6's shape over an f16 cache (16 query and 2 KV heads of 256) at a few
+    // context lengths: (keys, seconds per layer), keys increasing (optional, as above; the speed model
+    // interpolates, and charges the cache's bytes where this is absent or the cache is not f16).
+    std::vector<std::pair<int64_t, double>> attention_decode_f16;
     // Tensor-core matmul over quantized weights at prefill batch sizes (512+ tokens), per type.
     std::map<std::string, double> matmul_tflops;
     // Latency-bound decode launches, measured as the decode graph runs them (cuda_probe.h); absent

@@ -137,6 +137,29 @@ public:
         return gpu().deltanet_prefill_token_s * state_bytes / static_cast<double>(gpu().deltanet_state_bytes);
     }
 
+    // An attention layer's decode launch over depth + 1 keys of an f16 cache, from the probe's points
+    // (linear between them, the first point's time below it, the last segment's slope beyond it),
+    // scaled by the cache bytes per key against the probe's shape (2 KV heads x (256 + 256)); nullopt
+    // without points or for other cache types (the caller charges the cache's bytes).
+    std::optional<double> gpu_attention_decode(const place::CacheOptions& cache,
+                                               const models::Qwen35MoeHparams& hp, int64_t depth) const {
+        if (!has_gpu() || cache.k_type != quant::TypeId::f16 || cache.v_type != quant::TypeId::f16)
+            return std::nullopt;
+        const auto& pts = gpu().attention_decode_f16;
+        if (pts.empty()) return std::nullopt;
+        const auto keys = static_cast<double>(depth + 1);
+        double t = pts.front().second;
+        if (pts.size() >= 2 && keys > static_cast<double>(pts.front().first)) {
+            size_t i = 1;
+            while (i + 1 < pts.size() && keys > static_cast<double>(pts[i].first)) ++i;
+            const auto [k0, t0] = pts[i - 1];
+            const auto [k1, t1] = pts[i];
+            t = t0 + (t1 - t0) * (keys - static_cast<double>(k0)) / static_cast<double>(k1 - k0);
+        }
+        const double per_key = static_cast<double>(hp.n_head_kv * (hp.head_dim_k + hp.head_dim_v));
+        return std::max(t, 0.0) * per_key / (2.0 * (256 + 256));
+    }
+
     double roundtrip() const { return has_gpu() ? gpu().host_roundtrip_s : 0; }
     // A host layer's hand-off in the decode graph: the probe of the graph's own protocol (its publish
     // and collect launches included) when the profile has one, else the copy + callback round trip.
@@ -441,7 +464,12 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
                 }
             } else {
                 d.gpu_cache_bytes += dd * (k_row + v_row);
-                d.gpu_s += dd * k_row / r.gpu_kv(cache.k_type) + dd * v_row / r.gpu_kv(cache.v_type);
+                if (const auto t = r.gpu_attention_decode(cache, hp, depth)) {
+                    d.gpu_s += *t;
+                    d.probed_kernels += 1;  // the attention launch (with its combine when split)
+                } else {
+                    d.gpu_s += dd * k_row / r.gpu_kv(cache.k_type) + dd * v_row / r.gpu_kv(cache.v_type);
+                }
             }
             if (!L.has_experts) continue;
             if (gpu_experts) {

@@ -116,6 +116,18 @@ TEST(CudaProbe, MoeDecodeAndDeltaNetStep) {
     EXPECT_EQ(state, static_cast<uint64_t>((3 * 8192 + 32 * 128 * 128) * 4));
 }
 
+TEST(CudaProbe, AttentionDecode) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    for (const int64_t keys : {1, 256, 1024, 1025, 32768}) {
+        const double s = probe_attention_decode_s(keys, 3);
+        std::printf("[probe] decode attention over %lld keys: %.2f us per layer\n",
+                    static_cast<long long>(keys), s * 1e6);
+        EXPECT_TRUE(finite_positive(s)) << keys;
+        EXPECT_LT(s, 1e-2) << keys;
+    }
+    EXPECT_THROW(probe_attention_decode_s(0, 1), Error);
+}
+
 TEST(CudaProbe, MoePrefillAndDeltaNetPrefill) {
     MOX_REQUIRE_CUDA_DEVICE();
     const double moe = probe_moe_prefill_tflops(TypeId::q4_k, 512, 3);

@@ -51,6 +51,7 @@ HardwareProfile full_profile() {
     g.deltanet_prefill_token_s = 4.5e-7;
     g.moe_prefill_large_tflops = {{"Q4_K", 61.5}, {"Q6_K", 55.25}};
     g.moe_prefill_large_tokens = 4096;
+    g.attention_decode_f16 = {{256, 5.5e-6}, {1024, 1.25e-5}, {32768, 7.5e-5}};
     p.gpu = g;
     return p;
 }
@@ -85,6 +86,7 @@ void expect_same(const HardwareProfile& a, const HardwareProfile& b) {
     EXPECT_EQ(a.gpu->deltanet_prefill_token_s, b.gpu->deltanet_prefill_token_s);
     EXPECT_EQ(a.gpu->moe_prefill_large_tflops, b.gpu->moe_prefill_large_tflops);
     EXPECT_EQ(a.gpu->moe_prefill_large_tokens, b.gpu->moe_prefill_large_tokens);
+    EXPECT_EQ(a.gpu->attention_decode_f16, b.gpu->attention_decode_f16);
 }
 
 std::string error_of(const std::string& text) {
@@ -178,6 +180,7 @@ TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
     j["gpu"].erase("deltanet_prefill_token_s");
     j["gpu"].erase("moe_prefill_large_tflops");
     j["gpu"].erase("moe_prefill_large_tokens");
+    j["gpu"].erase("attention_decode_f16");
     const HardwareProfile p = profile_from_json(j.dump());
     ASSERT_TRUE(p.gpu.has_value());
     EXPECT_TRUE(p.gpu->moe_decode_gbps.empty());
@@ -187,6 +190,7 @@ TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
     EXPECT_EQ(p.gpu->deltanet_prefill_token_s, 0.0);
     EXPECT_TRUE(p.gpu->moe_prefill_large_tflops.empty());
     EXPECT_EQ(p.gpu->moe_prefill_large_tokens, 0);
+    EXPECT_TRUE(p.gpu->attention_decode_f16.empty());
     EXPECT_EQ(p.gpu->matvec_gbps.size(), 2u);
     j = nlohmann::json::parse(profile_to_json(full_profile()));
     j["gpu"].erase("deltanet_state_bytes");
@@ -201,6 +205,14 @@ TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
     EXPECT_NE(error_of(j.dump()).find("moe_prefill_large_tokens"), std::string::npos) << error_of(j.dump());
     j["gpu"]["moe_prefill_large_tokens"] = 512;
     EXPECT_NE(error_of(j.dump()).find("moe_prefill_large_tokens"), std::string::npos) << error_of(j.dump());
+    // Attention points: [keys, seconds] pairs with increasing keys.
+    for (const char* bad : {R"([[256, 1e-5], [256, 2e-5]])", R"([[0, 1e-5]])", R"([[256]])", R"([[256, -1]])",
+                            R"({"256": 1e-5})", R"([[256.5, 1e-5]])"}) {
+        j = nlohmann::json::parse(profile_to_json(full_profile()));
+        j["gpu"]["attention_decode_f16"] = nlohmann::json::parse(bad);
+        EXPECT_NE(error_of(j.dump()).find("attention_decode_f16"), std::string::npos)
+            << bad << ": " << error_of(j.dump());
+    }
 }
 
 TEST(HardwareProfile, OtherSchemaVersionsAreRefused) {

@@ -414,4 +414,36 @@ TEST(PlanSpeed, DecodeAtAnyDepth) {
     EXPECT_THROW(predict_decode(p, hp(), cache(), -1, h200_like()), Error);
 }
 
+// With the attention probe's points, an attention layer's decode costs the interpolated launch time
+// (f16 caches) instead of its cache bytes at the matvec rate, and its launch pays no gap; a quantized
+// cache keeps the bytes term.
+TEST(PlanSpeed, AttentionProbeReplacesTheCacheBytes) {
+    const place::Placement p = hybrid({});
+    HardwareProfile probed = h200_like();
+    probed.gpu->attention_decode_f16 = {{256, 6e-6}, {1024, 14e-6}, {4096, 20e-6}};
+    const int64_t n_attn = hp().n_trunk() / 4;  // every 4th layer is full attention
+    const double scale = static_cast<double>(hp().n_head_kv * (hp().head_dim_k + hp().head_dim_v)) / 1024.0;
+    // At 640 keys (depth 639): halfway between 256 and 1024, 10 us, in place of the plain model's
+    // cache bytes (its depth-dependent part: depth 0 reads no keys).
+    const DecodePrediction plain = predict_decode(p, hp(), cache(), 639, h200_like());
+    const DecodePrediction with = predict_decode(p, hp(), cache(), 639, probed);
+    const double cache_bytes_s = plain.gpu_s - predict_decode(p, hp(), cache(), 0, h200_like()).gpu_s;
+    EXPECT_NEAR(with.gpu_s, plain.gpu_s - cache_bytes_s + static_cast<double>(n_attn) * 10e-6 * scale,
+                1e-12 + 1e-9 * with.gpu_s);
+    EXPECT_EQ(with.probed_kernels, plain.probed_kernels + n_attn);
+    // Below the first point: its time (6 us); beyond the last, the last segment's slope (6 us per 3072
+    // keys): 7168 keys cost 6 us more than 4096.
+    EXPECT_NEAR(predict_decode(p, hp(), cache(), 0, probed).gpu_s -
+                    predict_decode(p, hp(), cache(), 0, h200_like()).gpu_s,
+                static_cast<double>(n_attn) * 6e-6 * scale, 1e-12);
+    const double far = predict_decode(p, hp(), cache(), 7167, probed).gpu_s -
+                       predict_decode(p, hp(), cache(), 4095, probed).gpu_s;
+    EXPECT_NEAR(far, static_cast<double>(n_attn) * 6e-6 * scale, 1e-12 + 1e-9 * far);
+    // q8_0 caches: the bytes term.
+    place::CacheOptions q8 = cache();
+    q8.k_type = q8.v_type = quant::TypeId::q8_0;
+    EXPECT_EQ(predict_decode(p, hp(), q8, 639, probed).gpu_s,
+              predict_decode(p, hp(), q8, 639, h200_like()).gpu_s);
+}
+
 }  // namespace mox::plan

@@ -95,6 +95,12 @@ void print_profile(const plan::HardwareProfile& p) {
     if (g.deltanet_step_s > 0)
         fmt::print("  {:<46} {:.2f} us per layer ({} of state)\n", "Gated DeltaNet decode step (conv + delta rule)",
                    g.deltanet_step_s * 1e6, format_bytes(g.deltanet_state_bytes));
+    if (!g.attention_decode_f16.empty()) {
+        std::string points;
+        for (const auto& [keys, s] : g.attention_decode_f16)
+            points += fmt::format("{}{} keys {:.2f} us", points.empty() ? "" : ", ", keys, s * 1e6);
+        fmt::print("  {:<46} {}\n", "decode attention per layer (f16 cache)", points);
+    }
     if (g.deltanet_prefill_token_s > 0)
         fmt::print("  {:<46} {:.3f} us per token and layer\n", "Gated DeltaNet prefill (conv + chunked rule)",
                    g.deltanet_prefill_token_s * 1e6);

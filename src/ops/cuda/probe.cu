@@ -1,4 +1,5 @@
 // The measurements behind `mox calibrate`'s GPU profile (ops/cuda_probe.h).
+#include "ops/cuda_attention.h"
 #include "ops/cuda_delta_net.h"
 #include "ops/cuda_handoff.h"
 #include "ops/cuda_memory.h"
@@ -365,6 +366,49 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
                          (2.0 * static_cast<double>(kFf) * static_cast<double>(rb_embd) +
                           static_cast<double>(kEmbd) * static_cast<double>(rb_ff));
     return bytes / (static_cast<double>(ms) * 1e-3) / 1e9;
+}
+
+double probe_attention_decode_s(int64_t keys, int reps) {
+    MOX_CHECK(keys >= 1, "{} keys", keys);
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t kHeads = 16, kKvHeads = 2, kDim = 256, kLayers = 10;
+    constexpr quant::TypeId kType = quant::TypeId::f16;
+    int64_t max_keys = 256;  // the decode graph's bucket for this context
+    while (max_keys < keys) max_keys *= 2;
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    const int64_t row = kKvHeads * kDim;
+    const size_t rb = quant::row_bytes(kType, row);
+    std::vector<DeviceBuffer> k_cache, v_cache;
+    for (int64_t l = 0; l < kLayers; ++l) {
+        k_cache.push_back(random_weight(kType, row, keys, s));
+        v_cache.push_back(random_weight(kType, row, keys, s));
+    }
+    const DeviceBuffer q = random_floats(kHeads * kDim, 71, s), gate = random_floats(kHeads * kDim, 72, s);
+    DeviceBuffer pos(sizeof(int32_t)), out(kHeads * kDim * sizeof(float));
+    const auto last = static_cast<int32_t>(keys - 1);
+    pos.upload(&last, sizeof(last), 0, s);
+    const ops::AttentionShape shape{
+        .n_head = kHeads, .n_head_kv = kKvHeads, .head_dim = kDim, .scale = 1.0f / 16.0f};
+    DeviceBuffer workspace(std::max<size_t>(16, attention_workspace_bytes(shape, 1, max_keys)));
+    const AttentionGate g{.gate = gate.as<float>(), .token_stride = kHeads * kDim, .head_stride = kDim};
+    const Graph graph = capture(s, [&] {
+        for (int64_t l = 0; l < kLayers; ++l) {
+            const auto i = static_cast<size_t>(l);
+            const ops::KvView kv{.k = k_cache[i].as<uint8_t>(),
+                                 .v = v_cache[i].as<uint8_t>(),
+                                 .k_type = kType,
+                                 .v_type = kType,
+                                 .row_elems = row,
+                                 .k_row_bytes = rb,
+                                 .v_row_bytes = rb,
+                                 .capacity = keys};
+            attention(kv, shape, q.as<float>(), 1, pos.as<int32_t>(), max_keys, g, out.as<float>(),
+                      workspace.data(), s);
+        }
+    });
+    const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
+    return static_cast<double>(ms) * 1e-3 / kLayers;
 }
 
 double probe_moe_prefill_tflops(quant::TypeId type, int64_t n_tokens, int reps) {
