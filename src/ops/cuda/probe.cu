@@ -109,6 +109,33 @@ DeviceBuffer random_floats(size_t n, uint32_t seed, cudaStream_t stream) {
     return d;
 }
 
+// Qwen3.6-35B-A3B's routed experts (256 of 2048 -> 512 -> 2048) with every matrix of `type`: random
+// device stacks and their views. One stack serves every probed layer: each layer routes to its own
+// experts, so few of its rows are still in L2 from an earlier one (~450 MB at Q4_K).
+struct ExpertStacks {
+    static constexpr int64_t kEmbd = 2048, kFf = 512, kExperts = 256;
+    DeviceBuffer gate, up, down;
+    ops::Weight wg, wu, wd;
+
+    ExpertStacks(quant::TypeId type, cudaStream_t s)
+        : gate(random_weight(type, kEmbd, kFf * kExperts, s)),
+          up(random_weight(type, kEmbd, kFf * kExperts, s)),
+          down(random_weight(type, kFf, kEmbd * kExperts, s)),
+          wg(view(gate, type, kEmbd, kFf, kExperts)),
+          wu(view(up, type, kEmbd, kFf, kExperts)),
+          wd(view(down, type, kFf, kEmbd, kExperts)) {}
+
+    static ops::Weight view(const DeviceBuffer& b, quant::TypeId type, int64_t n_in, int64_t n_out,
+                            int64_t n_expert) {
+        return ops::Weight{.data = b.as<uint8_t>(),
+                           .type = type,
+                           .n_in = n_in,
+                           .n_out = n_out,
+                           .n_expert = n_expert,
+                           .row_bytes = quant::row_bytes(type, n_in)};
+    }
+};
+
 }  // namespace
 
 DeviceMemoryUse probe_memory_use() {
@@ -320,32 +347,19 @@ double probe_moe_decode_gbps(quant::TypeId type, int reps) {
     if (!matvec_supported(type))
         fail("MoE decode probe: no CUDA matvec kernel for {}", quant::type_name(type));
     MOX_CUDA_CHECK(cudaSetDevice(0));
-    constexpr int64_t kEmbd = 2048, kFf = 512, kExperts = 256, kUsed = 8, kLayers = 40;
+    constexpr int64_t kEmbd = ExpertStacks::kEmbd, kFf = ExpertStacks::kFf, kExperts = ExpertStacks::kExperts;
+    constexpr int64_t kUsed = 8, kLayers = 40;
     Stream stream;
     const cudaStream_t s = stream.handle();
     const size_t rb_embd = quant::row_bytes(type, kEmbd), rb_ff = quant::row_bytes(type, kFf);
-    // One stack for every layer: each layer routes to its own 8 of 256 experts, so few of a layer's
-    // rows are still in L2 from an earlier one (a stack is ~450 MB at Q4_K).
-    const DeviceBuffer gate = random_weight(type, kEmbd, kFf * kExperts, s);
-    const DeviceBuffer up = random_weight(type, kEmbd, kFf * kExperts, s);
-    const DeviceBuffer down = random_weight(type, kFf, kEmbd * kExperts, s);
+    const ExpertStacks stacks(type, s);
+    const ops::Weight &wg = stacks.wg, &wu = stacks.wu, &wd = stacks.wd;
     const DeviceBuffer sh_gate = random_weight(type, kEmbd, kFf, s),
                        sh_up = random_weight(type, kEmbd, kFf, s);
     const DeviceBuffer sh_down = random_weight(type, kFf, kEmbd, s);
-    auto weight = [&](const DeviceBuffer& b, int64_t n_in, int64_t n_out, int64_t n_expert, size_t rb) {
-        return ops::Weight{.data = b.as<uint8_t>(),
-                           .type = type,
-                           .n_in = n_in,
-                           .n_out = n_out,
-                           .n_expert = n_expert,
-                           .row_bytes = rb};
-    };
-    const ops::Weight wg = weight(gate, kEmbd, kFf, kExperts, rb_embd),
-                      wu = weight(up, kEmbd, kFf, kExperts, rb_embd);
-    const ops::Weight wd = weight(down, kFf, kEmbd, kExperts, rb_ff);
-    const ops::Weight sg = weight(sh_gate, kEmbd, kFf, 1, rb_embd),
-                      su = weight(sh_up, kEmbd, kFf, 1, rb_embd);
-    const ops::Weight sd = weight(sh_down, kFf, kEmbd, 1, rb_ff);
+    const ops::Weight sg = ExpertStacks::view(sh_gate, type, kEmbd, kFf, 1),
+                      su = ExpertStacks::view(sh_up, type, kEmbd, kFf, 1);
+    const ops::Weight sd = ExpertStacks::view(sh_down, type, kFf, kEmbd, 1);
     // Router logits of every layer (n_expert + the shared expert's gate logit), the layer input.
     const DeviceBuffer logits = random_floats(static_cast<size_t>(kLayers * (kExperts + 1)), 11, s);
     const DeviceBuffer x = random_floats(kEmbd, 12, s);
@@ -416,23 +430,12 @@ double probe_moe_prefill_tflops(quant::TypeId type, int64_t n_tokens, int reps) 
         fail("MoE prefill probe: no CUDA matmul kernel for {}", quant::type_name(type));
     MOX_CHECK(n_tokens >= 1, "{} tokens", n_tokens);
     MOX_CUDA_CHECK(cudaSetDevice(0));
-    constexpr int64_t kEmbd = 2048, kFf = 512, kExperts = 256, kUsed = 8;
+    constexpr int64_t kEmbd = ExpertStacks::kEmbd, kFf = ExpertStacks::kFf, kExperts = ExpertStacks::kExperts;
+    constexpr int64_t kUsed = 8;
     Stream stream;
     const cudaStream_t s = stream.handle();
-    const size_t rb_embd = quant::row_bytes(type, kEmbd), rb_ff = quant::row_bytes(type, kFf);
-    const DeviceBuffer gate = random_weight(type, kEmbd, kFf * kExperts, s);
-    const DeviceBuffer up = random_weight(type, kEmbd, kFf * kExperts, s);
-    const DeviceBuffer down = random_weight(type, kFf, kEmbd * kExperts, s);
-    auto weight = [&](const DeviceBuffer& b, int64_t n_in, int64_t n_out, size_t rb) {
-        return ops::Weight{.data = b.as<uint8_t>(),
-                           .type = type,
-                           .n_in = n_in,
-                           .n_out = n_out,
-                           .n_expert = kExperts,
-                           .row_bytes = rb};
-    };
-    const ops::Weight wg = weight(gate, kEmbd, kFf, rb_embd), wu = weight(up, kEmbd, kFf, rb_embd);
-    const ops::Weight wd = weight(down, kFf, kEmbd, rb_ff);
+    const ExpertStacks stacks(type, s);
+    const ops::Weight &wg = stacks.wg, &wu = stacks.wu, &wd = stacks.wd;
     // Routing from random logits: k distinct experts per token, spread uniformly as a trained router's
     // are on average.
     const DeviceBuffer logits = random_floats(static_cast<size_t>(n_tokens * kExperts), 41, s);
