@@ -237,9 +237,9 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
                     *profile);
                 if (c.test.n_gen == 0) sample.predicted_tps = sp.prefill.tokens_per_s;
                 else if (c.test.n_prompt == 0)  // at the mean context of the generated tokens
-                    sample.predicted_tps =
-                        plan::predict_decode(*su.placement, hp, cache, c.test.n_depth + c.test.n_gen / 2, *profile)
-                            .tokens_per_s;
+                    sample.predicted_tps = plan::predict_decode(*su.placement, hp, cache,
+                                                                c.test.n_depth + c.test.n_gen / 2, *profile)
+                                               .tokens_per_s;
             } catch (const Error& e) {
                 static bool said = false;
                 if (!said) log::warn("bench: no predicted t/s: {}", e.what());

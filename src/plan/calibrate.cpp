@@ -407,13 +407,16 @@ std::vector<TypeId> calibrate_missing_types(HardwareProfile& p, const std::vecto
             }
             if (cuda::matmul_supported(type) && !has(p.gpu->moe_prefill_tflops, name)) {
                 progress(o, fmt::format("GPU MoE prefill {}", name));
-                p.gpu->moe_prefill_tflops[name] = cuda::probe_moe_prefill_tflops(type, o.gpu_matmul_tokens, o.gpu_reps);
+                GpuProfile& g = *p.gpu;
+                const int64_t small = o.gpu_matmul_tokens;
+                g.moe_prefill_tflops[name] = cuda::probe_moe_prefill_tflops(type, small, o.gpu_reps);
                 // The larger size the profile already uses (or this run's, for a profile without one).
                 const int64_t large =
-                    p.gpu->moe_prefill_large_tokens > 0 ? p.gpu->moe_prefill_large_tokens : o.gpu_moe_large_tokens;
-                if (large > o.gpu_matmul_tokens) {
-                    p.gpu->moe_prefill_large_tflops[name] = cuda::probe_moe_prefill_tflops(type, large, o.gpu_reps);
-                    p.gpu->moe_prefill_large_tokens = large;
+                    g.moe_prefill_large_tokens > 0 ? g.moe_prefill_large_tokens : o.gpu_moe_large_tokens;
+                if (large > small) {
+                    g.moe_prefill_large_tflops[name] =
+                        cuda::probe_moe_prefill_tflops(type, large, o.gpu_reps);
+                    g.moe_prefill_large_tokens = large;
                 }
                 any = true;
             }
@@ -475,7 +478,8 @@ HardwareProfile calibrate(const CalibrateOptions& o, std::vector<std::string>* n
             }
             if (cuda::matmul_supported(type)) {
                 g.matmul_tflops[name] = cuda::probe_matmul_tflops(type, o.gpu_matmul_tokens, o.gpu_reps);
-                g.moe_prefill_tflops[name] = cuda::probe_moe_prefill_tflops(type, o.gpu_matmul_tokens, o.gpu_reps);
+                g.moe_prefill_tflops[name] =
+                    cuda::probe_moe_prefill_tflops(type, o.gpu_matmul_tokens, o.gpu_reps);
                 if (o.gpu_moe_large_tokens > o.gpu_matmul_tokens) {
                     g.moe_prefill_large_tflops[name] =
                         cuda::probe_moe_prefill_tflops(type, o.gpu_moe_large_tokens, o.gpu_reps);

@@ -91,7 +91,8 @@ void print_profile(const plan::HardwareProfile& p) {
     fmt::print("  {:<46} {:.2f} us\n", "host round trip in a graph (copy, callback, copy)",
                g.host_roundtrip_s * 1e6);
     if (g.handoff_roundtrip_s > 0)
-        fmt::print("  {:<46} {:.2f} us\n", "decode hand-off to the CPU (publish, collect)", g.handoff_roundtrip_s * 1e6);
+        fmt::print("  {:<46} {:.2f} us\n", "decode hand-off to the CPU (publish, collect)",
+                   g.handoff_roundtrip_s * 1e6);
     if (g.deltanet_step_s > 0)
         fmt::print("  {:<46} {:.2f} us per layer ({} of state)\n", "Gated DeltaNet decode step (conv + delta rule)",
                    g.deltanet_step_s * 1e6, format_bytes(g.deltanet_state_bytes));
@@ -108,7 +109,8 @@ void print_profile(const plan::HardwareProfile& p) {
                                   ? fmt::format("MoE, {} tokens: TFLOP/s", g.moe_prefill_large_tokens)
                                   : std::string("MoE, large batch: TFLOP/s");
     fmt::print("    {:<10} {:>28} {:>28} {:>28} {:>28} {:>28}\n", "type", "matvec, 1 token: weight GB/s",
-               "MoE decode layer: weight GB/s", "matmul, 512 tokens: TFLOP/s", "MoE, 512 tokens: TFLOP/s", large);
+               "MoE decode layer: weight GB/s", "matmul, 512 tokens: TFLOP/s", "MoE, 512 tokens: TFLOP/s",
+               large);
     for (const std::string& t : type_keys(g.matvec_gbps, g.matmul_tflops))
         fmt::print("    {:<10} {:>28} {:>28} {:>28} {:>28} {:>28}\n", t, rate(g.matvec_gbps, t, "{:.1f}"),
                    rate(g.moe_decode_gbps, t, "{:.1f}"), rate(g.matmul_tflops, t, "{:.2f}"),

@@ -141,9 +141,9 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
 // blocks above put the router's 2.1 MB on 17 SMs (9.2 us, ncu: each SM's loads in flight were
 // the limit); one-warp blocks that staged x were slower still (12.0 us), as 32 threads stage 2048
 // floats in several dependent round trips. Here a lane's x and weight loads leave together.
-// S > 1 (MOX_CUDA_SHORT_SPLIT): S warps per block split the row pair's segments (the router's 2048-wide
-// rows: one pass each instead of two passes of one warp, and S times the warps in flight), their
-// partial sums added by warp 0 in warp order. Not yet measured on a GPU; S = 1 is the default.
+// S > 1 (MOX_CUDA_SHORT_SPLIT): S warps per block split the row pair's segments (the router's
+// 2048-wide rows: one pass each instead of two passes of one warp, and S times the warps in flight),
+// their partial sums added by warp 0 in warp order. Not yet measured on a GPU; S = 1 is the default.
 template <class T, int S>
 __global__ void __launch_bounds__(S * kWarp)
     matvec_short_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
@@ -240,8 +240,8 @@ void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const 
             const auto* wb = static_cast<const uint8_t*>(w);
             switch (short_split()) {
                 case 1:
-                    launch_overlapped(matvec_short_kernel<T, 1>, blocks, kWarp, 0, stream, wb, row_bytes, n_in,
-                                      n_out, x, y);
+                    launch_overlapped(matvec_short_kernel<T, 1>, blocks, kWarp, 0, stream, wb, row_bytes,
+                                      n_in, n_out, x, y);
                     break;
                 case 2:
                     launch_overlapped(matvec_short_kernel<T, 2>, blocks, 2 * kWarp, 0, stream, wb, row_bytes,
