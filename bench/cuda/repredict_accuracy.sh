@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
-# A planner accuracy table (plan_accuracy.sh output: SRC) with its speed predictions recomputed from
-# another hardware profile (PROFILE), here: call 1's measurements against a profile with the decode
-# hand-off probe (session 8's repredict.sh, with the source and the profile as arguments).
-#
-# Predictions are pure
-# arithmetic on the profile and the model's tensor table, so they are recomputed here with
-# `mox plan --json` (its "speed" block, the same predict_speed call as mox bench's rows) against a
+# A planner accuracy table (plan_accuracy.sh's output directory SRC) with its speed predictions
+# recomputed from another hardware profile (PROFILE): for a profile measured on a busy host, or one
+# with probes added after the sweep ran. Predictions are pure arithmetic on the profile and the
+# model's tensor table, so they are recomputed with `mox plan --json` (its "speed" block, the same predict_speed call as mox bench's rows) against a
 # stand-in file with the same tensor table as the synthetic model (tests' plan_tool sparse-model
 # q4_k_m; the VRAM predictions of both agree to the byte, checked below), and tools/plan_accuracy.py
 # joins them with the source's measurements (the rows' own predicted_tps removed).
 #
-#   bench/results/2026-11-30-s9-h200/repredict.sh MOX PLAN_TOOL SRC PROFILE OUT
+#   bench/cuda/repredict_accuracy.sh MOX PLAN_TOOL SRC PROFILE OUT
 set -euo pipefail
 mox="$1"; plan_tool="$2"; src="$(cd "$3" && pwd)"; profile="$4"; out="$5"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -71,4 +68,4 @@ print(f"plans whose device bytes differ from the source's: {len(differ)}")
 for d in differ:
     print("  " + d)
 PY
-python3 "$here/../../../tools/plan_accuracy.py" "$out/acc"
+python3 "$here/../../tools/plan_accuracy.py" "$out/acc"
