@@ -225,13 +225,13 @@ TEST(CudaAttention, DecodeShortContextBoundary) {
     }
 }
 
-// The short-context kernel with 8 and 16 warps per block (MOX_CUDA_ATTN_SHORT_WARPS; "auto" picks by
-// the graph's key bound): the same results as the reference for lengths that leave some warps without
-// a key, and at the bound, every KV type.
+// The short-context kernel with 4, 8 and 16 warps per block (MOX_CUDA_ATTN_SHORT_WARPS; "auto", the
+// default, picks by the graph's key bound): the same results as the reference for lengths that leave
+// some warps without a key, and at the bound, every KV type.
 TEST(CudaAttention, DecodeShortContextWarps) {
     MOX_REQUIRE_CUDA_DEVICE();
     uint32_t seed = 900;
-    for (const char* warps : {"8", "16", "auto"}) {
+    for (const char* warps : {"4", "8", "16", "auto"}) {
         ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_WARPS", warps, 1), 0);
         for (TypeId t : kKvTypes)
             for (int64_t len : {1, 5, 70, 300, 513, 1024}) {

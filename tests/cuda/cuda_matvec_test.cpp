@@ -135,19 +135,6 @@ TEST(CudaMatvec, ModelSizedRowsMatchReference) {
         check_case(type, 2048, 257, 1, 13);
         check_case(type, 96, 3, 1, 14);
     }
-    // The same with 2 and 4 warps splitting each row pair (MOX_CUDA_SHORT_SPLIT), rows of fewer
-    // segments than warps x 32 included.
-    for (const char* split : {"2", "4"}) {
-        ASSERT_EQ(setenv("MOX_CUDA_SHORT_SPLIT", split, 1), 0);
-        for (TypeId type : {TypeId::f32, TypeId::f16, TypeId::bf16}) {
-            check_case(type, 2048, 257, 1, 15);
-            check_case(type, 96, 3, 1, 16);
-            check_case(type, 8192, 5, 1, 17);
-        }
-    }
-    ASSERT_EQ(setenv("MOX_CUDA_SHORT_SPLIT", "3", 1), 0);
-    EXPECT_THROW(check_case(TypeId::f32, 2048, 257, 1, 18), Error);
-    ASSERT_EQ(unsetenv("MOX_CUDA_SHORT_SPLIT"), 0);
     // 4096-wide rows: two passes of the batch-1 lanes (the second prefetched during the first).
     check_case(TypeId::q4_k, 4096, 33, 1, 10);
     check_case(TypeId::q6_k, 4096, 17, 1, 11);

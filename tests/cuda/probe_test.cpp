@@ -118,7 +118,7 @@ TEST(CudaProbe, MoeDecodeAndDeltaNetStep) {
 
 TEST(CudaProbe, AttentionDecode) {
     MOX_REQUIRE_CUDA_DEVICE();
-    for (const int64_t keys : {1, 256, 1024, 1025, 32768}) {
+    for (const int64_t keys : {1, 256, 512, 1024, 1025, 2048, 32768}) {
         const double s = probe_attention_decode_s(keys, 3);
         std::printf("[probe] decode attention over %lld keys: %.2f us per layer\n",
                     static_cast<long long>(keys), s * 1e6);

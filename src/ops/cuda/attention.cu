@@ -610,17 +610,18 @@ bool mma_attention_enabled() {
     return enabled;
 }
 
-// Warps per block of attention_short_kernel for a graph sized for max_keys keys. MOX_CUDA_ATTN_SHORT_WARPS
-// = 4 (the default: the measured kernel), 8 or 16 forces a count; "auto" takes 4 up to 256 keys, 8 up to
-// 512, 16 beyond (each warp then walks at most 16 steps). Not yet measured on a GPU (session 9 had no
-// device time left): auto becomes the default only after an A/B. Read at every launch (not cached), so
-// tests can switch it; decode graphs read it once, at capture.
+// Warps per block of attention_short_kernel for a graph sized for max_keys keys: 4 up to 256 keys, 8 up
+// to 512, 16 beyond (each warp then walks at most 16 steps). Session 10's A/B on the H200: tg512 326.6
+// vs 319.4 t/s with 4 warps at every length, tg128 unchanged (336.0 vs 335.7).
+// MOX_CUDA_ATTN_SHORT_WARPS = 4, 8 or 16 forces a count ("auto": the default). Read at every launch
+// (not cached), so tests can switch it; decode graphs read it once, at capture.
 int short_warps(int64_t max_keys) {
     const char* env = std::getenv("MOX_CUDA_ATTN_SHORT_WARPS");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "4") == 0) return 4;
-    if (std::strcmp(env, "8") == 0) return 8;
-    if (std::strcmp(env, "16") == 0) return 16;
-    if (std::strcmp(env, "auto") == 0) return max_keys <= 256 ? 4 : max_keys <= 512 ? 8 : 16;
+    if (env != nullptr && std::strcmp(env, "4") == 0) return 4;
+    if (env != nullptr && std::strcmp(env, "8") == 0) return 8;
+    if (env != nullptr && std::strcmp(env, "16") == 0) return 16;
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0)
+        return max_keys <= 256 ? 4 : max_keys <= 512 ? 8 : 16;
     fail("MOX_CUDA_ATTN_SHORT_WARPS={}: expected 4, 8, 16 or auto", env);
 }
 

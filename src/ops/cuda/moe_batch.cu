@@ -14,7 +14,8 @@
 // Version 2 (default; MOX_MATMUL_V1=1 selects the version-1 kernels above for both products): x is
 // first permuted to fp16 in the gate type's segment order (xh), and h, after gate_up, to fp16 in the
 // down type's order (hh), so both products run the two-stage cp.async pipeline of mma_tile2; the
-// token tile is 32 when the experts average <= 24 pairs (512-token prefill: ~16), else 64.
+// token tile is 32 when the experts average <= 24 pairs (512-token prefill: ~16), else 64; a
+// gate_up2 block takes 64 rows of gate and the same 64 of up (see there), grid (n_ff / 64, tiles).
 // Precise mode (precise = true): tile 32 and both operands of both products as hi + lo fp16 parts
 // (quant/cuda/matmul.cuh): about 1e-5 relative instead of 1e-3, at 2-3x the time.
 // Each pair's value depends only on its own row's data (the MMA of one output element does not
@@ -207,7 +208,12 @@ __global__ void __launch_bounds__(kMmThreads)
 }
 
 // Version 2 of gate_up_kernel: the tile's activations are rows of xh (x permuted to fp16, stride
-// xs halves), the pipeline is mma_tile2 with a token tile of BT.
+// xs halves), the pipeline is mma_tile2 with a token tile of BT. The block's 128 tile rows are 64
+// rows of gate then the same 64 rows of up, one weight segment per thread and step as in the dense
+// product, so silu(gate) * up pairs tile rows r and 64 + r through the staged accumulators. Session
+// 10 replaced a pair layout (128 rows of both matrices, two segments per thread: 141 registers at
+// token tile 64, one block per SM) with this: one layer's batched MoE at 4096 tokens 2.58 vs 3.05 ms
+// (80.0 vs 67.7 TFLOP/s, `CudaBench.MoeBatchTflops` on the H200), the same at 512 tokens (0.89 / 0.88).
 template <class T, int BT, bool P>
 __global__ void __launch_bounds__(kMmThreads)
     gate_up2_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t row_bytes,
@@ -215,6 +221,7 @@ __global__ void __launch_bounds__(kMmThreads)
                     const int32_t* __restrict__ offsets, const int32_t* __restrict__ n_tiles,
                     const int2* __restrict__ tiles, const int32_t* __restrict__ sorted,
                     const __half* __restrict__ xh, int64_t xs, float* __restrict__ h) {
+    constexpr int kHalf = kBR / 2;
     extern __shared__ __align__(128) unsigned char smem2[];
     __shared__ const __half* a_rows[BT];
     __shared__ float* y_rows[BT];
@@ -230,22 +237,22 @@ __global__ void __launch_bounds__(kMmThreads)
     }
     stage_table<T>(tbl);
     __syncthreads();
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBR, r = r0 + (tid >> 1);
-    const size_t off = static_cast<size_t>(ti.e * n_ff + r) * row_bytes;
-    const uint8_t* wrow[2] = {r < n_ff ? gate + off : nullptr, r < n_ff ? up + off : nullptr};
-    constexpr int kFB = mm::Shape<BT>::kFB;
-    mm::AccFrag acc[2][2][kFB];
-    mm::mma_tile2<T, 2, BT, P>(wrow, n_embd, a_rows, xs, ti.a_valid, 0, xs / seg::kSegElems, smem2, tbl, acc);
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < kFB; ++b)
-#pragma unroll
-            for (int i = 0; i < acc[0][a][b].num_elements; ++i) {
-                const float g = acc[0][a][b].x[i], u = acc[1][a][b].x[i];
-                acc[0][a][b].x[i] = g / (1.0f + expf(-g)) * u;
-            }
-    mm::store_tile2<BT>(acc[0], smem2, y_rows, ti.a_valid, r0, n_ff - r0);
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kHalf;
+    const int rr = tid >> 1;  // the tile row this thread decodes
+    const int64_t r = r0 + rr % kHalf;
+    const uint8_t* w = rr < kHalf ? gate : up;
+    const uint8_t* wrow[1] = {r < n_ff ? w + static_cast<size_t>(ti.e * n_ff + r) * row_bytes : nullptr};
+    mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
+    mm::mma_tile2<T, 1, BT, P>(wrow, n_embd, a_rows, xs, ti.a_valid, 0, xs / seg::kSegElems, smem2, tbl, acc);
+    const float* c = mm::stage_acc2<BT>(acc[0], smem2);
+    const int n_rows = static_cast<int>(n_ff - r0 < kHalf ? n_ff - r0 : kHalf);
+    for (int idx = tid; idx < BT * kHalf; idx += kMmThreads) {
+        const int i = idx / kHalf, j = idx % kHalf;
+        if (i < ti.a_valid && j < n_rows) {
+            const float g = c[i * mm::kLdC + j], u = c[i * mm::kLdC + kHalf + j];
+            y_rows[i][r0 + j] = g / (1.0f + expf(-g)) * u;
+        }
+    }
 }
 
 // Version 2 of down_kernel: the activations are hh's rows (h permuted to fp16, stride hs halves).
@@ -279,13 +286,18 @@ __global__ void __launch_bounds__(kMmThreads)
     mm::store_tile2<BT>(acc[0], smem2, y_rows, ti.a_valid, r0, n_embd - r0);
 }
 
+// Blocks along n_ff of the gate/up product: 64 rows of each matrix per block.
+unsigned gate_up_row_blocks(int64_t n_ff) {
+    return static_cast<unsigned>((n_ff + kBR / 2 - 1) / (kBR / 2));
+}
+
 template <class T, int BT, bool P>
 void launch_gate_up2(dim3 grid, cudaStream_t stream, const ops::Weight& gate, const ops::Weight& up,
                      int64_t n_embd, int64_t n_ff, int k, const int32_t* counts, const int32_t* offsets,
                      const int32_t* n_tiles, const int2* tiles, const int32_t* sorted, const float* x,
                      int64_t n_tokens, __half* xh, int64_t xs, float* h) {
     mm::permute_half<T, P>(x, n_embd, n_tokens, xh, stream);
-    constexpr int kSmem = mm::Layout2<2, BT, P>::kBytes;
+    constexpr int kSmem = mm::Layout2<1, BT, P>::kBytes;
     MOX_CUDA_CHECK(
         cudaFuncSetAttribute(gate_up2_kernel<T, BT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     gate_up2_kernel<T, BT, P><<<grid, kMmThreads, kSmem, stream>>>(gate.data, up.data, gate.row_bytes, n_embd,
@@ -399,7 +411,7 @@ void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight
         const int ki = static_cast<int>(k);
         dispatch_type(gate.type, [&](auto tag) {
             using T = decltype(tag);
-            const dim3 grid(static_cast<unsigned>((n_ff + kBR - 1) / kBR), n_tiles_grid);
+            const dim3 grid(gate_up_row_blocks(n_ff), n_tiles_grid);
             if (precise)
                 launch_gate_up2<T, 32, true>(grid, stream, gate, up, n_embd, n_ff, ki, counts, offsets,
                                              n_tiles, tiles, sorted, x, n_tokens, xh, xs, h);

@@ -504,13 +504,11 @@ __device__ void mma_tile2(const uint8_t* const (&wrow)[NW], int64_t n_in, const 
     }
 }
 
-// Stages one accumulator set into smem as c [BT][kLdC] (the caller has passed mma_tile2's final
-// barrier), then writes row r of token i to y_rows[i][r0 + r] for i < a_valid, r < rows_valid.
-// All threads of the block must call it.
+// Stages one accumulator set into smem as c [BT][kLdC] floats (token i's row r at c[i * kLdC + r]; the
+// caller has passed mma_tile2's final barrier) and returns c once every warp's fragments are in. All
+// threads of the block must call it.
 template <int BT>
-__device__ __forceinline__ void store_tile2(AccFrag (&acc)[2][Shape<BT>::kFB], unsigned char* smem,
-                                            float* const* y_rows, int a_valid, int64_t r0,
-                                            int64_t rows_valid) {
+__device__ __forceinline__ const float* stage_acc2(AccFrag (&acc)[2][Shape<BT>::kFB], unsigned char* smem) {
     using namespace nvcuda;
     using S = Shape<BT>;
     float* c = reinterpret_cast<float*>(smem);
@@ -522,6 +520,16 @@ __device__ __forceinline__ void store_tile2(AccFrag (&acc)[2][Shape<BT>::kFB], u
             wmma::store_matrix_sync(c + (wt * 32 + 16 * a) * kLdC + wr * S::kRowsPerWarp + 16 * b, acc[a][b],
                                     kLdC, wmma::mem_row_major);
     __syncthreads();
+    return c;
+}
+
+// stage_acc2, then row r of token i to y_rows[i][r0 + r] for i < a_valid, r < rows_valid. All
+// threads of the block must call it.
+template <int BT>
+__device__ __forceinline__ void store_tile2(AccFrag (&acc)[2][Shape<BT>::kFB], unsigned char* smem,
+                                            float* const* y_rows, int a_valid, int64_t r0,
+                                            int64_t rows_valid) {
+    const float* c = stage_acc2<BT>(acc, smem);
     const int n_rows = static_cast<int>(rows_valid < kBR ? rows_valid : kBR);
     for (int idx = threadIdx.x; idx < BT * kBR; idx += kMmThreads) {
         const int i = idx / kBR, r = idx % kBR;

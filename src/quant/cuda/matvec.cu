@@ -141,18 +141,15 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
 // blocks above put the router's 2.1 MB on 17 SMs (9.2 us, ncu: each SM's loads in flight were
 // the limit); one-warp blocks that staged x were slower still (12.0 us), as 32 threads stage 2048
 // floats in several dependent round trips. Here a lane's x and weight loads leave together.
-// S > 1 (MOX_CUDA_SHORT_SPLIT): S warps per block split the row pair's segments (the router's
-// 2048-wide rows: one pass each instead of two passes of one warp, and S times the warps in flight),
-// their partial sums added by warp 0 in warp order. Not yet measured on a GPU; S = 1 is the default.
-template <class T, int S>
-__global__ void __launch_bounds__(S * kWarp)
+// (Two or four warps per row pair splitting its segments were no faster: session 10's A/B.)
+template <class T>
+__global__ void __launch_bounds__(kWarp)
     matvec_short_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                         const float* __restrict__ x, float* __restrict__ y) {
     static_assert(seg::kIsFloat<T>, "x is read in element order: float weights only");
     dependency_wait();  // launch.cuh
     allow_next_launch();
-    const int lane = S == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % kWarp;
-    const int warp = S == 1 ? 0 : static_cast<int>(threadIdx.x) / kWarp;
+    const int lane = static_cast<int>(threadIdx.x);
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
     const int64_t n_segs = n_in / 32;  // whole segments (the launcher checks)
     const uint8_t* rows[kRows];
@@ -162,10 +159,10 @@ __global__ void __launch_bounds__(S * kWarp)
     // One segment per lane and pass (x and two weight segments: 96 registers); the next pass's
     // weight lines are prefetched into L1 first, so a 2048-wide row's two passes overlap.
 #pragma unroll 1
-    for (int64_t g = warp * kWarp + lane; g < n_segs; g += S * kWarp) {
-        if (g + S * kWarp < n_segs) {
+    for (int64_t g = lane; g < n_segs; g += kWarp) {
+        if (g + kWarp < n_segs) {
 #pragma unroll
-            for (int r = 0; r < kRows; ++r) prefetch_segment<T>(rows[r], g + S * kWarp);
+            for (int r = 0; r < kRows; ++r) prefetch_segment<T>(rows[r], g + kWarp);
         }
         float xr[32];
         const float4* xp = reinterpret_cast<const float4*>(x) + g * 8;
@@ -181,37 +178,11 @@ __global__ void __launch_bounds__(S * kWarp)
             acc[r] += seg_dot<T>(sg, xr);
         }
     }
-    if constexpr (S == 1) {
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const float v = warp_sum(acc[r]);
-            if (lane == 0 && r0 + r < n_out) y[r0 + r] = v;
-        }
-    } else {
-        __shared__ float part[S][kRows];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const float v = warp_sum(acc[r]);
-            if (lane == 0) part[warp][r] = v;
-        }
-        __syncthreads();
-        if (warp == 0 && lane < kRows && r0 + lane < n_out) {
-            float v = 0.0f;
-#pragma unroll
-            for (int i = 0; i < S; ++i) v += part[i][lane];
-            y[r0 + lane] = v;
-        }
+    for (int r = 0; r < kRows; ++r) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0 && r0 + r < n_out) y[r0 + r] = v;
     }
-}
-
-// Warps per block of matvec_short_kernel: MOX_CUDA_SHORT_SPLIT = 1 (default), 2 or 4. Read at every
-// launch (not cached), so tests can switch it; a decode graph reads it once, at capture.
-int short_split() {
-    const char* env = std::getenv("MOX_CUDA_SHORT_SPLIT");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return 1;
-    if (std::strcmp(env, "2") == 0) return 2;
-    if (std::strcmp(env, "4") == 0) return 4;
-    fail("MOX_CUDA_SHORT_SPLIT={}: expected 1, 2 or 4", env);
 }
 
 // Whether a one-column product takes matvec_short_kernel: float weights, whole 32-element
@@ -238,20 +209,8 @@ void launch(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const 
         if (use_short_kernel<T>(n_in, n_out, x)) {
             const auto blocks = static_cast<unsigned>((n_out + kRows - 1) / kRows);
             const auto* wb = static_cast<const uint8_t*>(w);
-            switch (short_split()) {
-                case 1:
-                    launch_overlapped(matvec_short_kernel<T, 1>, blocks, kWarp, 0, stream, wb, row_bytes,
-                                      n_in, n_out, x, y);
-                    break;
-                case 2:
-                    launch_overlapped(matvec_short_kernel<T, 2>, blocks, 2 * kWarp, 0, stream, wb, row_bytes,
-                                      n_in, n_out, x, y);
-                    break;
-                default:
-                    launch_overlapped(matvec_short_kernel<T, 4>, blocks, 4 * kWarp, 0, stream, wb, row_bytes,
-                                      n_in, n_out, x, y);
-                    break;
-            }
+            launch_overlapped(matvec_short_kernel<T>, blocks, kWarp, 0, stream, wb, row_bytes, n_in, n_out, x,
+                              y);
             MOX_CUDA_CHECK_LAUNCH("matvec_short_kernel");
             return;
         }
