@@ -225,6 +225,7 @@ __global__ void __launch_bounds__(kMmThreads)
     extern __shared__ __align__(128) unsigned char smem2[];
     __shared__ const __half* a_rows[BT];
     __shared__ float* y_rows[BT];
+    __shared__ const uint8_t* w_rows[kBR];
     __shared__ float tbl[16];
     TileInfo ti;
     if (!load_tile<BT>(counts, offsets, n_tiles, tiles, ti)) return;  // uniform over the block
@@ -235,15 +236,17 @@ __global__ void __launch_bounds__(kMmThreads)
         a_rows[tid] = ok ? xh + static_cast<int64_t>(sorted[pos] / k) * (P ? 2 : 1) * xs : nullptr;
         y_rows[tid] = ok ? h + pos * n_ff : nullptr;
     }
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kHalf;
+    if (tid < kBR) {  // tile row tid: gate row r0 + tid, then up row r0 + tid - 64
+        const int64_t r = r0 + tid % kHalf;
+        const uint8_t* w = tid < kHalf ? gate : up;
+        w_rows[tid] = r < n_ff ? w + static_cast<size_t>(ti.e * n_ff + r) * row_bytes : nullptr;
+    }
     stage_table<T>(tbl);
     __syncthreads();
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kHalf;
-    const int rr = tid >> 1;  // the tile row this thread decodes
-    const int64_t r = r0 + rr % kHalf;
-    const uint8_t* w = rr < kHalf ? gate : up;
-    const uint8_t* wrow[1] = {r < n_ff ? w + static_cast<size_t>(ti.e * n_ff + r) * row_bytes : nullptr};
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile2<T, 1, BT, P>(wrow, n_embd, a_rows, xs, ti.a_valid, 0, xs / seg::kSegElems, smem2, tbl, acc);
+    mm::mma_tile1<T, BT, P>(w_rows, row_bytes, n_embd, a_rows, xs, ti.a_valid, 0, xs / seg::kSegElems, smem2, tbl,
+                            acc);
     const float* c = mm::stage_acc2<BT>(acc[0], smem2);
     const int n_rows = static_cast<int>(n_ff - r0 < kHalf ? n_ff - r0 : kHalf);
     for (int idx = tid; idx < BT * kHalf; idx += kMmThreads) {
@@ -266,6 +269,7 @@ __global__ void __launch_bounds__(kMmThreads)
     extern __shared__ __align__(128) unsigned char smem2[];
     __shared__ const __half* a_rows[BT];
     __shared__ float* y_rows[BT];
+    __shared__ const uint8_t* w_rows[kBR];
     __shared__ float tbl[16];
     TileInfo ti;
     if (!load_tile<BT>(counts, offsets, n_tiles, tiles, ti)) return;  // uniform over the block
@@ -276,13 +280,15 @@ __global__ void __launch_bounds__(kMmThreads)
         a_rows[tid] = ok ? hh + pos * (P ? 2 : 1) * hs : nullptr;
         y_rows[tid] = ok ? y + static_cast<int64_t>(sorted[pos]) * n_embd : nullptr;
     }
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBR;
+    if (tid < kBR)
+        w_rows[tid] = r0 + tid < n_embd ? down + static_cast<size_t>(ti.e * n_embd + r0 + tid) * row_bytes
+                                        : nullptr;
     stage_table<T>(tbl);
     __syncthreads();
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBR, r = r0 + (tid >> 1);
-    const uint8_t* wrow[1] = {r < n_embd ? down + static_cast<size_t>(ti.e * n_embd + r) * row_bytes
-                                         : nullptr};
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile2<T, 1, BT, P>(wrow, n_ff, a_rows, hs, ti.a_valid, 0, hs / seg::kSegElems, smem2, tbl, acc);
+    mm::mma_tile1<T, BT, P>(w_rows, row_bytes, n_ff, a_rows, hs, ti.a_valid, 0, hs / seg::kSegElems, smem2, tbl,
+                            acc);
     mm::store_tile2<BT>(acc[0], smem2, y_rows, ti.a_valid, r0, n_embd - r0);
 }
 
@@ -297,7 +303,7 @@ void launch_gate_up2(dim3 grid, cudaStream_t stream, const ops::Weight& gate, co
                      const int32_t* n_tiles, const int2* tiles, const int32_t* sorted, const float* x,
                      int64_t n_tokens, __half* xh, int64_t xs, float* h) {
     mm::permute_half<T, P>(x, n_embd, n_tokens, xh, stream);
-    constexpr int kSmem = mm::Layout2<1, BT, P>::kBytes;
+    constexpr int kSmem = mm::kTileSmemBytes<T, BT, P>;
     MOX_CUDA_CHECK(
         cudaFuncSetAttribute(gate_up2_kernel<T, BT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     gate_up2_kernel<T, BT, P><<<grid, kMmThreads, kSmem, stream>>>(gate.data, up.data, gate.row_bytes, n_embd,
@@ -311,7 +317,7 @@ void launch_down2(dim3 grid, cudaStream_t stream, const ops::Weight& down, int64
                   const int32_t* counts, const int32_t* offsets, const int32_t* n_tiles, const int2* tiles,
                   const int32_t* sorted, const float* h, int64_t n_pairs, __half* hh, int64_t hs, float* y) {
     mm::permute_half<T, P>(h, n_ff, n_pairs, hh, stream);
-    constexpr int kSmem = mm::Layout2<1, BT, P>::kBytes;
+    constexpr int kSmem = mm::kTileSmemBytes<T, BT, P>;
     MOX_CUDA_CHECK(
         cudaFuncSetAttribute(down2_kernel<T, BT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     down2_kernel<T, BT, P><<<grid, kMmThreads, kSmem, stream>>>(

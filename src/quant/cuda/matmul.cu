@@ -115,6 +115,7 @@ __global__ void __launch_bounds__(kMmThreads)
     extern __shared__ __align__(128) unsigned char smem2[];
     __shared__ const __half* a_rows[BT];
     __shared__ float* y_rows[BT];
+    __shared__ const uint8_t* w_rows[kBR];
     __shared__ float tbl[16];
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBR, t0 = static_cast<int64_t>(blockIdx.y) * BT;
     const int a_valid = static_cast<int>(min(static_cast<int64_t>(BT), n_tokens - t0));
@@ -126,14 +127,13 @@ __global__ void __launch_bounds__(kMmThreads)
         a_rows[tid] = ok ? xh + (t0 + tid) * row_halves : nullptr;
         y_rows[tid] = ok ? out + (t0 + tid) * n_out : nullptr;
     }
+    if (tid < kBR) w_rows[tid] = r0 + tid < n_out ? w + static_cast<size_t>(r0 + tid) * row_bytes : nullptr;
     stage_table<T>(tbl);
     __syncthreads();
-    const int64_t r = r0 + (tid >> 1);
-    const uint8_t* wrow[1] = {r < n_out ? w + static_cast<size_t>(r) * row_bytes : nullptr};
     const int64_t g_begin = static_cast<int64_t>(blockIdx.z) * chunks_per_split * mm::kSegsPerChunk;
     const int64_t g_end = min(g_begin + chunks_per_split * mm::kSegsPerChunk, stride / seg::kSegElems);
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile2<T, 1, BT, P>(wrow, n_in, a_rows, stride, a_valid, g_begin, g_end, smem2, tbl, acc);
+    mm::mma_tile1<T, BT, P>(w_rows, row_bytes, n_in, a_rows, stride, a_valid, g_begin, g_end, smem2, tbl, acc);
     mm::store_tile2<BT>(acc[0], smem2, y_rows, a_valid, r0, n_out - r0);
 }
 
@@ -204,7 +204,7 @@ void matmul(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
             constexpr int BT = decltype(bt_tag)::value;
             constexpr bool P = decltype(p_tag)::value;
             mm::permute_half<T, P>(x, n_in, n_tokens, xh, stream);
-            constexpr int kSmem = mm::Layout2<1, BT, P>::kBytes;
+            constexpr int kSmem = mm::kTileSmemBytes<T, BT, P>;
             MOX_CUDA_CHECK(cudaFuncSetAttribute(matmul2_kernel<T, BT, P>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
             const int64_t tiles2 = (n_tokens + BT - 1) / BT;

@@ -504,6 +504,191 @@ __device__ void mma_tile2(const uint8_t* const (&wrow)[NW], int64_t n_in, const 
     }
 }
 
+// ---- Raw staging (quantized weights, token tiles 32 and 64, not precise): stage_chunk's weight
+// loads were the tile's bottleneck at ~16 tokens per expert (ncu of the MoE gate/up at 512 tokens,
+// session 10: 43% of the warps' cycles waiting on them, L1 at 84% of its throughput with 4.8 useful
+// bytes of each 32-byte sector: a warp's lanes read 16 rows' segments, a row apart). Here the block
+// first copies the next whole blocks of its 128 rows ("units") into shared memory with cp.async,
+// consecutive threads taking consecutive 16-byte pieces of a row, one unit ahead of the decode, which
+// then reads them there (segments.cuh's Smem loaders). A unit is at least two chunks (one K-quant
+// super-block, four 32-element blocks), so each copy has a step or more to land.
+
+template <class T>
+struct RawUnit {
+    static constexpr int kSegs = T::kSegs > 2 * kSegsPerChunk ? T::kSegs : 2 * kSegsPerChunk;
+    static constexpr int kBytes = kSegs / T::kSegs * block_bytes<T>();  // of one row
+    // A unit starts anywhere in a 16-byte piece (blocks of 18, 34, 210 bytes...): its slot holds
+    // the 16-byte aligned span around it.
+    static constexpr int kSlot = (kBytes + 15 + 15) / 16 * 16;
+    static constexpr int kPieces = kSlot / 16;
+    static constexpr int kRingBytes = 2 * kBR * kSlot;
+};
+
+template <class T, int BT, bool P>
+inline constexpr bool kRawStaged = !seg::kIsFloat<T> && !P && BT <= 64;
+
+// Dynamic shared memory of a one-matrix tile: Layout2's stages, then the raw ring where it is used.
+template <class T, int BT, bool P>
+inline constexpr int kTileSmemBytes =
+    kRawStaged<T, BT, P> ? Layout2<1, BT, P>::kInBytes + RawUnit<T>::kRingBytes : Layout2<1, BT, P>::kBytes;
+
+// Issues the cp.async copies of unit u of every tile row (w_rows: kBR row pointers in shared memory,
+// nullptr past n_out) into ring slot `slot`; bytes past row_bytes are not the row's and not copied
+// (the 16-byte pieces around the row's end are: device allocations are padded by 16 bytes).
+template <class T>
+__device__ __forceinline__ void issue_unit(const uint8_t* const* w_rows, size_t row_bytes, int64_t u,
+                                           unsigned char* slot) {
+    using U = RawUnit<T>;
+    const int64_t b0 = u * U::kBytes;
+    const int64_t b1 = min(b0 + U::kBytes, static_cast<int64_t>(row_bytes));
+    for (int c = threadIdx.x; c < kBR * U::kPieces; c += kMmThreads) {
+        const int r = c / U::kPieces, q = c % U::kPieces;
+        const uint8_t* row = w_rows[r];
+        if (row == nullptr) continue;
+        const uintptr_t start = reinterpret_cast<uintptr_t>(row + b0) & ~uintptr_t{15};
+        const uintptr_t end = (reinterpret_cast<uintptr_t>(row + b1) + 15) & ~uintptr_t{15};
+        const uintptr_t src = start + 16 * static_cast<uintptr_t>(q);
+        if (src < end) cp_async16(slot + r * U::kSlot + 16 * q, reinterpret_cast<const void*>(src));
+    }
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_but_one() {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+// The activation half of stage_chunk: chunk g0's BT rows by cp.async (padding tokens as zeros).
+template <int BT>
+__device__ __forceinline__ void stage_x(const __half* const* a_rows, int64_t g0, __half* xs) {
+    for (int c = threadIdx.x; c < BT * 8; c += kMmThreads) {
+        const int i = c >> 3, q = c & 7;
+        __half* dst = xs + i * kLd + q * 8;
+        const __half* a = a_rows[i];
+        if (a != nullptr)
+            cp_async16(dst, a + g0 * seg::kSegElems + q * 8);
+        else
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// The warps' MMAs over one staged chunk (x [BT][kLd], w [kBR][kLd] halves) into acc.
+template <int BT>
+__device__ __forceinline__ void mma_chunk(const __half* xs, const __half* ws, int wt, int wr,
+                                          AccFrag (&acc)[2][Shape<BT>::kFB]) {
+    using namespace nvcuda;
+    using S = Shape<BT>;
+#pragma unroll
+    for (int k0 = 0; k0 < kBK; k0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
+#pragma unroll
+        for (int a = 0; a < 2; ++a) wmma::load_matrix_sync(fa[a], xs + (wt * 32 + 16 * a) * kLd + k0, kLd);
+#pragma unroll
+        for (int b = 0; b < S::kFB; ++b) {
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+            wmma::load_matrix_sync(fb, ws + (wr * S::kRowsPerWarp + 16 * b) * kLd + k0, kLd);
+#pragma unroll
+            for (int a = 0; a < 2; ++a) wmma::mma_sync(acc[a][b], fa[a], fb, acc[a][b]);
+        }
+    }
+}
+
+// mma_tile2 (one weight matrix) with raw staging: the same tile, the same fp16 operands and the
+// same MMAs in the same order, so the same result. w_rows: the kBR tile rows' pointers in shared
+// memory (nullptr past n_out; thread t decodes row t / 2), row_bytes: bytes of one row.
+template <class T, int BT>
+__device__ void mma_tile2_raw(const uint8_t* const* w_rows, size_t row_bytes, int64_t n_in,
+                              const __half* const* a_rows, int a_valid, int64_t g_begin, int64_t g_end,
+                              unsigned char* smem, const float* tbl, AccFrag (&acc)[1][2][Shape<BT>::kFB]) {
+    using namespace nvcuda;
+    using S = Shape<BT>;
+    using L = Layout2<1, BT, false>;
+    using U = RawUnit<T>;
+    const int warp = threadIdx.x / kWarp;
+    const int wt = warp % S::kWT, wr = warp / S::kWT;
+    const bool warp_active = wt * 32 < a_valid;
+    const int64_t n_segs = n_segments<T>(n_in);
+    unsigned char* ring = smem + L::kInBytes;
+    const int rr = threadIdx.x >> 1, rs = threadIdx.x & 1;
+    const uint8_t* my_row = w_rows[rr];
+
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < S::kFB; ++b) wmma::fill_fragment(acc[0][a][b], 0.0f);
+    const int64_t n_steps = (g_end - g_begin) / kSegsPerChunk;
+    if (n_steps <= 0) return;  // uniform over the block
+    const int64_t last_unit = (g_end - 1) / U::kSegs;
+
+    // Decodes chunk g0's segment of this thread's row from the ring into stage `stage`.
+    const auto decode = [&](int64_t g0, unsigned char* stage) {
+        __half* dst = reinterpret_cast<__half*>(stage + L::kXBytes) + rr * kLd + rs * 32;
+        const int64_t g = g0 + rs, u = g0 / U::kSegs;
+        if (my_row != nullptr && g < n_segs) {
+            const uint8_t* src = ring + (u & 1) * (kBR * U::kSlot) + rr * U::kSlot +
+                                 (reinterpret_cast<uintptr_t>(my_row + u * U::kBytes) & 15);
+            seg::Seg s;
+            T::template load<seg::Smem>(src, g - u * U::kSegs, n_in - u * U::kSegs * seg::kSegElems, s, tbl);
+            store_seg_half<T>(s, dst);
+        } else {
+            uint4* d4 = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+            for (int v = 0; v < 4; ++v) d4[v] = make_uint4(0, 0, 0, 0);
+        }
+    };
+
+    // Prologue: the first two units and chunk 0's activations, all landed, then chunk 0 decoded.
+    const int64_t u0 = g_begin / U::kSegs;
+    issue_unit<T>(w_rows, row_bytes, u0, ring + (u0 & 1) * (kBR * U::kSlot));
+    if (u0 + 1 <= last_unit) issue_unit<T>(w_rows, row_bytes, u0 + 1, ring + ((u0 + 1) & 1) * (kBR * U::kSlot));
+    stage_x<BT>(a_rows, g_begin, reinterpret_cast<__half*>(smem));
+    cp_async_wait_all();
+    __syncthreads();
+    decode(g_begin, smem);
+    __syncthreads();
+#pragma unroll 1
+    for (int64_t s = 0; s < n_steps; ++s) {
+        unsigned char* cur = smem + (s & 1) * L::kStageBytes;
+        if (s + 1 < n_steps) {  // uniform
+            unsigned char* next = smem + ((s + 1) & 1) * L::kStageBytes;
+            const int64_t g1 = g_begin + (s + 1) * kSegsPerChunk, u1 = g1 / U::kSegs;
+            stage_x<BT>(a_rows, g1, reinterpret_cast<__half*>(next));
+            cp_async_commit();
+            // Entering unit u1: the slot of u1 - 1 is free (its last chunk was decoded before the
+            // barrier that ended the previous step), so u1 + 1 goes there.
+            if (u1 != (g1 - kSegsPerChunk) / U::kSegs && u1 + 1 <= last_unit)
+                issue_unit<T>(w_rows, row_bytes, u1 + 1, ring + ((u1 + 1) & 1) * (kBR * U::kSlot));
+            cp_async_commit();
+            decode(g1, next);
+        }
+        if (warp_active)  // warp-uniform: sub-tiles of padding tokens only are skipped
+            mma_chunk<BT>(reinterpret_cast<const __half*>(cur), reinterpret_cast<const __half*>(cur + L::kXBytes),
+                          wt, wr, acc[0]);
+        // Every group but this step's unit copy has landed: the next chunk's activations and the
+        // unit the next decode reads (issued a step or more ago) ...
+        cp_async_wait_but_one();
+        __syncthreads();  // ... visible to all, and this stage's reads are done
+    }
+    cp_async_wait_all();  // no copy may land in shared memory the caller reuses
+    __syncthreads();
+}
+
+// The tile product of one weight matrix for the kernels: mma_tile2_raw where kRawStaged, else
+// mma_tile2 (w_rows[threadIdx.x / 2] is the thread's row either way).
+template <class T, int BT, bool P>
+__device__ __forceinline__ void mma_tile1(const uint8_t* const* w_rows, size_t row_bytes, int64_t n_in,
+                                          const __half* const* a_rows, int64_t lo_off, int a_valid,
+                                          int64_t g_begin, int64_t g_end, unsigned char* smem, const float* tbl,
+                                          AccFrag (&acc)[1][2][Shape<BT>::kFB]) {
+    if constexpr (kRawStaged<T, BT, P>) {
+        mma_tile2_raw<T, BT>(w_rows, row_bytes, n_in, a_rows, a_valid, g_begin, g_end, smem, tbl, acc);
+    } else {
+        const uint8_t* wrow[1] = {w_rows[threadIdx.x >> 1]};
+        mma_tile2<T, 1, BT, P>(wrow, n_in, a_rows, lo_off, a_valid, g_begin, g_end, smem, tbl, acc);
+    }
+}
+
 // Stages one accumulator set into smem as c [BT][kLdC] floats (token i's row r at c[i * kLdC + r]; the
 // caller has passed mma_tile2's final barrier) and returns c once every warp's fragments are in. All
 // threads of the block must call it.

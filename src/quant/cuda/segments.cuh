@@ -66,6 +66,22 @@ __device__ __forceinline__ float table_value(int table, int i) {
 // below say which alignment they need and every type uses the widest one its layout guarantees
 // (device allocations are 256-byte aligned and rows are whole blocks).
 
+// Where a loader reads a row's bytes: global memory through the read-only data path (Gmem, the
+// default: the decode kernels), or shared memory (Smem: the prefill tiles stage raw blocks there
+// first, quant/cuda/matmul.cuh). Plain dereferences below (16-bit fields, single bytes) work in both.
+struct Gmem {
+    template <class P>
+    __device__ __forceinline__ static P ld(const P* p) {
+        return __ldg(p);
+    }
+};
+struct Smem {
+    template <class P>
+    __device__ __forceinline__ static P ld(const P* p) {
+        return *p;
+    }
+};
+
 __device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
     const auto* h = reinterpret_cast<const uint16_t*>(p);
     return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
@@ -73,26 +89,28 @@ __device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
 __device__ __forceinline__ uint32_t ld32_a4(const uint8_t* p) {
     return *reinterpret_cast<const uint32_t*>(p);
 }
+template <class M = Gmem>
 __device__ __forceinline__ uint4 ld128_a16(const uint8_t* p) {
-    return __ldg(reinterpret_cast<const uint4*>(p));
+    return M::ld(reinterpret_cast<const uint4*>(p));
 }
+template <class M = Gmem>
 __device__ __forceinline__ uint2 ld64_a8(const uint8_t* p) {
-    return __ldg(reinterpret_cast<const uint2*>(p));
+    return M::ld(reinterpret_cast<const uint2*>(p));
 }
 
 // N little-endian words of the bytes at p (any alignment) from aligned 4-byte loads: one load per
 // word plus one when p is unaligned, instead of byte or 16-bit loads. An unaligned p reads up to 3
 // bytes past p + 4N, inside the aligned word holding p + 4N (allocations from upload_weight are
 // padded by 16 bytes, so the last row's last block stays inside its allocation).
-template <int N>
+template <class M = Gmem, int N>
 __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[N]) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     const auto* base = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
     const uint32_t sh = static_cast<uint32_t>(a & 3) * 8;
     uint32_t raw[N + 1];
 #pragma unroll
-    for (int i = 0; i < N; ++i) raw[i] = __ldg(base + i);
-    raw[N] = sh ? __ldg(base + N) : 0u;
+    for (int i = 0; i < N; ++i) raw[i] = M::ld(base + i);
+    raw[N] = sh ? M::ld(base + N) : 0u;
 #pragma unroll
     for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], sh);
 }
@@ -146,13 +164,14 @@ struct F32 {
     static constexpr int kBlockElems = 32, kSegs = 1, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t n_in, Seg& s, const float*) {
         const int64_t e0 = g * 32;
         const auto* p = reinterpret_cast<const float*>(row) + e0;
         if (e0 + 32 <= n_in && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
-                const float4 v = __ldg(reinterpret_cast<const float4*>(p) + k);
+                const float4 v = M::ld(reinterpret_cast<const float4*>(p) + k);
                 s.q[4 * k] = v.x, s.q[4 * k + 1] = v.y, s.q[4 * k + 2] = v.z, s.q[4 * k + 3] = v.w;
             }
         } else {
@@ -176,13 +195,14 @@ struct Half16 {
         else
             return __half2float(__ushort_as_half(static_cast<uint16_t>(h)));
     }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t n_in, Seg& s, const float*) {
         const int64_t e0 = g * 32;
         const auto* p = reinterpret_cast<const uint16_t*>(row) + e0;
         if (e0 + 32 <= n_in && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-                const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + k);
+                const uint4 v = M::ld(reinterpret_cast<const uint4*>(p) + k);
                 const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
@@ -213,17 +233,19 @@ struct Q4_0 {  // 18 B: d f16, qs[16]
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
     // The 32 nibble values (0..15) in consumption order, 4 per word: word k < 4 the low nibbles of
     // bytes 4k..4k+3, word 4 + k their high nibbles. Both decoders start from these.
+    template <class M = Gmem>
     __device__ static void qwords(const uint8_t* b, uint32_t (&w)[8]) {
         uint32_t v[4];
-        load_words(b + 2, v);
+        load_words<M>(b + 2, v);
 #pragma unroll
         for (int k = 0; k < 4; ++k) w[k] = v[k] & 0x0F0F0F0Fu, w[4 + k] = (v[k] >> 4) & 0x0F0F0F0Fu;
     }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
         set_d(s, f16_at(b));
         uint32_t w[8];
-        qwords(b, w);
+        qwords<M>(b, w);
 #pragma unroll
         for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic + 8.0f);
     }
@@ -240,11 +262,12 @@ struct IQ4_NL {  // 18 B: d f16, qs[16]; value d * kvalues_iq4nl[nibble]
     static constexpr int kBlockElems = 32, kBlockBytes = 18, kSegs = 1, kTable = kTableIq4nl;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float* tbl) {
         const uint8_t* b = row + g * kBlockBytes;
         set_d(s, f16_at(b));
         uint32_t w[4];
-        load_words(b + 2, w);
+        load_words<M>(b + 2, w);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const uint32_t v = w[k];
@@ -258,6 +281,7 @@ struct MXFP4 {  // 17 B: e (E8M0) u8, qs[16]; value kvalues_mxfp4[nibble] * 2^(e
     static constexpr int kBlockElems = 32, kBlockBytes = 17, kSegs = 1, kTable = kTableMxfp4;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float* tbl) {
         const uint8_t* b = row + g * kBlockBytes;
         const uint32_t e = b[0];
@@ -265,7 +289,7 @@ struct MXFP4 {  // 17 B: e (E8M0) u8, qs[16]; value kvalues_mxfp4[nibble] * 2^(e
         const float d = e >= 2 ? __uint_as_float((e - 1) << 23) : __uint_as_float(0x00200000u << e);
         set_d(s, d);
         uint32_t w[4];
-        load_words(b + 1, w);
+        load_words<M>(b + 1, w);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const uint32_t v = w[k];
@@ -280,11 +304,12 @@ struct Q8_0 {  // 34 B: d f16, qs[32] int8
     static constexpr bool kHasMin = false;
     static constexpr int kI8Groups = 1;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
         set_d(s, f16_at(b));
         uint32_t w[8];
-        load_words(b + 2, w);
+        load_words<M>(b + 2, w);
 #pragma unroll
         for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k] ^ 0x80808080u, kMagic + 128.0f);
     }
@@ -301,16 +326,17 @@ struct Q4_1 {  // 20 B: d f16, m f16, qs[16]; 4-byte aligned
     static constexpr int kBlockElems = 32, kBlockBytes = 20, kSegs = 1, kTable = kNoTable;
     static constexpr bool kHasMin = true;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
-        const uint32_t dm = __ldg(reinterpret_cast<const uint32_t*>(b));
+        const uint32_t dm = M::ld(reinterpret_cast<const uint32_t*>(b));
         set_d(s, f16_bits(dm & 0xFFFFu));
         const float m = -f16_bits(dm >> 16);
 #pragma unroll
         for (int k = 0; k < 4; ++k) s.m[k] = m;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(b + 4) + k);
+            const uint32_t v = M::ld(reinterpret_cast<const uint32_t*>(b + 4) + k);
             put4(s.q + 4 * k, v & 0x0F0F0F0Fu, kMagic);
             put4(s.q + 16 + 4 * k, (v >> 4) & 0x0F0F0F0Fu, kMagic);
         }
@@ -336,11 +362,12 @@ struct Q5_0 {  // 22 B: d f16, qh u32, qs[16]; 2-byte aligned; value d * (q - 16
     static constexpr int kBlockElems = 32, kBlockBytes = 22, kSegs = 1, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
         set_d(s, f16_at(b));
         uint32_t w[5];
-        load_words(b + 2, w);
+        load_words<M>(b + 2, w);
         const uint32_t qs[4] = {w[1], w[2], w[3], w[4]};
         put_q5(s, qs, w[0], kMagic + 16.0f);
     }
@@ -350,9 +377,10 @@ struct Q5_1 {  // 24 B: d f16, m f16, qh u32, qs[16]; 8-byte aligned; value d * 
     static constexpr int kBlockElems = 32, kBlockBytes = 24, kSegs = 1, kTable = kNoTable;
     static constexpr bool kHasMin = true;
     __host__ __device__ static constexpr int elem_of(int, int j) { return j; }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + g * kBlockBytes;
-        const uint2 h = ld64_a8(b), v0 = ld64_a8(b + 8), v1 = ld64_a8(b + 16);
+        const uint2 h = ld64_a8<M>(b), v0 = ld64_a8<M>(b + 8), v1 = ld64_a8<M>(b + 16);
         set_d(s, f16_bits(h.x & 0xFFFFu));
         const float m = -f16_bits(h.x >> 16);
 #pragma unroll
@@ -416,12 +444,12 @@ __device__ __forceinline__ void k4_scales(const uint8_t* b, int sb, S& s) {
 
 // Q4_K and Q5_K share the super-block header (d, dmin, 12 bytes of 6-bit scales and mins) and the
 // element order: a segment is T::qwords' values with its sub-block's scale and min.
-template <class T>
+template <class T, class M = Gmem>
 __device__ __forceinline__ void k4_load(const uint8_t* row, int64_t g, Seg& s) {
     const uint8_t* b = row + (g >> 3) * T::kBlockBytes;
     const int sb = static_cast<int>(g & 7);
     uint32_t w[8];
-    T::qwords(b, sb, w);
+    T::template qwords<M>(b, sb, w);
 #pragma unroll
     for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic);
     k4_scales(b, sb, s);
@@ -441,14 +469,16 @@ struct Q4_K {  // 144 B: d, dmin f16; scales[12]; qs[128]
     static constexpr int kI8Groups = 2;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k4_elem_of(sb, j); }
     // The 32 nibble values (0..15) of segment sb, 4 per word: low nibbles (words 0..3), then high.
+    template <class M = Gmem>
     __device__ static void qwords(const uint8_t* b, int sb, uint32_t (&w)[8]) {
-        const uint4 v = ld128_a16(b + 16 + 32 * (sb >> 1) + 16 * (sb & 1));
+        const uint4 v = ld128_a16<M>(b + 16 + 32 * (sb >> 1) + 16 * (sb & 1));
         const uint32_t x[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) w[k] = x[k] & 0x0F0F0F0Fu, w[4 + k] = (x[k] >> 4) & 0x0F0F0F0Fu;
     }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
-        k4_load<Q4_K>(row, g, s);
+        k4_load<Q4_K, M>(row, g, s);
     }
     __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
         k4_load_i8<Q4_K>(row, g, s);
@@ -462,10 +492,11 @@ struct Q5_K {  // 176 B: d, dmin f16; scales[12]; qh[32]; qs[128]
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k4_elem_of(sb, j); }
     // The 32 five-bit values (0..31) of segment sb, 4 per word, in Q4_K's order. The fifth bit of
     // element 32 s + l is bit s of qh[l]; our bytes l = 16 half + i.
+    template <class M = Gmem>
     __device__ static void qwords(const uint8_t* b, int sb, uint32_t (&w)[8]) {
         const int c = sb >> 1;
-        const uint4 v = ld128_a16(b + 48 + 32 * c + 16 * (sb & 1));
-        const uint4 h = ld128_a16(b + 16 + 16 * (sb & 1));
+        const uint4 v = ld128_a16<M>(b + 48 + 32 * c + 16 * (sb & 1));
+        const uint4 h = ld128_a16<M>(b + 16 + 16 * (sb & 1));
         const uint32_t x[4] = {v.x, v.y, v.z, v.w};
         const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
 #pragma unroll
@@ -474,8 +505,9 @@ struct Q5_K {  // 176 B: d, dmin f16; scales[12]; qh[32]; qs[128]
             w[4 + k] = ((x[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4);
         }
     }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
-        k4_load<Q5_K>(row, g, s);
+        k4_load<Q5_K, M>(row, g, s);
     }
     __device__ static void load_i8(const uint8_t* row, int64_t g, SegI& s) {
         k4_load_i8<Q5_K>(row, g, s);
@@ -493,6 +525,7 @@ struct Q2_K {  // 84 B: scales[16]; qs[64]; d, dmin f16
     static constexpr int kBlockElems = 256, kBlockBytes = 84, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = true;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k2_elem_of(sb, j); }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int sb = static_cast<int>(g & 7);
@@ -514,6 +547,7 @@ struct Q3_K {  // 110 B: hmask[32]; qs[64]; scales[12]; d f16
     static constexpr int kBlockElems = 256, kBlockBytes = 110, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return k2_elem_of(sb, j); }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int sb = static_cast<int>(g & 7);
@@ -549,7 +583,7 @@ struct Q6_K {  // 210 B: ql[128]; qh[64]; scales[16] int8; d f16
     // and the group scales. Low 4 bits of k = 0, 1 are the low nibbles of ql[64h + l] and
     // ql[64h + 32 + l]; k = 2, 3 the high nibbles of the same bytes. The top 2 bits are bits
     // 2k..2k+1 of qh[32h + l].
-    template <class S>
+    template <class M = Gmem, class S>
     __device__ static void qwords(const uint8_t* b, int sb, uint32_t (&w)[8], S& s) {
         const int h = sb >> 2, lq = sb & 3;
         const uint8_t* a = b + 64 * h + 8 * lq;
@@ -566,9 +600,10 @@ struct Q6_K {  // 210 B: ql[128]; qh[64]; scales[16] int8; d f16
             s.d[k] = d * static_cast<float>(static_cast<int8_t>(b[192 + 8 * h + 2 * k + (lq >> 1)]));
         }
     }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         uint32_t w[8];
-        qwords(row + (g >> 3) * kBlockBytes, static_cast<int>(g & 7), w, s);
+        qwords<M>(row + (g >> 3) * kBlockBytes, static_cast<int>(g & 7), w, s);
 #pragma unroll
         for (int k = 0; k < 8; ++k) put4(s.q + 4 * k, w[k], kMagic + 32.0f);
     }
@@ -584,10 +619,11 @@ struct IQ4_XS {  // 136 B: d f16; scales_h u16; scales_l[4]; qs[128]
     static constexpr bool kHasMin = false;
     // Sub-block ib: low nibble of qs[16 ib + i] is element 32 ib + i, the high one 32 ib + 16 + i.
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return 32 * sb + j; }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float* tbl) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int ib = static_cast<int>(g & 7);
-        const uint2 v0 = ld64_a8(b + 8 + 16 * ib), v1 = ld64_a8(b + 16 + 16 * ib);
+        const uint2 v0 = ld64_a8<M>(b + 8 + 16 * ib), v1 = ld64_a8<M>(b + 16 + 16 * ib);
         const uint32_t w[4] = {v0.x, v0.y, v1.x, v1.y};
         const int sh = *reinterpret_cast<const uint16_t*>(b + 2);
         const int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
@@ -641,11 +677,12 @@ struct IQ2_XXS {  // 66 B: d f16; per sub-block 8 bytes: 4 grid indices, u32 (4 
     static constexpr int kBlockElems = 256, kBlockBytes = 66, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int ib = static_cast<int>(g & 7);
         uint32_t w[2];
-        load_words(b + 2 + 8 * ib, w);
+        load_words<M>(b + 2 + 8 * ib, w);
         set_d(s, iq_scale(f16_at(b), w[1] >> 28, 0.25f));
 #pragma unroll
         for (int l = 0; l < 4; ++l) {
@@ -659,11 +696,12 @@ struct IQ2_XS {  // 74 B: d f16; qs u16[32] (9-bit index, 7-bit sign index); sca
     static constexpr int kBlockElems = 256, kBlockBytes = 74, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int ib = static_cast<int>(g & 7);
         uint32_t w[2];
-        load_words(b + 2 + 8 * ib, w);
+        load_words<M>(b + 2 + 8 * ib, w);
         const float d = f16_at(b);
         const uint32_t sc = b[66 + ib];
         s.d[0] = s.d[1] = iq_scale(d, sc & 15u, 0.25f);
@@ -681,6 +719,7 @@ struct IQ2_S {  // 82 B: d f16; qs[32]; signs[32]; qh[8]; scales[8]
     static constexpr int kBlockElems = 256, kBlockBytes = 82, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int ib = static_cast<int>(g & 7);
@@ -702,11 +741,12 @@ struct IQ3_XXS {  // 98 B: d f16; qs[64] (grid indices, 8 per sub-block); u32[8]
     static constexpr int kBlockElems = 256, kBlockBytes = 98, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int ib = static_cast<int>(g & 7);
         uint32_t w[2];
-        load_words(b + 2 + 8 * ib, w);
+        load_words<M>(b + 2 + 8 * ib, w);
         const uint32_t aux = ld32_a2(b + 66 + 4 * ib);
         set_d(s, iq_scale(f16_at(b), aux >> 28, 0.5f));
 #pragma unroll
@@ -724,11 +764,12 @@ struct IQ3_S {  // 110 B: d f16; qs[64]; qh[8]; signs[32]; scales[4]
     static constexpr int kBlockElems = 256, kBlockBytes = 110, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int ib = static_cast<int>(g & 7);
         uint32_t w[2];
-        load_words(b + 2 + 8 * ib, w);
+        load_words<M>(b + 2 + 8 * ib, w);
         const uint32_t qh = b[66 + ib], sg = ld32_a2(b + 74 + 4 * ib);
         const uint32_t nib = (b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 15u;
         set_d(s, f16_at(b) * static_cast<float>(1 + 2 * nib));
@@ -748,6 +789,7 @@ struct IQ1_S {  // 50 B: d f16; qs[32]; qh u16[8] (3 index bits per group, s, de
     static constexpr int kBlockElems = 256, kBlockBytes = 50, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int ib = static_cast<int>(g & 7);
@@ -767,13 +809,14 @@ struct IQ1_M {  // 56 B: qs[32]; qh[16] (per group: 3 index bits, delta sign); s
     static constexpr int kBlockElems = 256, kBlockBytes = 56, kSegs = 8, kTable = kNoTable;
     static constexpr bool kHasMin = false;
     __host__ __device__ static constexpr int elem_of(int sb, int j) { return iq_elem_of(sb, j); }
+    template <class M = Gmem>
     __device__ static void load(const uint8_t* row, int64_t g, int64_t, Seg& s, const float*) {
         const uint8_t* b = row + (g >> 3) * kBlockBytes;
         const int ib = static_cast<int>(g & 7);
         const uint32_t qs = ld32_a4(b + 4 * ib);
         const uint32_t qh = *reinterpret_cast<const uint16_t*>(b + 32 + 2 * ib);  // nibble l: group l
         // Scale words 0-3 (words 0, 1 in sc.x, 2, 3 in sc.y); their top nibbles are the f16 d.
-        const uint2 sc = ld64_a8(b + 48);
+        const uint2 sc = ld64_a8<M>(b + 48);
         const uint32_t d_bits =
             ((sc.x >> 12) & 15u) | ((sc.x >> 28) << 4) | (((sc.y >> 12) & 15u) << 8) | ((sc.y >> 28) << 12);
         const float d = f16_bits(d_bits);
