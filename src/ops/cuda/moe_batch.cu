@@ -236,17 +236,19 @@ __global__ void __launch_bounds__(kMmThreads)
         a_rows[tid] = ok ? xh + static_cast<int64_t>(sorted[pos] / k) * (P ? 2 : 1) * xs : nullptr;
         y_rows[tid] = ok ? h + pos * n_ff : nullptr;
     }
+    // Tile row i: gate row r0 + i for i < 64, then up row r0 + i - 64.
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kHalf;
-    if (tid < kBR) {  // tile row tid: gate row r0 + tid, then up row r0 + tid - 64
-        const int64_t r = r0 + tid % kHalf;
-        const uint8_t* w = tid < kHalf ? gate : up;
-        w_rows[tid] = r < n_ff ? w + static_cast<size_t>(ti.e * n_ff + r) * row_bytes : nullptr;
-    }
+    const auto tile_row = [&](int i) -> const uint8_t* {
+        const int64_t r = r0 + i % kHalf;
+        return r < n_ff ? (i < kHalf ? gate : up) + static_cast<size_t>(ti.e * n_ff + r) * row_bytes : nullptr;
+    };
+    if constexpr (mm::kRawStaged<T, BT, P>)
+        if (tid < kBR) w_rows[tid] = tile_row(tid);
     stage_table<T>(tbl);
     __syncthreads();
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile1<T, BT, P>(w_rows, row_bytes, n_embd, a_rows, xs, ti.a_valid, 0, xs / seg::kSegElems, smem2, tbl,
-                            acc);
+    mm::mma_tile1<T, BT, P>(tile_row(tid >> 1), w_rows, row_bytes, n_embd, a_rows, xs, ti.a_valid, 0,
+                            xs / seg::kSegElems, smem2, tbl, acc);
     const float* c = mm::stage_acc2<BT>(acc[0], smem2);
     const int n_rows = static_cast<int>(n_ff - r0 < kHalf ? n_ff - r0 : kHalf);
     for (int idx = tid; idx < BT * kHalf; idx += kMmThreads) {
@@ -281,14 +283,16 @@ __global__ void __launch_bounds__(kMmThreads)
         y_rows[tid] = ok ? y + static_cast<int64_t>(sorted[pos]) * n_embd : nullptr;
     }
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBR;
-    if (tid < kBR)
-        w_rows[tid] = r0 + tid < n_embd ? down + static_cast<size_t>(ti.e * n_embd + r0 + tid) * row_bytes
-                                        : nullptr;
+    const auto tile_row = [&](int i) -> const uint8_t* {
+        return r0 + i < n_embd ? down + static_cast<size_t>(ti.e * n_embd + r0 + i) * row_bytes : nullptr;
+    };
+    if constexpr (mm::kRawStaged<T, BT, P>)
+        if (tid < kBR) w_rows[tid] = tile_row(tid);
     stage_table<T>(tbl);
     __syncthreads();
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile1<T, BT, P>(w_rows, row_bytes, n_ff, a_rows, hs, ti.a_valid, 0, hs / seg::kSegElems, smem2, tbl,
-                            acc);
+    mm::mma_tile1<T, BT, P>(tile_row(tid >> 1), w_rows, row_bytes, n_ff, a_rows, hs, ti.a_valid, 0,
+                            hs / seg::kSegElems, smem2, tbl, acc);
     mm::store_tile2<BT>(acc[0], smem2, y_rows, ti.a_valid, r0, n_embd - r0);
 }
 

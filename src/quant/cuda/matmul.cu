@@ -127,13 +127,20 @@ __global__ void __launch_bounds__(kMmThreads)
         a_rows[tid] = ok ? xh + (t0 + tid) * row_halves : nullptr;
         y_rows[tid] = ok ? out + (t0 + tid) * n_out : nullptr;
     }
-    if (tid < kBR) w_rows[tid] = r0 + tid < n_out ? w + static_cast<size_t>(r0 + tid) * row_bytes : nullptr;
+    const auto tile_row = [&](int i) -> const uint8_t* {
+        const int64_t r = r0 + i;
+        return r < n_out ? w + static_cast<size_t>(r) * row_bytes : nullptr;
+    };
+    if constexpr (mm::kRawStaged<T, BT, P>)
+        if (tid < kBR) w_rows[tid] = tile_row(tid);
     stage_table<T>(tbl);
     __syncthreads();
+    const uint8_t* my_row = tile_row(tid >> 1);
     const int64_t g_begin = static_cast<int64_t>(blockIdx.z) * chunks_per_split * mm::kSegsPerChunk;
     const int64_t g_end = min(g_begin + chunks_per_split * mm::kSegsPerChunk, stride / seg::kSegElems);
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile1<T, BT, P>(w_rows, row_bytes, n_in, a_rows, stride, a_valid, g_begin, g_end, smem2, tbl, acc);
+    mm::mma_tile1<T, BT, P>(my_row, w_rows, row_bytes, n_in, a_rows, stride, a_valid, g_begin, g_end,
+                            smem2, tbl, acc);
     mm::store_tile2<BT>(acc[0], smem2, y_rows, a_valid, r0, n_out - r0);
 }
 

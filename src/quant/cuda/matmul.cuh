@@ -524,8 +524,17 @@ struct RawUnit {
     static constexpr int kRingBytes = 2 * kBR * kSlot;
 };
 
+// Where raw staging is used: quantized weights, token tiles 32 and 64, not precise, and only while
+// the ring leaves room for two blocks per SM (the H200's 228 KB: Q6_K's 210-byte blocks at tile 64
+// would hold one, and ran 16% slower there in session 10's kernel timings; Q4_K at tile 64: +31%).
+inline constexpr int kRawSmemCap = 110 * 1024;
 template <class T, int BT, bool P>
-inline constexpr bool kRawStaged = !seg::kIsFloat<T> && !P && BT <= 64;
+inline constexpr bool kRawStaged = [] {
+    if constexpr (seg::kIsFloat<T> || P || BT > 64)
+        return false;
+    else
+        return Layout2<1, BT, false>::kInBytes + RawUnit<T>::kRingBytes <= kRawSmemCap;
+}();
 
 // Dynamic shared memory of a one-matrix tile: Layout2's stages, then the raw ring where it is used.
 template <class T, int BT, bool P>
@@ -674,17 +683,17 @@ __device__ void mma_tile2_raw(const uint8_t* const* w_rows, size_t row_bytes, in
     __syncthreads();
 }
 
-// The tile product of one weight matrix for the kernels: mma_tile2_raw where kRawStaged, else
-// mma_tile2 (w_rows[threadIdx.x / 2] is the thread's row either way).
+// The tile product of one weight matrix for the kernels: mma_tile2_raw where kRawStaged (w_rows: the
+// tile rows, filled by the kernel only then), else mma_tile2 on the thread's own row my_row.
 template <class T, int BT, bool P>
-__device__ __forceinline__ void mma_tile1(const uint8_t* const* w_rows, size_t row_bytes, int64_t n_in,
-                                          const __half* const* a_rows, int64_t lo_off, int a_valid,
+__device__ __forceinline__ void mma_tile1(const uint8_t* my_row, const uint8_t* const* w_rows, size_t row_bytes,
+                                          int64_t n_in, const __half* const* a_rows, int64_t lo_off, int a_valid,
                                           int64_t g_begin, int64_t g_end, unsigned char* smem, const float* tbl,
                                           AccFrag (&acc)[1][2][Shape<BT>::kFB]) {
     if constexpr (kRawStaged<T, BT, P>) {
         mma_tile2_raw<T, BT>(w_rows, row_bytes, n_in, a_rows, a_valid, g_begin, g_end, smem, tbl, acc);
     } else {
-        const uint8_t* wrow[1] = {w_rows[threadIdx.x >> 1]};
+        const uint8_t* wrow[1] = {my_row};
         mma_tile2<T, 1, BT, P>(wrow, n_in, a_rows, lo_off, a_valid, g_begin, g_end, smem, tbl, acc);
     }
 }
