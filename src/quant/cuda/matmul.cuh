@@ -518,9 +518,13 @@ struct RawUnit {
     static constexpr int kSegs = T::kSegs > 2 * kSegsPerChunk ? T::kSegs : 2 * kSegsPerChunk;
     static constexpr int kBytes = kSegs / T::kSegs * block_bytes<T>();  // of one row
     // A unit starts anywhere in a 16-byte piece (blocks of 18, 34, 210 bytes...): its slot holds
-    // the 16-byte aligned span around it.
-    static constexpr int kSlot = (kBytes + 15 + 15) / 16 * 16;
-    static constexpr int kPieces = kSlot / 16;
+    // the 16-byte aligned span around it, in an odd number of pieces, so that the rows a warp decodes
+    // (16, at the same offsets) fall on different banks: 128-byte slots (Q3_K, IQ3_XXS) put every
+    // row on the same banks, and those types ran 20-35% slower than with direct loads in session
+    // 10's calibrations (Q5_K's 192 bytes, 8 rows a bank: no gain); the odd slots came after the last
+    // device call of that session and are not yet measured.
+    static constexpr int kPieces = (kBytes + 15 + 15) / 16 | 1;
+    static constexpr int kSlot = 16 * kPieces;
     static constexpr int kRingBytes = 2 * kBR * kSlot;
 };
 
