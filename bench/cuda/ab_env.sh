@@ -9,8 +9,8 @@
 # (3), REPS (3 per run), TESTS (the bench flags, default "-p 0 -n 128,512"), EXTRA (more bench flags).
 # Writes OUT/runs.jsonl (every run's rows with its variant) and OUT/ab.md.
 #
-#   bench/cuda/ab_env.sh /tmp/bin/mox /tmp/q36.gguf /tmp/ab - MOX_CUDA_ATTN_SHORT_WARPS=auto \
-#       MOX_CUDA_SHORT_SPLIT=2 "MOX_CUDA_ATTN_SHORT_WARPS=auto MOX_CUDA_SHORT_SPLIT=2"
+#   bench/cuda/ab_env.sh /tmp/bin/mox /tmp/q36.gguf /tmp/ab - MOX_CUDA_ATTN_SHORT_WARPS=4 \
+#       "MOX_CUDA_ATTN_SHORT=0 MOX_PDL=0"
 set -euo pipefail
 if [ $# -lt 4 ]; then sed -n 2,13p "$0"; exit 2; fi
 mox="$1"; model="$2"; out="$3"; shift 3
