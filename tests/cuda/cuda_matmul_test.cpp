@@ -140,6 +140,23 @@ TEST(CudaMatmul, BigTokenTiles) {
     check_case(TypeId::f16, 100, 8193, 600, 503);
 }
 
+// Where a device fits the raw-staged tiles (the H200 does for every quantized type at token tile 32
+// or 64 but Q6_K at 64), the tests above run them; MOX_CUDA_MM_RAW=0 runs their direct-load twins,
+// which GPUs with ~100 KB of shared memory per SM take: every quantized type, split and unsplit.
+TEST(CudaMatmul, DirectLoadTiles) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    ASSERT_EQ(setenv("MOX_CUDA_MM_RAW", "0", 1), 0);
+    uint32_t seed = 401;
+    for (TypeId type : kTypes) {
+        if (!quant::traits(type).is_quantized) continue;
+        check_case(type, 768, 129, 16, seed++);
+        check_case(type, 256, 200, 130, seed++);
+    }
+    check_case(TypeId::q8_0, 544, 131, 63, seed++);   // 2 splits, padded last chunk
+    check_case(TypeId::q4_k, 1792, 77, 65, seed++);   // 7 splits
+    ASSERT_EQ(unsetenv("MOX_CUDA_MM_RAW"), 0);
+}
+
 // The version-1 kernel (MOX_MATMUL_V1=1) stays available as a fallback and stays correct.
 TEST(CudaMatmul, Version1Fallback) {
     MOX_REQUIRE_CUDA_DEVICE();

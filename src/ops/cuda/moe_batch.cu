@@ -13,7 +13,8 @@
 //   4. combine_kernel: out[t] = sum_i weights[t, i] * y[t * k + i] in slot order (no atomics).
 // Version 2 (default; MOX_MATMUL_V1=1 selects the version-1 kernels above for both products): x is
 // first permuted to fp16 in the gate type's segment order (xh), and h, after gate_up, to fp16 in the
-// down type's order (hh), so both products run the two-stage cp.async pipeline of mma_tile2; the
+// down type's order (hh), so both products run the two-stage cp.async pipeline of mma_tile2 (raw-
+// staged weights where the device fits them, quant/cuda/matmul.cuh: mma_tile1); the
 // token tile is 32 when the experts average <= 24 pairs (512-token prefill: ~16), else 64; a
 // gate_up2 block takes 64 rows of gate and the same 64 of up (see there), grid (n_ff / 64, tiles).
 // Precise mode (precise = true): tile 32 and both operands of both products as hi + lo fp16 parts
@@ -26,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 namespace mox::cuda {
 
@@ -208,13 +210,13 @@ __global__ void __launch_bounds__(kMmThreads)
 }
 
 // Version 2 of gate_up_kernel: the tile's activations are rows of xh (x permuted to fp16, stride
-// xs halves), the pipeline is mma_tile2 with a token tile of BT. The block's 128 tile rows are 64
+// xs halves), the pipeline is mma_tile1 with a token tile of BT. The block's 128 tile rows are 64
 // rows of gate then the same 64 rows of up, one weight segment per thread and step as in the dense
 // product, so silu(gate) * up pairs tile rows r and 64 + r through the staged accumulators. Session
 // 10 replaced a pair layout (128 rows of both matrices, two segments per thread: 141 registers at
 // token tile 64, one block per SM) with this: one layer's batched MoE at 4096 tokens 2.58 vs 3.05 ms
 // (80.0 vs 67.7 TFLOP/s, `CudaBench.MoeBatchTflops` on the H200), the same at 512 tokens (0.89 / 0.88).
-template <class T, int BT, bool P>
+template <class T, int BT, bool P, bool R>
 __global__ void __launch_bounds__(kMmThreads)
     gate_up2_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t row_bytes,
                     int64_t n_embd, int64_t n_ff, int k, const int32_t* __restrict__ counts,
@@ -242,12 +244,12 @@ __global__ void __launch_bounds__(kMmThreads)
         const int64_t r = r0 + i % kHalf;
         return r < n_ff ? (i < kHalf ? gate : up) + static_cast<size_t>(ti.e * n_ff + r) * row_bytes : nullptr;
     };
-    if constexpr (mm::kRawStaged<T, BT, P>)
+    if constexpr (R)
         if (tid < kBR) w_rows[tid] = tile_row(tid);
     stage_table<T>(tbl);
     __syncthreads();
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile1<T, BT, P>(tile_row(tid >> 1), w_rows, row_bytes, n_embd, a_rows, xs, ti.a_valid, 0,
+    mm::mma_tile1<T, BT, P, R>(tile_row(tid >> 1), w_rows, row_bytes, n_embd, a_rows, xs, ti.a_valid, 0,
                             xs / seg::kSegElems, smem2, tbl, acc);
     const float* c = mm::stage_acc2<BT>(acc[0], smem2);
     const int n_rows = static_cast<int>(n_ff - r0 < kHalf ? n_ff - r0 : kHalf);
@@ -261,7 +263,7 @@ __global__ void __launch_bounds__(kMmThreads)
 }
 
 // Version 2 of down_kernel: the activations are hh's rows (h permuted to fp16, stride hs halves).
-template <class T, int BT, bool P>
+template <class T, int BT, bool P, bool R>
 __global__ void __launch_bounds__(kMmThreads)
     down2_kernel(const uint8_t* __restrict__ down, size_t row_bytes, int64_t n_ff, int64_t n_embd,
                  const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
@@ -286,12 +288,12 @@ __global__ void __launch_bounds__(kMmThreads)
     const auto tile_row = [&](int i) -> const uint8_t* {
         return r0 + i < n_embd ? down + static_cast<size_t>(ti.e * n_embd + r0 + i) * row_bytes : nullptr;
     };
-    if constexpr (mm::kRawStaged<T, BT, P>)
+    if constexpr (R)
         if (tid < kBR) w_rows[tid] = tile_row(tid);
     stage_table<T>(tbl);
     __syncthreads();
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile1<T, BT, P>(tile_row(tid >> 1), w_rows, row_bytes, n_ff, a_rows, hs, ti.a_valid, 0,
+    mm::mma_tile1<T, BT, P, R>(tile_row(tid >> 1), w_rows, row_bytes, n_ff, a_rows, hs, ti.a_valid, 0,
                             hs / seg::kSegElems, smem2, tbl, acc);
     mm::store_tile2<BT>(acc[0], smem2, y_rows, ti.a_valid, r0, n_embd - r0);
 }
@@ -307,13 +309,20 @@ void launch_gate_up2(dim3 grid, cudaStream_t stream, const ops::Weight& gate, co
                      const int32_t* n_tiles, const int2* tiles, const int32_t* sorted, const float* x,
                      int64_t n_tokens, __half* xh, int64_t xs, float* h) {
     mm::permute_half<T, P>(x, n_embd, n_tokens, xh, stream);
-    constexpr int kSmem = mm::kTileSmemBytes<T, BT, P>;
-    MOX_CUDA_CHECK(
-        cudaFuncSetAttribute(gate_up2_kernel<T, BT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    gate_up2_kernel<T, BT, P><<<grid, kMmThreads, kSmem, stream>>>(gate.data, up.data, gate.row_bytes, n_embd,
-                                                                   n_ff, k, counts, offsets, n_tiles, tiles,
-                                                                   sorted, xh, xs, h);
-    MOX_CUDA_CHECK_LAUNCH("moe gate_up2_kernel");
+    const auto run = [&](auto r_tag) {
+        constexpr bool R = decltype(r_tag)::value;
+        constexpr int kSmem = mm::kTileSmemBytes<T, BT, P, R>;
+        MOX_CUDA_CHECK(cudaFuncSetAttribute(gate_up2_kernel<T, BT, P, R>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+        gate_up2_kernel<T, BT, P, R><<<grid, kMmThreads, kSmem, stream>>>(gate.data, up.data, gate.row_bytes,
+                                                                          n_embd, n_ff, k, counts, offsets,
+                                                                          n_tiles, tiles, sorted, xh, xs, h);
+        MOX_CUDA_CHECK_LAUNCH("moe gate_up2_kernel");
+    };
+    if constexpr (mm::kRawEligible<T, BT, P>) {
+        if (mm::use_raw_tiles<gate_up2_kernel<T, BT, P, true>, T, BT, P>()) return run(std::true_type{});
+    }
+    run(std::false_type{});
 }
 
 template <class T, int BT, bool P>
@@ -321,12 +330,19 @@ void launch_down2(dim3 grid, cudaStream_t stream, const ops::Weight& down, int64
                   const int32_t* counts, const int32_t* offsets, const int32_t* n_tiles, const int2* tiles,
                   const int32_t* sorted, const float* h, int64_t n_pairs, __half* hh, int64_t hs, float* y) {
     mm::permute_half<T, P>(h, n_ff, n_pairs, hh, stream);
-    constexpr int kSmem = mm::kTileSmemBytes<T, BT, P>;
-    MOX_CUDA_CHECK(
-        cudaFuncSetAttribute(down2_kernel<T, BT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    down2_kernel<T, BT, P><<<grid, kMmThreads, kSmem, stream>>>(
-        down.data, down.row_bytes, n_ff, n_embd, counts, offsets, n_tiles, tiles, sorted, hh, hs, y);
-    MOX_CUDA_CHECK_LAUNCH("moe down2_kernel");
+    const auto run = [&](auto r_tag) {
+        constexpr bool R = decltype(r_tag)::value;
+        constexpr int kSmem = mm::kTileSmemBytes<T, BT, P, R>;
+        MOX_CUDA_CHECK(cudaFuncSetAttribute(down2_kernel<T, BT, P, R>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+        down2_kernel<T, BT, P, R><<<grid, kMmThreads, kSmem, stream>>>(
+            down.data, down.row_bytes, n_ff, n_embd, counts, offsets, n_tiles, tiles, sorted, hh, hs, y);
+        MOX_CUDA_CHECK_LAUNCH("moe down2_kernel");
+    };
+    if constexpr (mm::kRawEligible<T, BT, P>) {
+        if (mm::use_raw_tiles<down2_kernel<T, BT, P, true>, T, BT, P>()) return run(std::true_type{});
+    }
+    run(std::false_type{});
 }
 
 // halves per permuted row of an n_in-element row of `type` (0 when the type has no kernel).

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 namespace mox::cuda {
@@ -107,7 +108,7 @@ Plan plan_for(int64_t n_in, int64_t n_out, int64_t n_tokens, bool precise) {
 // Block (bx, by, bz): rows 128 bx.., tokens BT by.., chunks [bz cps, (bz + 1) cps) of the inner
 // dimension. out: y when gridDim.z == 1, else the partial slice part + bz * n_tokens * n_out.
 // xh: [n_tokens, P ? 2 : 1, stride] halves (permute_half<T, P>).
-template <class T, int BT, bool P>
+template <class T, int BT, bool P, bool R>
 __global__ void __launch_bounds__(kMmThreads)
     matmul2_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                    const __half* __restrict__ xh, int64_t stride, int64_t n_tokens, int64_t chunks_per_split,
@@ -131,7 +132,7 @@ __global__ void __launch_bounds__(kMmThreads)
         const int64_t r = r0 + i;
         return r < n_out ? w + static_cast<size_t>(r) * row_bytes : nullptr;
     };
-    if constexpr (mm::kRawStaged<T, BT, P>)
+    if constexpr (R)
         if (tid < kBR) w_rows[tid] = tile_row(tid);
     stage_table<T>(tbl);
     __syncthreads();
@@ -139,7 +140,7 @@ __global__ void __launch_bounds__(kMmThreads)
     const int64_t g_begin = static_cast<int64_t>(blockIdx.z) * chunks_per_split * mm::kSegsPerChunk;
     const int64_t g_end = min(g_begin + chunks_per_split * mm::kSegsPerChunk, stride / seg::kSegElems);
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
-    mm::mma_tile1<T, BT, P>(my_row, w_rows, row_bytes, n_in, a_rows, stride, a_valid, g_begin, g_end,
+    mm::mma_tile1<T, BT, P, R>(my_row, w_rows, row_bytes, n_in, a_rows, stride, a_valid, g_begin, g_end,
                             smem2, tbl, acc);
     mm::store_tile2<BT>(acc[0], smem2, y_rows, a_valid, r0, n_out - r0);
 }
@@ -154,6 +155,30 @@ __global__ void __launch_bounds__(256)
         y[i] = s;
     }
 }
+
+}  // namespace
+
+namespace mm {
+
+bool raw_tiles_fit(const void* raw_kernel, int smem_bytes) {
+    const LaunchLimits& l = launch_limits();
+    cudaFuncAttributes fa{};
+    MOX_CUDA_CHECK(cudaFuncGetAttributes(&fa, raw_kernel));
+    if (smem_bytes + static_cast<int>(fa.sharedSizeBytes) > l.max_smem_optin) return false;
+    MOX_CUDA_CHECK(cudaFuncSetAttribute(raw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    int blocks = 0;
+    MOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, raw_kernel, kMmThreads, smem_bytes));
+    return blocks >= 2;
+}
+
+bool raw_tiles_enabled() {
+    const char* v = std::getenv("MOX_CUDA_MM_RAW");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+}  // namespace mm
+
+namespace {
 
 bool use_v1() {
     const char* v = std::getenv("MOX_MATMUL_V1");
@@ -211,16 +236,23 @@ void matmul(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
             constexpr int BT = decltype(bt_tag)::value;
             constexpr bool P = decltype(p_tag)::value;
             mm::permute_half<T, P>(x, n_in, n_tokens, xh, stream);
-            constexpr int kSmem = mm::kTileSmemBytes<T, BT, P>;
-            MOX_CUDA_CHECK(cudaFuncSetAttribute(matmul2_kernel<T, BT, P>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-            const int64_t tiles2 = (n_tokens + BT - 1) / BT;
-            matmul2_kernel<T, BT, P><<<dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(tiles2),
-                                            static_cast<unsigned>(p.splits)),
-                                       kMmThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w), row_bytes,
-                                                                    n_in, n_out, xh, p.stride, n_tokens,
-                                                                    p.chunks_per_split, y, part);
-            MOX_CUDA_CHECK_LAUNCH("matmul2_kernel");
+            const auto run = [&](auto r_tag) {
+                constexpr bool R = decltype(r_tag)::value;
+                constexpr int kSmem = mm::kTileSmemBytes<T, BT, P, R>;
+                MOX_CUDA_CHECK(cudaFuncSetAttribute(matmul2_kernel<T, BT, P, R>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+                const int64_t tiles2 = (n_tokens + BT - 1) / BT;
+                matmul2_kernel<T, BT, P, R>
+                    <<<dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(tiles2),
+                            static_cast<unsigned>(p.splits)),
+                       kMmThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w), row_bytes, n_in, n_out, xh,
+                                                    p.stride, n_tokens, p.chunks_per_split, y, part);
+                MOX_CUDA_CHECK_LAUNCH("matmul2_kernel");
+            };
+            if constexpr (mm::kRawEligible<T, BT, P>) {
+                if (mm::use_raw_tiles<matmul2_kernel<T, BT, P, true>, T, BT, P>()) return run(std::true_type{});
+            }
+            run(std::false_type{});
         };
         if (precise)
             launch(std::integral_constant<int, kBT2Precise>{}, std::true_type{});

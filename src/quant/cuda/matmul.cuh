@@ -318,6 +318,45 @@ __device__ __forceinline__ void store_seg_half_split(const seg::Seg& s, __half* 
     }
 }
 
+// The activations of one chunk (segments g0, g0 + 1) into a stage's x area by cp.async: parts x BT
+// tokens x 8 pieces of 16 bytes (64 halves), padding tokens as zeros. With P, a_rows[i] + lo_off is
+// the lo part of row i.
+template <int BT, bool P>
+__device__ __forceinline__ void stage_x(const __half* const* a_rows, int64_t lo_off, int64_t g0, __half* xs) {
+    constexpr int kParts = P ? 2 : 1;
+#pragma unroll
+    for (int c = threadIdx.x; c < kParts * BT * 8; c += kMmThreads) {
+        const int part = c / (BT * 8), i = (c >> 3) % BT, q = c & 7;
+        __half* dst = xs + part * BT * kLd + i * kLd + q * 8;
+        const __half* a = a_rows[i];
+        if (a != nullptr)
+            cp_async16(dst, a + part * lo_off + g0 * seg::kSegElems + q * 8);
+        else
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// The warps' MMAs over one staged chunk (x [BT][kLd], w [kBR][kLd] halves) into acc.
+template <int BT>
+__device__ __forceinline__ void mma_chunk(const __half* xs, const __half* ws, int wt, int wr,
+                                          AccFrag (&acc)[2][Shape<BT>::kFB]) {
+    using namespace nvcuda;
+    using S = Shape<BT>;
+#pragma unroll
+    for (int k0 = 0; k0 < kBK; k0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
+#pragma unroll
+        for (int a = 0; a < 2; ++a) wmma::load_matrix_sync(fa[a], xs + (wt * 32 + 16 * a) * kLd + k0, kLd);
+#pragma unroll
+        for (int b = 0; b < S::kFB; ++b) {
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+            wmma::load_matrix_sync(fb, ws + (wr * S::kRowsPerWarp + 16 * b) * kLd + k0, kLd);
+#pragma unroll
+            for (int a = 0; a < 2; ++a) wmma::mma_sync(acc[a][b], fa[a], fb, acc[a][b]);
+        }
+    }
+}
+
 // One chunk (segments g0, g0 + 1) into a stage: the activations by cp.async (padding tokens as
 // zeros), this thread's weight segment of each matrix decoded to fp16 (zeros past the row's end).
 // With P, a_rows[i] + lo_off is the lo part of the row, and both parts of both operands are staged.
@@ -326,20 +365,9 @@ __device__ __forceinline__ void stage_chunk(const uint8_t* const (&wrow)[NW], in
                                             const __half* const* a_rows, int64_t lo_off, int64_t g0,
                                             unsigned char* stage, const float* tbl) {
     using L = Layout2<NW, BT, P>;
-    __half* xs = reinterpret_cast<__half*>(stage);
     __half* ws = reinterpret_cast<__half*>(stage + L::kXBytes);
     const int tid = threadIdx.x;
-    // parts x BT tokens x 8 pieces of 16 bytes (64 halves).
-#pragma unroll
-    for (int c = tid; c < L::kParts * BT * 8; c += kMmThreads) {
-        const int part = c / (BT * 8), i = (c >> 3) % BT, q = c & 7;
-        __half* dst = xs + part * L::kXPart + i * kLd + q * 8;
-        const __half* a = a_rows[i];
-        if (a != nullptr)
-            cp_async16(dst, a + part * lo_off + g0 * seg::kSegElems + q * 8);
-        else
-            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-    }
+    stage_x<BT, P>(a_rows, lo_off, g0, reinterpret_cast<__half*>(stage));
     const int rr = tid >> 1, rs = tid & 1;
     const int64_t g = g0 + rs;
     // Prefetch: the block of segment g + kPrefetchSegs, once per block (multi-segment blocks: by the
@@ -470,23 +498,7 @@ __device__ void mma_tile2(const uint8_t* const (&wrow)[NW], int64_t n_in, const 
             const __half* xs = reinterpret_cast<const __half*>(cur);
             const __half* ws = reinterpret_cast<const __half*>(cur + L::kXBytes);
 #pragma unroll
-            for (int k0 = 0; k0 < kBK; k0 += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
-#pragma unroll
-                for (int a = 0; a < 2; ++a)
-                    wmma::load_matrix_sync(fa[a], xs + (wt * 32 + 16 * a) * kLd + k0, kLd);
-#pragma unroll
-                for (int w = 0; w < NW; ++w) {
-#pragma unroll
-                    for (int b = 0; b < kFB; ++b) {
-                        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-                        wmma::load_matrix_sync(fb, ws + (w * kBR + wr * S::kRowsPerWarp + 16 * b) * kLd + k0,
-                                               kLd);
-#pragma unroll
-                        for (int a = 0; a < 2; ++a) wmma::mma_sync(acc[w][a][b], fa[a], fb, acc[w][a][b]);
-                    }
-                }
-            }
+            for (int w = 0; w < NW; ++w) mma_chunk<BT>(xs, ws + w * kBR * kLd, wt, wr, acc[w]);
         }
         cp_async_wait_all();  // this thread's copies into the next stage have landed ...
         __syncthreads();      // ... and everyone's are visible; this stage's reads are done
@@ -522,28 +534,24 @@ struct RawUnit {
     // (16, at the same offsets) fall on different banks: 128-byte slots (Q3_K, IQ3_XXS) put every
     // row on the same banks, and those types ran 20-35% slower than with direct loads in session
     // 10's calibrations (Q5_K's 192 bytes, 8 rows a bank: no gain); the odd slots came after the last
-    // device call of that session and are not yet measured.
+    // device call of that session and are not yet measured (MOX_CUDA_MM_RAW=0 for the A/B).
     static constexpr int kPieces = (kBytes + 15 + 15) / 16 | 1;
     static constexpr int kSlot = 16 * kPieces;
     static constexpr int kRingBytes = 2 * kBR * kSlot;
 };
 
-// Where raw staging is used: quantized weights, token tiles 32 and 64, not precise, and only while
-// the ring leaves room for two blocks per SM (the H200's 228 KB: Q6_K's 210-byte blocks at tile 64
-// would hold one, and ran 16% slower there in session 10's kernel timings; Q4_K at tile 64: +31%).
-inline constexpr int kRawSmemCap = 110 * 1024;
+// Tiles that have a raw-staged kernel: quantized weights, token tiles 32 and 64, not precise. Whether
+// it runs is decided per device (raw_tiles_pay, matmul.cu): only where two of its blocks fit on an
+// SM. Its ring costs 28-60 KB of shared memory; Q6_K's 240-byte slots at tile 64 leave one block per
+// SM on the H200 and ran 16% slower than the direct loads there (session 10); on GPUs with ~100 KB
+// per SM (sm_86, sm_89, sm_120) no raw tile fits twice, so they keep the direct loads.
 template <class T, int BT, bool P>
-inline constexpr bool kRawStaged = [] {
-    if constexpr (seg::kIsFloat<T> || P || BT > 64)
-        return false;
-    else
-        return Layout2<1, BT, false>::kInBytes + RawUnit<T>::kRingBytes <= kRawSmemCap;
-}();
+inline constexpr bool kRawEligible = !seg::kIsFloat<T> && !P && BT <= 64;
 
-// Dynamic shared memory of a one-matrix tile: Layout2's stages, then the raw ring where it is used.
-template <class T, int BT, bool P>
+// Dynamic shared memory of a one-matrix tile: Layout2's stages, then the raw ring with R.
+template <class T, int BT, bool P, bool R>
 inline constexpr int kTileSmemBytes =
-    kRawStaged<T, BT, P> ? Layout2<1, BT, P>::kInBytes + RawUnit<T>::kRingBytes : Layout2<1, BT, P>::kBytes;
+    R ? Layout2<1, BT, P>::kInBytes + RawUnit<T>::kRingBytes : Layout2<1, BT, P>::kBytes;
 
 // Issues the cp.async copies of unit u of every tile row (w_rows: kBR row pointers in shared memory,
 // nullptr past n_out) into ring slot `slot`; bytes past row_bytes are not the row's and not copied
@@ -570,41 +578,6 @@ __device__ __forceinline__ void cp_async_commit() {
 }
 __device__ __forceinline__ void cp_async_wait_but_one() {
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
-// The activation half of stage_chunk: chunk g0's BT rows by cp.async (padding tokens as zeros).
-template <int BT>
-__device__ __forceinline__ void stage_x(const __half* const* a_rows, int64_t g0, __half* xs) {
-    for (int c = threadIdx.x; c < BT * 8; c += kMmThreads) {
-        const int i = c >> 3, q = c & 7;
-        __half* dst = xs + i * kLd + q * 8;
-        const __half* a = a_rows[i];
-        if (a != nullptr)
-            cp_async16(dst, a + g0 * seg::kSegElems + q * 8);
-        else
-            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-    }
-}
-
-// The warps' MMAs over one staged chunk (x [BT][kLd], w [kBR][kLd] halves) into acc.
-template <int BT>
-__device__ __forceinline__ void mma_chunk(const __half* xs, const __half* ws, int wt, int wr,
-                                          AccFrag (&acc)[2][Shape<BT>::kFB]) {
-    using namespace nvcuda;
-    using S = Shape<BT>;
-#pragma unroll
-    for (int k0 = 0; k0 < kBK; k0 += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
-#pragma unroll
-        for (int a = 0; a < 2; ++a) wmma::load_matrix_sync(fa[a], xs + (wt * 32 + 16 * a) * kLd + k0, kLd);
-#pragma unroll
-        for (int b = 0; b < S::kFB; ++b) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-            wmma::load_matrix_sync(fb, ws + (wr * S::kRowsPerWarp + 16 * b) * kLd + k0, kLd);
-#pragma unroll
-            for (int a = 0; a < 2; ++a) wmma::mma_sync(acc[a][b], fa[a], fb, acc[a][b]);
-        }
-    }
 }
 
 // mma_tile2 (one weight matrix) with raw staging: the same tile, the same fp16 operands and the
@@ -655,7 +628,7 @@ __device__ void mma_tile2_raw(const uint8_t* const* w_rows, size_t row_bytes, in
     const int64_t u0 = g_begin / U::kSegs;
     issue_unit<T>(w_rows, row_bytes, u0, ring + (u0 & 1) * (kBR * U::kSlot));
     if (u0 + 1 <= last_unit) issue_unit<T>(w_rows, row_bytes, u0 + 1, ring + ((u0 + 1) & 1) * (kBR * U::kSlot));
-    stage_x<BT>(a_rows, g_begin, reinterpret_cast<__half*>(smem));
+    stage_x<BT, false>(a_rows, 0, g_begin, reinterpret_cast<__half*>(smem));
     cp_async_wait_all();
     __syncthreads();
     decode(g_begin, smem);
@@ -666,7 +639,7 @@ __device__ void mma_tile2_raw(const uint8_t* const* w_rows, size_t row_bytes, in
         if (s + 1 < n_steps) {  // uniform
             unsigned char* next = smem + ((s + 1) & 1) * L::kStageBytes;
             const int64_t g1 = g_begin + (s + 1) * kSegsPerChunk, u1 = g1 / U::kSegs;
-            stage_x<BT>(a_rows, g1, reinterpret_cast<__half*>(next));
+            stage_x<BT, false>(a_rows, 0, g1, reinterpret_cast<__half*>(next));
             cp_async_commit();
             // Entering unit u1: the slot of u1 - 1 is free (its last chunk was decoded before the
             // barrier that ended the previous step), so u1 + 1 goes there.
@@ -687,19 +660,36 @@ __device__ void mma_tile2_raw(const uint8_t* const* w_rows, size_t row_bytes, in
     __syncthreads();
 }
 
-// The tile product of one weight matrix for the kernels: mma_tile2_raw where kRawStaged (w_rows: the
-// tile rows, filled by the kernel only then), else mma_tile2 on the thread's own row my_row.
-template <class T, int BT, bool P>
+// The tile product of one weight matrix for the kernels: mma_tile2_raw with R (w_rows: the tile
+// rows, filled by the kernel only then), else mma_tile2 on the thread's own row my_row.
+template <class T, int BT, bool P, bool R>
 __device__ __forceinline__ void mma_tile1(const uint8_t* my_row, const uint8_t* const* w_rows, size_t row_bytes,
                                           int64_t n_in, const __half* const* a_rows, int64_t lo_off, int a_valid,
                                           int64_t g_begin, int64_t g_end, unsigned char* smem, const float* tbl,
                                           AccFrag (&acc)[1][2][Shape<BT>::kFB]) {
-    if constexpr (kRawStaged<T, BT, P>) {
+    if constexpr (R) {
+        static_assert(kRawEligible<T, BT, P>, "no raw-staged tile for this type, tile or mode");
         mma_tile2_raw<T, BT>(w_rows, row_bytes, n_in, a_rows, a_valid, g_begin, g_end, smem, tbl, acc);
     } else {
         const uint8_t* wrow[1] = {my_row};
         mma_tile2<T, 1, BT, P>(wrow, n_in, a_rows, lo_off, a_valid, g_begin, g_end, smem, tbl, acc);
     }
+}
+
+// Host side: whether `raw_kernel` (a raw-staged tile kernel of kMmThreads threads and smem_bytes of
+// dynamic shared memory) should run instead of its direct-load twin on the current device: it fits
+// in a block and two of its blocks fit on an SM, and MOX_CUDA_MM_RAW is not 0 (tests, A/B). The
+// device check is the caller's to cache (raw_tiles_fit, matmul.cu); the variable is read every call.
+bool raw_tiles_fit(const void* raw_kernel, int smem_bytes);
+bool raw_tiles_enabled();
+
+// Whether to launch RawKernel (the R = true instance of a tile kernel for T, BT, P) instead of its
+// direct-load twin: the device check once per kernel, the variable at every call.
+template <auto RawKernel, class T, int BT, bool P>
+bool use_raw_tiles() {
+    static_assert(kRawEligible<T, BT, P>, "no raw-staged tile for this type, tile or mode");
+    static const bool fits = raw_tiles_fit(reinterpret_cast<const void*>(RawKernel), kTileSmemBytes<T, BT, P, true>);
+    return fits && raw_tiles_enabled();
 }
 
 // Stages one accumulator set into smem as c [BT][kLdC] floats (token i's row r at c[i * kLdC + r]; the
