@@ -544,7 +544,7 @@ struct RawUnit {
 // it runs is decided per device (raw_tiles_pay, matmul.cu): only where two of its blocks fit on an
 // SM. Its ring costs 28-60 KB of shared memory; Q6_K's 240-byte slots at tile 64 leave one block per
 // SM on the H200 and ran 16% slower than the direct loads there (session 10); on GPUs with ~100 KB
-// per SM (sm_86, sm_89, sm_120) no raw tile fits twice, so they keep the direct loads.
+// per SM (such as sm_86 and sm_89) no raw tile fits twice, so they keep the direct loads.
 template <class T, int BT, bool P>
 inline constexpr bool kRawEligible = !seg::kIsFloat<T> && !P && BT <= 64;
 
