@@ -1,4 +1,5 @@
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,15 @@ def device_args() -> list:
     tests that use this fixture on the GPU (the GPU machine's run; CI has no GPU and leaves it unset)."""
     device = os.environ.get("MOX_TEST_DEVICE", "")
     return ["--device", device] if device else []
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    """Writes an executable stand-in program (a script's text, e.g. a fake mox) into tmp_path and
+    returns a function that gives its path."""
+    def write(text: str, name: str = "mox") -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+        return path
+    return write

@@ -3,7 +3,6 @@ table holds each variant's median over all its repetitions. A stand-in for mox p
 whose speed depends on the variable it was given."""
 import json
 import os
-import stat
 import subprocess
 from pathlib import Path
 
@@ -18,10 +17,8 @@ print(json.dumps([{"test": "tg128", "n_prompt": 0, "n_gen": 128, "samples_ts": [
 """
 
 
-def test_variants_alternate_and_aggregate(tmp_path):
-    fake = tmp_path / "mox"
-    fake.write_text(FAKE_MOX)
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+def test_variants_alternate_and_aggregate(tmp_path, stand_in):
+    fake = stand_in(FAKE_MOX)
     log = tmp_path / "log.txt"
     out = tmp_path / "out"
     env = dict(os.environ, FAKE_LOG=str(log), ROUNDS="2", REPS="3", TESTS="-p 0 -n 128")

@@ -2,7 +2,6 @@
 directory, and the table holds each path's median rate per type and their ratio. A stand-in for mox
 writes a profile whose prefill rates depend on MOX_CUDA_MM_RAW."""
 import os
-import stat
 import subprocess
 from pathlib import Path
 
@@ -24,10 +23,8 @@ print("calibrated")
 """
 
 
-def test_paths_alternate_and_compare(tmp_path):
-    fake = tmp_path / "mox"
-    fake.write_text(FAKE_MOX)
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+def test_paths_alternate_and_compare(tmp_path, stand_in):
+    fake = stand_in(FAKE_MOX)
     log = tmp_path / "log.txt"
     out = tmp_path / "out"
     env = dict(os.environ, FAKE_LOG=str(log), ROUNDS="2")
