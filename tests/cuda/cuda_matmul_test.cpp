@@ -128,6 +128,9 @@ TEST(CudaMatmul, SplitInnerDimension) {
     check_case(TypeId::f16, 1000, 255, 129, 205);  // 32 segments (the last partial), 4 splits
     check_case(TypeId::iq4_xs, 512, 3, 200, 206);  // exactly 8 chunks: 2 splits of 4
     check_case(TypeId::q5_k, 512, 2048, 70, 207);  // 16 x 2 tiles: 2 splits of 4 chunks
+    // 100 x 1 tiles: 3 splits of 11 chunks, so split 1 starts in the middle of a super-block with one
+    // chunk of it left (the raw-staged tile's first unit holds one chunk), split 2 with two.
+    check_case(TypeId::q4_k, 2048, 12800, 1, 208);
 }
 
 // Token tiles of 128 (version 2 uses them when row tiles x 128-token tiles >= 264 blocks): partial
