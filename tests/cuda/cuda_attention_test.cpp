@@ -225,6 +225,28 @@ TEST(CudaAttention, DecodeShortContextBoundary) {
     }
 }
 
+// MOX_CUDA_ATTN_SHORT_MAX lowers the longest context the short-context kernel serves: graphs sized
+// for 1024 keys then take the other decode kernels, with the same results; other values are errors.
+TEST(CudaAttention, DecodeShortContextBound) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    uint32_t seed = 950;
+    for (const char* bound : {"512", "256"}) {
+        ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_MAX", bound, 1), 0);
+        for (TypeId t : kKvTypes)
+            for (int64_t len : {200, 300, 700, 1024}) {
+                Case c;
+                c.k_type = c.v_type = t;
+                c.pos0 = len - 1;
+                c.max_keys = len <= 256 ? 256 : len <= 512 ? 512 : 1024;
+                run_case(c, ++seed);
+            }
+    }
+    ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_MAX", "2048", 1), 0);
+    Case c;
+    EXPECT_THROW(run_case(c, 1), Error);
+    ASSERT_EQ(unsetenv("MOX_CUDA_ATTN_SHORT_MAX"), 0);
+}
+
 // The short-context kernel with 4, 8 and 16 warps per block (MOX_CUDA_ATTN_SHORT_WARPS; "auto", the
 // default, picks by the graph's key bound): the same results as the reference for lengths that leave
 // some warps without a key, and at the bound, every KV type.

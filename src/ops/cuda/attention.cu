@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
 // H200), so with W warps a context of n keys costs ~n / (4 W) steps: tg512 ran 5% slower than tg128
 // at 4 warps (session 9). W = 8 and 16 shorten the chain (short_warps chooses; see there).
 constexpr int kShortKeys = 4;  // keys per warp and step
-constexpr int64_t kShortMaxKeys = 1024;
+constexpr int64_t kShortMaxKeys = 1024;  // the longest context it serves (short_max_keys may lower it)
 
 template <int D, int W>
 __global__ void __launch_bounds__(W * 32) attention_short_kernel(const AttnParams p) {
@@ -640,6 +640,18 @@ void launch_short(int warps, unsigned blocks, StreamHandle stream, const AttnPar
     }
 }
 
+// Decode graphs sized for at most this many keys take attention_short_kernel: kShortMaxKeys, or
+// MOX_CUDA_ATTN_SHORT_MAX=512 / 256 for an A/B (session 10's probe put the short kernel at 1024 keys,
+// 26.4 us a layer with 16 warps, above the tensor-core kernel at 1025 keys, 23.6 us with a 2048-key
+// bucket; not yet measured end to end). Read at every launch, so tests can switch it.
+int64_t short_max_keys() {
+    const char* env = std::getenv("MOX_CUDA_ATTN_SHORT_MAX");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "1024") == 0) return kShortMaxKeys;
+    if (std::strcmp(env, "512") == 0) return 512;
+    if (std::strcmp(env, "256") == 0) return 256;
+    fail("MOX_CUDA_ATTN_SHORT_MAX={}: expected 256, 512 or 1024", env);
+}
+
 // MOX_CUDA_ATTN_SHORT=0: decode over short contexts takes attention_kernel too (A/B measurements).
 bool short_attention_enabled() {
     static const bool enabled = [] {
@@ -722,7 +734,7 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
                                      static_cast<size_t>(D);
     }
 
-    if (n_q == 1 && max_keys <= kShortMaxKeys && short_attention_enabled()) {
+    if (n_q == 1 && max_keys <= short_max_keys() && short_attention_enabled()) {
         const auto blocks = static_cast<unsigned>(shape.n_head);
         const int warps = short_warps(max_keys);
         switch (D) {
