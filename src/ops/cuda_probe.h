@@ -97,4 +97,12 @@ double probe_moe_prefill_tflops(quant::TypeId type, int64_t n_tokens = 512, int 
 // *state_bytes as probe_deltanet_step_s's, to scale to other shapes.
 double probe_deltanet_prefill_token_s(uint64_t* state_bytes, int64_t n_tokens = 512, int reps = 5);
 
+// Issue 5's decode design question: a decode step is ~400 launches whose boundaries cost ~3 us each
+// (probe_launch_gap_s); one persistent kernel would replace each boundary by a grid-wide barrier.
+// This is that barrier's cost: `blocks_per_sm` blocks of 256 threads on every SM (a cooperative
+// launch, so all are resident) pass `iterations` barriers (an arrival counter and a generation word
+// in global memory, the last arriver releasing the rest), minus the same launch with one barrier, per
+// barrier, in seconds. Not part of the hardware profile; `mox_cuda_tests` prints it.
+double probe_grid_barrier_s(int blocks_per_sm = 1, int iterations = 1000, int reps = 5);
+
 }  // namespace mox::cuda

@@ -128,6 +128,18 @@ TEST(CudaProbe, AttentionDecode) {
     EXPECT_THROW(probe_attention_decode_s(0, 1), Error);
 }
 
+TEST(CudaProbe, GridBarrier) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    for (const int per_sm : {1, 2}) {
+        const double s = probe_grid_barrier_s(per_sm, 1000, 3);
+        std::printf("[probe] grid-wide barrier, %d block(s) of 256 threads per SM: %.2f us\n", per_sm, s * 1e6);
+        EXPECT_TRUE(finite_positive(s)) << per_sm;
+        EXPECT_LT(s, 1e-4) << per_sm;  // a barrier that took 100 us would be a hang, not a cost
+    }
+    EXPECT_THROW(probe_grid_barrier_s(0, 10, 1), Error);
+    EXPECT_THROW(probe_grid_barrier_s(1, 1, 1), Error);
+}
+
 TEST(CudaProbe, MoePrefillAndDeltaNetPrefill) {
     MOX_REQUIRE_CUDA_DEVICE();
     const double moe = probe_moe_prefill_tflops(TypeId::q4_k, 512, 3);

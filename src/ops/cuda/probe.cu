@@ -521,4 +521,62 @@ double probe_deltanet_step_s(uint64_t* state_bytes, int reps) {
     return static_cast<double>(ms) * 1e-3 / kLayers;
 }
 
+namespace {
+
+// Every block passes `iterations` grid-wide barriers. Thread 0 of a block reads the generation, then
+// arrives; the last of gridDim.x arrivals resets the count and advances the generation, the others
+// spin until it moves. The fences order the reset before the release and each block's earlier
+// writes before its arrival (what a persistent kernel's phases would rely on).
+__global__ void __launch_bounds__(256)
+    grid_barrier_kernel(unsigned* count, unsigned* generation, int iterations) {
+    volatile unsigned* gen = generation;
+    for (int i = 0; i < iterations; ++i) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const unsigned g = *gen;
+            __threadfence();
+            if (atomicAdd(count, 1u) == gridDim.x - 1) {
+                *count = 0;
+                __threadfence();
+                atomicAdd(generation, 1u);
+            } else {
+                while (*gen == g) {
+                }
+            }
+            __threadfence();
+        }
+        __syncthreads();
+    }
+}
+
+}  // namespace
+
+double probe_grid_barrier_s(int blocks_per_sm, int iterations, int reps) {
+    if (blocks_per_sm < 1 || iterations < 2)
+        fail("grid barrier probe: {} blocks per SM, {} barriers", blocks_per_sm, iterations);
+    MOX_CUDA_CHECK(cudaSetDevice(0));
+    int dev = 0, coop = 0, sms = 0, fit = 0;
+    MOX_CUDA_CHECK(cudaGetDevice(&dev));
+    MOX_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    if (!coop) fail("grid barrier probe: the device has no cooperative launch");
+    MOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    MOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, grid_barrier_kernel, 256, 0));
+    if (blocks_per_sm > fit) fail("grid barrier probe: {} blocks per SM, {} fit", blocks_per_sm, fit);
+    Stream stream;
+    const cudaStream_t s = stream.handle();
+    DeviceBuffer words(2 * sizeof(unsigned));
+    words.zero(s);  // on the probe's stream: a non-blocking stream does not wait for the default one
+    unsigned* count = words.as<unsigned>();
+    unsigned* generation = count + 1;
+    const auto launch = [&](int n) {
+        void* args[] = {&count, &generation, &n};
+        MOX_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(grid_barrier_kernel),
+                                                   dim3(static_cast<unsigned>(sms * blocks_per_sm)), dim3(256),
+                                                   args, 0, s));
+    };
+    const float one = time_ms(s, 1, reps, [&] { launch(1); });
+    const float many = time_ms(s, 1, reps, [&] { launch(iterations); });
+    return static_cast<double>(many - one) * 1e-3 / (iterations - 1);
+}
+
 }  // namespace mox::cuda
