@@ -155,8 +155,8 @@ TEST(CudaMatmul, DirectLoadTiles) {
         check_case(type, 768, 129, 16, seed++);
         check_case(type, 256, 200, 130, seed++);
     }
-    check_case(TypeId::q8_0, 544, 131, 63, seed++);   // 2 splits, padded last chunk
-    check_case(TypeId::q4_k, 1792, 77, 65, seed++);   // 7 splits
+    check_case(TypeId::q8_0, 544, 131, 63, seed++);  // 2 splits, padded last chunk
+    check_case(TypeId::q4_k, 1792, 77, 65, seed++);  // 7 splits
     ASSERT_EQ(unsetenv("MOX_CUDA_MM_RAW"), 0);
 }
 

@@ -173,7 +173,7 @@ TEST(CudaMoeBatch, Precise) {
 TEST(CudaMoeBatch, DirectLoadTiles) {
     MOX_REQUIRE_CUDA_DEVICE();
     ASSERT_EQ(setenv("MOX_CUDA_MM_RAW", "0", 1), 0);
-    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 32, 8, 100, Pattern::random, 150);   // tile 32
+    check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 32, 8, 100, Pattern::random, 150);      // tile 32
     check_batch(TypeId::iq4_xs, TypeId::q4_k, 256, 256, 2, 1, 65, Pattern::one_expert, 151);  // tile 64
     check_batch(TypeId::q8_0, TypeId::q5_k, 256, 256, 16, 3, 16, Pattern::cyclic, 152);
     ASSERT_EQ(unsetenv("MOX_CUDA_MM_RAW"), 0);

@@ -132,7 +132,8 @@ TEST(CudaProbe, GridBarrier) {
     MOX_REQUIRE_CUDA_DEVICE();
     for (const int per_sm : {1, 2}) {
         const double s = probe_grid_barrier_s(per_sm, 1000, 3);
-        std::printf("[probe] grid-wide barrier, %d block(s) of 256 threads per SM: %.2f us\n", per_sm, s * 1e6);
+        std::printf("[probe] grid-wide barrier, %d block(s) of 256 threads per SM: %.2f us\n", per_sm,
+                    s * 1e6);
         EXPECT_TRUE(finite_positive(s)) << per_sm;
         EXPECT_LT(s, 1e-4) << per_sm;  // a barrier that took 100 us would be a hang, not a cost
     }

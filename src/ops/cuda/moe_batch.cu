@@ -242,7 +242,8 @@ __global__ void __launch_bounds__(kMmThreads)
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kHalf;
     const auto tile_row = [&](int i) -> const uint8_t* {
         const int64_t r = r0 + i % kHalf;
-        return r < n_ff ? (i < kHalf ? gate : up) + static_cast<size_t>(ti.e * n_ff + r) * row_bytes : nullptr;
+        return r < n_ff ? (i < kHalf ? gate : up) + static_cast<size_t>(ti.e * n_ff + r) * row_bytes
+                        : nullptr;
     };
     if constexpr (R)
         if (tid < kBR) w_rows[tid] = tile_row(tid);
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(kMmThreads)
     __syncthreads();
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
     mm::mma_tile1<T, BT, P, R>(tile_row(tid >> 1), w_rows, row_bytes, n_embd, a_rows, xs, ti.a_valid, 0,
-                            xs / seg::kSegElems, smem2, tbl, acc);
+                               xs / seg::kSegElems, smem2, tbl, acc);
     const float* c = mm::stage_acc2<BT>(acc[0], smem2);
     const int n_rows = static_cast<int>(n_ff - r0 < kHalf ? n_ff - r0 : kHalf);
     for (int idx = tid; idx < BT * kHalf; idx += kMmThreads) {
@@ -294,7 +295,7 @@ __global__ void __launch_bounds__(kMmThreads)
     __syncthreads();
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
     mm::mma_tile1<T, BT, P, R>(tile_row(tid >> 1), w_rows, row_bytes, n_ff, a_rows, hs, ti.a_valid, 0,
-                            hs / seg::kSegElems, smem2, tbl, acc);
+                               hs / seg::kSegElems, smem2, tbl, acc);
     mm::store_tile2<BT>(acc[0], smem2, y_rows, ti.a_valid, r0, n_embd - r0);
 }
 

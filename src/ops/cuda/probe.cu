@@ -571,8 +571,8 @@ double probe_grid_barrier_s(int blocks_per_sm, int iterations, int reps) {
     const auto launch = [&](int n) {
         void* args[] = {&count, &generation, &n};
         MOX_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(grid_barrier_kernel),
-                                                   dim3(static_cast<unsigned>(sms * blocks_per_sm)), dim3(256),
-                                                   args, 0, s));
+                                                   dim3(static_cast<unsigned>(sms * blocks_per_sm)),
+                                                   dim3(256), args, 0, s));
     };
     const float one = time_ms(s, 1, reps, [&] { launch(1); });
     const float many = time_ms(s, 1, reps, [&] { launch(iterations); });

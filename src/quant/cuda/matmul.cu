@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kMmThreads)
     const int64_t g_end = min(g_begin + chunks_per_split * mm::kSegsPerChunk, stride / seg::kSegElems);
     mm::AccFrag acc[1][2][mm::Shape<BT>::kFB];
     mm::mma_tile1<T, BT, P, R>(my_row, w_rows, row_bytes, n_in, a_rows, stride, a_valid, g_begin, g_end,
-                            smem2, tbl, acc);
+                               smem2, tbl, acc);
     mm::store_tile2<BT>(acc[0], smem2, y_rows, a_valid, r0, n_out - r0);
 }
 
@@ -167,7 +167,8 @@ bool raw_tiles_fit(const void* raw_kernel, int smem_bytes) {
     if (smem_bytes + static_cast<int>(fa.sharedSizeBytes) > l.max_smem_optin) return false;
     MOX_CUDA_CHECK(cudaFuncSetAttribute(raw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     int blocks = 0;
-    MOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, raw_kernel, kMmThreads, smem_bytes));
+    MOX_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, raw_kernel, kMmThreads, smem_bytes));
     return blocks >= 2;
 }
 
@@ -245,12 +246,13 @@ void matmul(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
                 matmul2_kernel<T, BT, P, R>
                     <<<dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(tiles2),
                             static_cast<unsigned>(p.splits)),
-                       kMmThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w), row_bytes, n_in, n_out, xh,
-                                                    p.stride, n_tokens, p.chunks_per_split, y, part);
+                       kMmThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w), row_bytes, n_in, n_out,
+                                                    xh, p.stride, n_tokens, p.chunks_per_split, y, part);
                 MOX_CUDA_CHECK_LAUNCH("matmul2_kernel");
             };
             if constexpr (mm::kRawEligible<T, BT, P>) {
-                if (mm::use_raw_tiles<matmul2_kernel<T, BT, P, true>, T, BT, P>()) return run(std::true_type{});
+                if (mm::use_raw_tiles<matmul2_kernel<T, BT, P, true>, T, BT, P>())
+                    return run(std::true_type{});
             }
             run(std::false_type{});
         };

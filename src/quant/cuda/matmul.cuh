@@ -627,7 +627,8 @@ __device__ void mma_tile2_raw(const uint8_t* const* w_rows, size_t row_bytes, in
     // Prologue: the first two units and chunk 0's activations, all landed, then chunk 0 decoded.
     const int64_t u0 = g_begin / U::kSegs;
     issue_unit<T>(w_rows, row_bytes, u0, ring + (u0 & 1) * (kBR * U::kSlot));
-    if (u0 + 1 <= last_unit) issue_unit<T>(w_rows, row_bytes, u0 + 1, ring + ((u0 + 1) & 1) * (kBR * U::kSlot));
+    if (u0 + 1 <= last_unit)
+        issue_unit<T>(w_rows, row_bytes, u0 + 1, ring + ((u0 + 1) & 1) * (kBR * U::kSlot));
     stage_x<BT, false>(a_rows, 0, g_begin, reinterpret_cast<__half*>(smem));
     cp_async_wait_all();
     __syncthreads();
@@ -649,8 +650,8 @@ __device__ void mma_tile2_raw(const uint8_t* const* w_rows, size_t row_bytes, in
             decode(g1, next);
         }
         if (warp_active)  // warp-uniform: sub-tiles of padding tokens only are skipped
-            mma_chunk<BT>(reinterpret_cast<const __half*>(cur), reinterpret_cast<const __half*>(cur + L::kXBytes),
-                          wt, wr, acc[0]);
+            mma_chunk<BT>(reinterpret_cast<const __half*>(cur),
+                          reinterpret_cast<const __half*>(cur + L::kXBytes), wt, wr, acc[0]);
         // Every group but this step's unit copy has landed: the next chunk's activations and the
         // unit the next decode reads (issued a step or more ago) ...
         cp_async_wait_but_one();
@@ -663,9 +664,10 @@ __device__ void mma_tile2_raw(const uint8_t* const* w_rows, size_t row_bytes, in
 // The tile product of one weight matrix for the kernels: mma_tile2_raw with R (w_rows: the tile
 // rows, filled by the kernel only then), else mma_tile2 on the thread's own row my_row.
 template <class T, int BT, bool P, bool R>
-__device__ __forceinline__ void mma_tile1(const uint8_t* my_row, const uint8_t* const* w_rows, size_t row_bytes,
-                                          int64_t n_in, const __half* const* a_rows, int64_t lo_off, int a_valid,
-                                          int64_t g_begin, int64_t g_end, unsigned char* smem, const float* tbl,
+__device__ __forceinline__ void mma_tile1(const uint8_t* my_row, const uint8_t* const* w_rows,
+                                          size_t row_bytes, int64_t n_in, const __half* const* a_rows,
+                                          int64_t lo_off, int a_valid, int64_t g_begin, int64_t g_end,
+                                          unsigned char* smem, const float* tbl,
                                           AccFrag (&acc)[1][2][Shape<BT>::kFB]) {
     if constexpr (R) {
         static_assert(kRawEligible<T, BT, P>, "no raw-staged tile for this type, tile or mode");
@@ -688,7 +690,8 @@ bool raw_tiles_enabled();
 template <auto RawKernel, class T, int BT, bool P>
 bool use_raw_tiles() {
     static_assert(kRawEligible<T, BT, P>, "no raw-staged tile for this type, tile or mode");
-    static const bool fits = raw_tiles_fit(reinterpret_cast<const void*>(RawKernel), kTileSmemBytes<T, BT, P, true>);
+    static const bool fits =
+        raw_tiles_fit(reinterpret_cast<const void*>(RawKernel), kTileSmemBytes<T, BT, P, true>);
     return fits && raw_tiles_enabled();
 }
 
