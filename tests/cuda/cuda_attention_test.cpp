@@ -225,6 +225,26 @@ TEST(CudaAttention, DecodeShortContextBoundary) {
     }
 }
 
+// One decode token at position len - 1 of a graph sized for max_keys keys, for every KV type (Qwen3.6's
+// attention shape), against the reference; seed advances once per case.
+void decode_every_kv_type(int64_t len, int64_t max_keys, uint32_t& seed) {
+    for (TypeId t : kKvTypes) {
+        Case c;
+        c.k_type = c.v_type = t;
+        c.pos0 = len - 1;
+        c.max_keys = max_keys;
+        run_case(c, ++seed);
+    }
+}
+
+// A switch set to a value the kernels do not know: the attention call fails; the switch is unset after.
+void expect_refused(const char* var, const char* value) {
+    ASSERT_EQ(setenv(var, value, 1), 0);
+    Case c;
+    EXPECT_THROW(run_case(c, 1), Error);
+    ASSERT_EQ(unsetenv(var), 0);
+}
+
 // MOX_CUDA_ATTN_SHORT_MAX lowers the longest context the short-context kernel serves: graphs sized
 // for 1024 keys then take the other decode kernels, with the same results; other values are errors.
 TEST(CudaAttention, DecodeShortContextBound) {
@@ -232,19 +252,10 @@ TEST(CudaAttention, DecodeShortContextBound) {
     uint32_t seed = 950;
     for (const char* bound : {"512", "256"}) {
         ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_MAX", bound, 1), 0);
-        for (TypeId t : kKvTypes)
-            for (int64_t len : {200, 300, 700, 1024}) {
-                Case c;
-                c.k_type = c.v_type = t;
-                c.pos0 = len - 1;
-                c.max_keys = len <= 256 ? 256 : len <= 512 ? 512 : 1024;
-                run_case(c, ++seed);
-            }
+        for (int64_t len : {200, 300, 700, 1024})
+            decode_every_kv_type(len, len <= 256 ? 256 : len <= 512 ? 512 : 1024, seed);
     }
-    ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_MAX", "2048", 1), 0);
-    Case c;
-    EXPECT_THROW(run_case(c, 1), Error);
-    ASSERT_EQ(unsetenv("MOX_CUDA_ATTN_SHORT_MAX"), 0);
+    expect_refused("MOX_CUDA_ATTN_SHORT_MAX", "2048");
 }
 
 // The short-context kernel with 4, 8 and 16 warps per block (MOX_CUDA_ATTN_SHORT_WARPS; "auto", the
@@ -255,21 +266,12 @@ TEST(CudaAttention, DecodeShortContextWarps) {
     uint32_t seed = 900;
     for (const char* warps : {"4", "8", "16", "auto"}) {
         ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_WARPS", warps, 1), 0);
-        for (TypeId t : kKvTypes)
-            for (int64_t len : {1, 5, 70, 300, 513, 1024}) {
-                Case c;
-                c.k_type = c.v_type = t;
-                c.pos0 = len - 1;
-                c.max_keys = std::max<int64_t>(256, len);
-                run_case(c, ++seed);
-            }
+        for (int64_t len : {1, 5, 70, 300, 513, 1024})
+            decode_every_kv_type(len, std::max<int64_t>(256, len), seed);
         for (int64_t dim : {64, 128})  // the other head sizes the kernel has
             run_case({.n_head = 8, .n_head_kv = 2, .head_dim = dim, .pos0 = 699, .max_keys = 1024}, ++seed);
     }
-    ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_WARPS", "2", 1), 0);  // not a count the kernel has
-    Case c;
-    EXPECT_THROW(run_case(c, 1), Error);
-    ASSERT_EQ(unsetenv("MOX_CUDA_ATTN_SHORT_WARPS"), 0);
+    expect_refused("MOX_CUDA_ATTN_SHORT_WARPS", "2");  // not a count the kernel has
 }
 
 // Decode over f16 caches beyond 1024 keys takes the tensor-core kernel (attention_mma_kernel, f16 K and
