@@ -34,20 +34,20 @@ uint64_t gpu_moe_scratch(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t
     return at;
 }
 
-uint64_t gpu_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_q, int64_t max_keys) {
-    // Blocks of 8 query rows (fp32 kernel) or 64 (tensor-core prefill), whichever plan splits more:
-    // splits fill 264 blocks, each covering at least 256 keys, in whole steps of 32 keys.
+uint64_t gpu_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t max_n_q,
+                               int64_t max_keys) {
+    // cuda::attention_workspace_bound: blocks of 8 query rows (fp32 kernel) or 64 (tensor-core
+    // prefill); splits fill 264 blocks, each covering at least 256 keys; the most any query count up
+    // to max_n_q needs (not monotone in it: many queries fill the GPU without splits).
     const int64_t group = n_head / std::max<int64_t>(n_head_kv, 1);
     uint64_t most = 0;
-    for (const int64_t rows : {8, 64}) {
-        const int64_t base = (n_q * group + rows - 1) / rows * n_head_kv;
-        int64_t split = (kTargetBlocks + base - 1) / base;
-        split = std::max<int64_t>(1, std::min(split, std::max<int64_t>(1, max_keys / 256)));
-        int64_t per = (max_keys + split - 1) / split;
-        per = (per + 31) / 32 * 32;
-        split = (max_keys + per - 1) / per;
-        if (split > 1) most = std::max(most, u(split) * u(n_q * n_head) * u(head_dim + 2) * 4);
-    }
+    for (int64_t n_q = 1; n_q <= max_n_q; ++n_q)
+        for (const int64_t rows : {8, 64}) {
+            const int64_t base = (n_q * group + rows - 1) / rows * n_head_kv;
+            const int64_t s0 =
+                std::min((kTargetBlocks + base - 1) / base, std::max<int64_t>(1, max_keys / 256));
+            if (s0 > 1) most = std::max(most, u(s0) * u(n_q * n_head) * u(head_dim + 2) * 4);
+        }
     return most;
 }
 
@@ -65,14 +65,14 @@ GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape
     const int64_t H = hp.n_head, Hkv = hp.n_head_kv, hd = hp.head_dim_k;
     const int64_t E = hp.n_expert, K = hp.n_expert_used, ffs = std::max<int64_t>(hp.n_ff_shexp, 1);
     // The buffers of models/gpu/qwen35moe_gpu.cpp, in its order.
-    b.activations = u(nb) * 4 + 4                                                   // token ids, position
-                    + 4 * floats(nb * d)                                            // x, u, mix, shared
+    b.activations = u(nb) * 4 + 4                     // token ids, position
+                    + 4 * floats(nb * d) + floats(d)  // x, u, mix, shared, mixer_out
                     + floats(nb * (C + inner + 2 * Hv)) + floats(nb * C) + floats(nb * inner)  // DeltaNet
-                    + floats(nb * (2 * H * hd + 2 * Hkv * hd)) + 2 * floats(nb * H * hd)        // attention
-                    + floats(nb * E + 1) + u(nb * K) * 4 + floats(nb * K)           // router, ids, weights
-                    + floats(K * hp.n_ff_exp + hp.n_ff_shexp)                       // decode MoE rows
-                    + floats(nb * 2 * ffs) + floats(nb * ffs)                       // shared expert
-                    + floats(8 * hp.n_vocab);                                       // logits (8 rows)
+                    + floats(nb * (2 * H * hd + 2 * Hkv * hd)) + 2 * floats(nb * H * hd)       // attention
+                    + floats(nb * E + 1) + u(nb * K) * 4 + floats(nb * K)  // router, ids, weights
+                    + floats(K * hp.n_ff_exp + hp.n_ff_shexp)              // decode MoE rows
+                    + floats(nb * 2 * ffs) + floats(nb * ffs)              // shared expert
+                    + floats(8 * hp.n_vocab);                              // logits (8 rows)
     // Scratch: the largest matmul of a micro-batch (every projection's shape) or batched MoE.
     uint64_t work = 16;
     const int64_t shapes[][2] = {{d, C},     {d, inner},   {d, Hv},          {inner, d},
@@ -81,8 +81,7 @@ GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape
     for (const auto& sh : shapes) work = std::max(work, gpu_matmul_scratch(sh[0], sh[1], nb));
     work = std::max(work, gpu_moe_scratch(E, d, hp.n_ff_exp, nb, K));
     b.matmul_scratch = work;
-    b.attention_scratch = std::max<uint64_t>(
-        16, std::max(gpu_attention_scratch(H, Hkv, hd, 1, ctx), gpu_attention_scratch(H, Hkv, hd, std::min(nb, ctx), ctx)));
+    b.attention_scratch = std::max<uint64_t>(16, gpu_attention_scratch(H, Hkv, hd, std::min(nb, ctx), ctx));
     b.staging = 2 * s.largest_streamed_layer;
     b.pinned_host = floats(8 * hp.n_vocab) + u(nb + 1) * 4;  // logits, token ids + position
     if (!s.token_embd_on_gpu) b.pinned_host += floats(nb * d);

@@ -33,11 +33,14 @@ struct AttentionGate {
 // Causal attention of n_q consecutive query tokens of one sequence: query i sits at position
 // *pos0 + i and attends to cache rows [0, *pos0 + i] (already stored). q, out: [n_q, n_head *
 // head_dim] fp32; query head h reads KV head h / (n_head / n_head_kv). Requires *pos0 + n_q <=
-// max_keys <= kv.capacity. workspace: attention_workspace_bytes(...) bytes of device scratch (split
-// over the context for decode), may be null when that is 0.
+// max_keys <= kv.capacity. workspace: device scratch of workspace_bytes >= attention_workspace_bytes(
+// shape, n_q, max_keys) (split over the context; may be null when that is 0), or the call throws.
+// attention_workspace_bound(shape, N, K) is enough for every call with n_q <= N and max_keys <= K: a
+// buffer shared by micro-batches of any size and by decode (the need is not monotone in n_q).
 size_t attention_workspace_bytes(const ops::AttentionShape& shape, int64_t n_q, int64_t max_keys);
+size_t attention_workspace_bound(const ops::AttentionShape& shape, int64_t max_n_q, int64_t max_keys);
 void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const float* q, int64_t n_q,
                const int32_t* pos0, int64_t max_keys, const AttentionGate& gate, float* out, void* workspace,
-               StreamHandle stream = nullptr);
+               size_t workspace_bytes, StreamHandle stream = nullptr);
 
 }  // namespace mox::cuda

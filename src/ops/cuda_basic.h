@@ -16,10 +16,19 @@ namespace mox::cuda {
 // out[t, :] = row ids[t] of `table` (any matvec-supported block type), dequantized. out: [n, n_in].
 void embed_rows(const ops::Weight& table, const int32_t* ids, int64_t n, float* out, StreamHandle stream = nullptr);
 
-// For each of n rows of width d: if `add` is not null, x += add (the residual stream; x updated);
-// then out = x / sqrt(mean(x^2) + eps) * w.
+// For each of n rows of width d: if `add` is not null, x += add (the residual stream; x updated),
+// and then x += add2 if that is not null either; then out = x / sqrt(mean(x^2) + eps) * w.
 void add_rms_norm(float* x, const float* add, const float* w, int64_t n, int64_t d, float eps, float* out,
-                  StreamHandle stream = nullptr);
+                  StreamHandle stream = nullptr, const float* add2 = nullptr);
+
+// One token (decode), one launch: out = add_rms_norm's out for x + add (d = W.n_in), and y = W out
+// (W: n_out rows of float weights, such as the MoE router), both bit for bit what add_rms_norm and
+// then matvec compute. x is not updated: the caller adds `add` later (the next add_rms_norm's add,
+// before its add2), since the launch's blocks all read x. Supported: F32 / F16 / BF16 weights, d a
+// multiple of 32 up to 4096; anything else throws (the caller keeps the two launches).
+bool add_rms_norm_matvec_supported(const ops::Weight& w);
+void add_rms_norm_matvec(const float* x, const float* add, const float* norm_w, float eps, float* out,
+                         const ops::Weight& w, float* y, StreamHandle stream = nullptr);
 
 // Gated attention's q and k preparation for n tokens at positions *pos0 + t:
 //   q[t, h, :] = rope(rms_norm(qg[t, h, 0:hd]) * q_norm)   (qg rows: [n_head][2 * hd], query then gate)

@@ -6,7 +6,9 @@
 #pragma once
 
 #include "quant/cuda_stream.h"
+#include "quant/types.h"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mox::cuda {
@@ -18,6 +20,19 @@ namespace mox::cuda {
 // x + t * x_stride; out is [n_tokens, channels]. weight is ggml's {kernel, channels} (tap fastest).
 void conv_silu(float* state, const float* weight, const float* x, int64_t x_stride, int64_t n_tokens,
                int64_t channels, int64_t kernel, float* out, StreamHandle stream = nullptr);
+
+// Decode (one token): y = W x for the n_out rows of a DeltaNet input projection whose first
+// `channels` rows feed the conv, with conv_silu's step (n_tokens 1) done as those rows are stored:
+// conv_out[c] = silu(...) of row c and `state` shifted, for c < channels; rows past them go to y[r]
+// (y[0..channels) is not written). One launch instead of matvec + conv_silu, the same results bit for
+// bit (ops/cuda/conv_projection.cu says why). W, row_bytes, x as quant/cuda_matvec.h's matvec;
+// state, taps (weight), kernel as conv_silu's.
+// Only for weights whose one-column product uses 8-bit activations (conv_projection_supported:
+// cuda::int8_activations' types); other types throw, the caller runs matvec + conv_silu instead.
+bool conv_projection_supported(quant::TypeId type);
+void conv_projection(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                     const float* x, float* y, float* state, const float* taps, int64_t kernel,
+                     int64_t channels, float* conv_out, StreamHandle stream = nullptr);
 
 struct DeltaNetShape {
     int64_t n_k_heads = 0;  // Hk: query/key heads

@@ -168,7 +168,7 @@ void run_case(Case c, uint32_t seed) {
     AttentionGate gate;
     if (c.gate) gate = {gd.as<float>() + D, 2 * H * D, 2 * D};
     attention(kvd, shape, qd.as<float>(), c.n_q, device_pos(posd, static_cast<int32_t>(c.pos0)), c.max_keys,
-              gate, od.as<float>(), ws_bytes > 0 ? ws.data() : nullptr);
+              gate, od.as<float>(), ws_bytes > 0 ? ws.data() : nullptr, ws_bytes);
     const std::vector<float> got = test::to_host<float>(od, ref.size());
 
     double err2 = 0, ref2 = 0, max_abs = 0;
@@ -397,6 +397,24 @@ TEST(CudaAttention, Prefill512RealShape) {
              901);
 }
 
+// A 952-token prefill of Qwen3.6's attention splits the context in two (a 4096-token one does not):
+// it runs with its own workspace size and refuses one byte less instead of writing past it (the
+// model once sized the buffer for 1 and 4096 queries only: an illegal address, session 11).
+TEST(CudaAttention, PrefillWorkspaceIsChecked) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const ops::AttentionShape shape{16, 2, 256, 1.0f / 16.0f};
+    const size_t need = attention_workspace_bytes(shape, 952, 952);
+    ASSERT_GT(need, attention_workspace_bytes(shape, 4096, 4096));
+    ASSERT_GE(attention_workspace_bound(shape, 4096, 4096), need);
+    run_case({.n_q = 952, .pos0 = 0}, 950);
+    DeviceBuffer dummy(16);
+    const ops::KvView kv{
+        dummy.as<uint8_t>(), dummy.as<uint8_t>(), TypeId::f16, TypeId::f16, 2 * 256, 1024, 1024, 4096};
+    EXPECT_THROW(attention(kv, shape, dummy.as<float>(), 952, dummy.as<int32_t>(), 952, {}, dummy.as<float>(),
+                           dummy.data(), need - 1),
+                 Error);
+}
+
 // The model's flow: the GPU stores each new token's K/V, then attends over the cache.
 TEST(CudaAttention, StoreThenAttend) {
     MOX_REQUIRE_CUDA_DEVICE();
@@ -425,7 +443,7 @@ TEST(CudaAttention, StoreThenAttend) {
         DeviceBuffer qd = test::to_device(q), od(q.size() * 4);
         const size_t ws_bytes = attention_workspace_bytes(shape, n_q, cap);
         DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
-        attention(gpu, shape, qd.as<float>(), n_q, pd, cap, {}, od.as<float>(), ws.data());
+        attention(gpu, shape, qd.as<float>(), n_q, pd, cap, {}, od.as<float>(), ws.data(), ws.size());
         const std::vector<float> got = test::to_host<float>(od, q.size());
         std::vector<float> ref(q.size());
         for (int64_t i = 0; i < n_q; ++i)
@@ -481,8 +499,9 @@ TEST(CudaAttention, Bench) {
         DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
         const ops::KvView kv{kd.as<uint8_t>(), vd.as<uint8_t>(), t, t, row, rb, rb, ctx};
         const int32_t* pd = device_pos(posd, static_cast<int32_t>(ctx - 1));
-        const float ms = time_ms(
-            20, [&] { attention(kv, shape, qd.as<float>(), 1, pd, ctx, {}, od.as<float>(), ws.data()); });
+        const float ms = time_ms(20, [&] {
+            attention(kv, shape, qd.as<float>(), 1, pd, ctx, {}, od.as<float>(), ws.data(), ws.size());
+        });
         const double bytes = 2.0 * static_cast<double>(rb) * ctx;
         const double gbs = bytes / (ms * 1e-3) / 1e9;
         fmt::print(
@@ -508,8 +527,9 @@ TEST(CudaAttention, Bench) {
         const ops::KvView kv{kd.as<uint8_t>(), vd.as<uint8_t>(), t, t, row, rb, rb, n_q};
         const int32_t* pd = device_pos(posd, 0);
         const AttentionGate gate{gd.as<float>() + D, 2 * H * D, 2 * D};
-        const float ms = time_ms(
-            5, [&] { attention(kv, shape, qd.as<float>(), n_q, pd, n_q, gate, od.as<float>(), ws.data()); });
+        const float ms = time_ms(5, [&] {
+            attention(kv, shape, qd.as<float>(), n_q, pd, n_q, gate, od.as<float>(), ws.data(), ws.size());
+        });
         // QK and PV: 2 flops per multiply-add, D each, over the causal triangle of every head.
         const double flops = 4.0 * H * D * (static_cast<double>(n_q) * (n_q + 1) / 2);
         fmt::print("[bench] attention prefill {} tokens f16  {:8.3f} ms  {:7.2f} TFLOP/s\n", n_q, ms,

@@ -6,6 +6,7 @@
 #include "ops/basic.h"
 #include "ops/cuda_attention.h"
 #include "ops/cuda_basic.h"
+#include "quant/cuda_matvec.h"
 
 #include <algorithm>
 #include <cmath>
@@ -84,6 +85,84 @@ TEST(CudaBasic, AddRmsNormMatchesReference) {
         EXPECT_LT(max_rel(test::to_host<float>(out2, x.size()), ref), 2e-6);
         EXPECT_EQ(test::to_host<float>(dx, x.size()), x);
     }
+}
+
+// add2: x = (x + add) + add2 in one launch, bit for bit two launches adding one each (the second
+// one's norm is the one that counts), for both the register path and the loop path.
+TEST(CudaBasic, AddRmsNormSecondAddendEqualsTwoAdds) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    for (int64_t d : {2048, 5000}) {
+        SCOPED_TRACE(d);
+        const int64_t n = 3;
+        const auto x = test::randn(static_cast<size_t>(n * d), 6, 4.0f);
+        const auto a = test::randn(x.size(), 7), b = test::randn(x.size(), 8);
+        const auto w = test::randn(static_cast<size_t>(d), 9);
+        DeviceBuffer da = test::to_device(a), db = test::to_device(b), dw = test::to_device(w);
+        DeviceBuffer x1 = test::to_device(x), x2 = test::to_device(x);
+        DeviceBuffer out1 = poisoned(x.size()), out2 = poisoned(x.size());
+        add_rms_norm(x1.as<float>(), da.as<float>(), dw.as<float>(), n, d, 1e-6f, out1.as<float>());
+        add_rms_norm(x1.as<float>(), db.as<float>(), dw.as<float>(), n, d, 1e-6f, out1.as<float>());
+        add_rms_norm(x2.as<float>(), da.as<float>(), dw.as<float>(), n, d, 1e-6f, out2.as<float>(), nullptr,
+                     db.as<float>());
+        EXPECT_EQ(test::to_host<float>(x1, x.size()), test::to_host<float>(x2, x.size()));
+        EXPECT_EQ(test::to_host<float>(out1, x.size()), test::to_host<float>(out2, x.size()));
+    }
+    const float second = 0.0f;  // an add2 without an add
+    EXPECT_THROW(add_rms_norm(nullptr, nullptr, nullptr, 1, 8, 1e-6f, nullptr, nullptr, &second), Error);
+}
+
+// add_rms_norm_matvec: one launch, bit for bit add_rms_norm's out and matvec's y (the router of a
+// decode step: 2048 -> 257 F32), x left as it was; every float weight type, widths from one segment to
+// the register path's 4096, row counts that end inside a block's row pair.
+TEST(CudaBasic, AddRmsNormMatvecEqualsNormThenMatvec) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    struct Case {
+        TypeId type;
+        int64_t d, n_out;
+    };
+    for (const Case c :
+         {Case{TypeId::f32, 2048, 257}, Case{TypeId::f16, 2048, 129}, Case{TypeId::bf16, 1024, 64},
+          Case{TypeId::f32, 4096, 513}, Case{TypeId::f32, 32, 1}, Case{TypeId::f16, 96, 3}}) {
+        const auto& tr = quant::traits(c.type);
+        SCOPED_TRACE(fmt::format("{} d={} rows={}", tr.name, c.d, c.n_out));
+        const auto x = test::randn(static_cast<size_t>(c.d), 21, 3.0f);
+        const auto add = test::randn(x.size(), 22), nw = test::randn(x.size(), 23);
+        const size_t rb = quant::row_bytes(c.type, c.d);
+        const auto wf = test::randn(static_cast<size_t>(c.d * c.n_out), 24, 0.05f);
+        std::vector<uint8_t> wq(rb * static_cast<size_t>(c.n_out));
+        for (int64_t r = 0; r < c.n_out; ++r) tr.quantize(wf.data() + r * c.d, wq.data() + r * rb, c.d);
+        const ops::Weight host{
+            .data = wq.data(), .type = c.type, .n_in = c.d, .n_out = c.n_out, .n_expert = 1, .row_bytes = rb};
+        const DeviceWeight w = upload_weight(host);
+        ASSERT_TRUE(add_rms_norm_matvec_supported(w.view));
+        DeviceBuffer dadd = test::to_device(add), dnw = test::to_device(nw);
+        // Reference: the two launches a decode step ran before (x updated by the first).
+        DeviceBuffer x_ref = test::to_device(x), u_ref = poisoned(x.size()), y_ref = poisoned(c.n_out);
+        add_rms_norm(x_ref.as<float>(), dadd.as<float>(), dnw.as<float>(), 1, c.d, 1e-6f, u_ref.as<float>());
+        matvec(c.type, w.view.data, rb, c.d, c.n_out, u_ref.as<float>(), 1, y_ref.as<float>());
+        DeviceBuffer x_fused = test::to_device(x), u_fused = poisoned(x.size()), y_fused = poisoned(c.n_out);
+        add_rms_norm_matvec(x_fused.as<float>(), dadd.as<float>(), dnw.as<float>(), 1e-6f,
+                            u_fused.as<float>(), w.view, y_fused.as<float>());
+        EXPECT_EQ(test::to_host<float>(u_fused, x.size()), test::to_host<float>(u_ref, x.size()));
+        EXPECT_EQ(test::to_host<float>(y_fused, static_cast<size_t>(c.n_out)),
+                  test::to_host<float>(y_ref, static_cast<size_t>(c.n_out)));
+        EXPECT_EQ(test::to_host<float>(x_fused, x.size()), x) << "x is the caller's to update";
+    }
+    // Quantized weights, widths past 4096 or not a multiple of 32: not this kernel's.
+    const ops::Weight q4{.data = nullptr,
+                         .type = TypeId::q4_k,
+                         .n_in = 2048,
+                         .n_out = 257,
+                         .n_expert = 1,
+                         .row_bytes = quant::row_bytes(TypeId::q4_k, 2048)};
+    EXPECT_FALSE(add_rms_norm_matvec_supported(q4));
+    EXPECT_THROW(add_rms_norm_matvec(nullptr, nullptr, nullptr, 1e-6f, nullptr, q4, nullptr), Error);
+    ops::Weight wide{
+        .data = nullptr, .type = TypeId::f32, .n_in = 4128, .n_out = 4, .n_expert = 1, .row_bytes = 4128 * 4};
+    EXPECT_FALSE(add_rms_norm_matvec_supported(wide));
+    wide.n_in = 1000;
+    wide.row_bytes = 4000;
+    EXPECT_FALSE(add_rms_norm_matvec_supported(wide));
 }
 
 TEST(CudaBasic, QkNormRopeMatchesReference) {

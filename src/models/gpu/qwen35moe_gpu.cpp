@@ -105,6 +105,16 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         if (v != "0" && v != "1") fail("MOX_CUDA_KV_FUSE={}: expected 0 or 1", v);
         fuse_kv_store_ = v == "1";
     }
+    if (const char* e = std::getenv("MOX_CUDA_CONV_FUSE"); e && *e) {
+        const std::string v = e;
+        if (v != "0" && v != "1") fail("MOX_CUDA_CONV_FUSE={}: expected 0 or 1", v);
+        fuse_conv_ = v == "1";
+    }
+    if (const char* e = std::getenv("MOX_CUDA_NORM_FUSE"); e && *e) {
+        const std::string v = e;
+        if (v != "0" && v != "1") fail("MOX_CUDA_NORM_FUSE={}: expected 0 or 1", v);
+        fuse_norm_router_ = v == "1";
+    }
     if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
         const std::string v = e;
         if (v == "sequential") deltanet_method_ = cuda::DeltaNetMethod::sequential;
@@ -124,7 +134,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     auto fbuf = [](int64_t count) { return DeviceBuffer(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float)); };
     tokens_ = DeviceBuffer(nb * sizeof(int32_t));
     pos_ = DeviceBuffer(sizeof(int32_t));
-    x_ = fbuf(nb * d), u_ = fbuf(nb * d), mix_ = fbuf(nb * d), shared_ = fbuf(nb * d);
+    x_ = fbuf(nb * d), u_ = fbuf(nb * d), mix_ = fbuf(nb * d), shared_ = fbuf(nb * d), mixer_out_ = fbuf(d);
     const int64_t C = hp_.conv_channels(), inner = hp_.ssm_inner, Hv = hp_.ssm_v_heads;
     // The projections of a DeltaNet / attention input, laid out for their InputGroup.
     dn_proj_ = fbuf(nb * (C + inner + 2 * Hv)), conv_ = fbuf(nb * C), y_ = fbuf(nb * inner);
@@ -166,8 +176,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     // The attention workspace is shared by all sequences and sized once for the longest context,
     // so captured decode graphs never see it move.
     const ops::AttentionShape shape{H, Hkv, hd, 0.0f};
-    const size_t attn_ws_bytes = std::max(cuda::attention_workspace_bytes(shape, 1, n_ctx_max_),
-                                          cuda::attention_workspace_bytes(shape, std::min(nb, n_ctx_max_), n_ctx_max_));
+    const size_t attn_ws_bytes = cuda::attention_workspace_bound(shape, std::min(nb, n_ctx_max_), n_ctx_max_);
     MOX_CHECK(attn_ws_bytes <= plan.attention_scratch, "memory model: attention scratch {} < the kernel's {}",
               plan.attention_scratch, attn_ws_bytes);
     attn_ws_ = DeviceBuffer(plan.attention_scratch);
@@ -181,8 +190,9 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         if (hand_embd_.empty()) fail("--device cuda: pinned host memory for the embeddings: {}", why);
     }
     uint64_t activation_bytes = logits_.size();
-    for (const DeviceBuffer* b : {&tokens_, &pos_, &x_, &u_, &mix_, &shared_, &dn_proj_, &conv_, &y_, &attn_proj_, &q_, &o_,
-                                  &router_logits_, &ids_, &weights_, &h_, &sh_gu_, &sh_h_})
+    for (const DeviceBuffer* b :
+         {&tokens_, &pos_, &x_, &u_, &mix_, &shared_, &mixer_out_, &dn_proj_, &conv_, &y_, &attn_proj_, &q_,
+          &o_, &router_logits_, &ids_, &weights_, &h_, &sh_gu_, &sh_h_})
         activation_bytes += b->size();
     MOX_CHECK(activation_bytes == plan.activations, "memory model: activations {} B predicted, {} B allocated",
               plan.activations, activation_bytes);
@@ -456,42 +466,74 @@ void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     if (token_embd_.valid()) cuda::embed_rows(token_embd_, tokens_.as<int32_t>(), n, x, s);
     else cuda::copy_to_device(x, hand_embd_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
     if (streaming(n)) stream_begin();
-    const float* pending = nullptr;  // the last block's output, not yet added to x
+    // Block outputs not yet added to x (pending first): the last MoE's, or the last mixer's and MoE's.
+    const float* pending = nullptr;
+    const float* pending2 = nullptr;
     for (size_t il = 0; il < layers_.size(); ++il) {
         const GpuLayer& L = layers_[il];
-        cuda::add_rms_norm(x, pending, L.attn_norm, n, d, eps, u, s);
-        if (m_.layers_[il].recurrent) deltanet(L, m_.rec_index_[il], seq, n);
-        else attention(L, m_.attn_index_[il], seq, n, max_keys);
-        cuda::add_rms_norm(x, mix, L.post_attention_norm, n, d, eps, u, s);
-        moe(L, static_cast<int64_t>(il), n);
-        pending = mix;
+        const auto li = static_cast<int64_t>(il);
+        cuda::add_rms_norm(x, pending, L.attn_norm, n, d, eps, u, s, pending2);
+        const bool fused = fused_norm_router(li, n);
+        float* mixed = fused ? mixer_out_.as<float>() : mix;
+        if (m_.layers_[il].recurrent)
+            deltanet(L, m_.rec_index_[il], seq, n, mixed);
+        else
+            attention(L, m_.attn_index_[il], seq, n, max_keys, mixed);
+        if (fused) {
+            // x + mixed normed in the router's launch; x takes mixed at the next norm.
+            cuda::add_rms_norm_matvec(x, mixed, L.post_attention_norm, eps, u, L.router_in.runs.front().whole,
+                                      router_logits_.as<float>(), s);
+            moe(L, li, n, true);
+            pending = mixed, pending2 = mix;
+        } else {
+            cuda::add_rms_norm(x, mix, L.post_attention_norm, n, d, eps, u, s);
+            moe(L, li, n);
+            pending = mix, pending2 = nullptr;
+        }
     }
-    cuda::add_rms_norm(x, pending, output_norm_, n, d, eps, u, s);
+    cuda::add_rms_norm(x, pending, output_norm_, n, d, eps, u, s, pending2);
 }
 
-// Gated DeltaNet (spec §3a): u_ -> mix_.
-void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n) {
+bool Qwen35MoeGpu::fused_norm_router(int64_t il, int64_t n) const {
+    const GpuLayer& L = layers_[static_cast<size_t>(il)];
+    return n == 1 && fuse_norm_router_ && host_index_[static_cast<size_t>(il)] < 0 &&
+           L.router_in.runs.size() == 1 &&
+           cuda::add_rms_norm_matvec_supported(L.router_in.runs.front().whole);
+}
+
+// Gated DeltaNet (spec §3a): u_ -> out.
+void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n, float* out) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     float* proj = dn_proj_.as<float>();
-    project(L.dn_in, u, n, proj);
-    float* qkv = L.dn_in.out(proj, 0, n, n_ubatch_);
     float* z = L.dn_in.out(proj, 1, n, n_ubatch_);
     float* beta = L.dn_in.out(proj, 2, n, n_ubatch_);
     float* alpha = L.dn_in.out(proj, 3, n, n_ubatch_);
     const int64_t C = hp_.conv_channels();
-    cuda::conv_silu(seq.conv[static_cast<size_t>(ri)].as<float>(), L.ssm_conv1d, qkv, C, n, C, hp_.ssm_conv_kernel,
-                    conv_.as<float>(), s);
+    float* conv_state = seq.conv[static_cast<size_t>(ri)].as<float>();
+    // The qkv part (part 0, C rows) opens the group's first run.
+    const ops::Weight& first = L.dn_in.runs.front().whole;
+    if (n == 1 && fuse_conv_ && cuda::conv_projection_supported(first.type)) {
+        cuda::conv_projection(first.type, first.data, first.row_bytes, first.n_in, first.n_out, u, proj,
+                              conv_state, L.ssm_conv1d, hp_.ssm_conv_kernel, C, conv_.as<float>(), s);
+        for (size_t i = 1; i < L.dn_in.runs.size(); ++i)
+            linear(L.dn_in.runs[i].whole, u, 1, proj + L.dn_in.runs[i].offset);
+    } else {
+        project(L.dn_in, u, n, proj);
+        const float* qkv = L.dn_in.out(proj, 0, n, n_ubatch_);
+        cuda::conv_silu(conv_state, L.ssm_conv1d, qkv, C, n, C, hp_.ssm_conv_kernel, conv_.as<float>(), s);
+    }
     const cuda::DeltaNetShape shape{hp_.ssm_k_heads, hp_.ssm_v_heads, hp_.ssm_state, hp_.ssm_state,
                                     static_cast<float>(hp_.rms_eps)};
     const cuda::DeltaNetWeights w{L.ssm_a, L.ssm_dt_bias, L.ssm_norm};
     cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta, alpha, z, w, shape, n,
                     y_.as<float>(), s, n == 1 ? cuda::DeltaNetMethod::automatic : deltanet_method_);
-    linear(L.ssm_out, y_.as<float>(), n, mix_.as<float>());
+    linear(L.ssm_out, y_.as<float>(), n, out);
 }
 
-// Gated full attention (spec §3b): u_ -> mix_.
-void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys) {
+// Gated full attention (spec §3b): u_ -> out.
+void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys,
+                             float* out) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
@@ -516,12 +558,13 @@ void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, in
     const ops::AttentionShape shape{H, Hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
     // The gate sits after each head's query in the q projection: [n][H][q: hd | gate: hd].
     const cuda::AttentionGate gate{qg + hd, 2 * H * hd, 2 * hd};
-    cuda::attention(kv, shape, q_.as<float>(), n, pos_.as<int32_t>(), max_keys, gate, o_.as<float>(), attn_ws_.data(), s);
-    linear(L.attn_output, o_.as<float>(), n, mix_.as<float>());
+    cuda::attention(kv, shape, q_.as<float>(), n, pos_.as<int32_t>(), max_keys, gate, o_.as<float>(),
+                    attn_ws_.data(), attn_ws_.size(), s);
+    linear(L.attn_output, o_.as<float>(), n, out);
 }
 
 // Routed experts plus the sigmoid-gated shared expert (spec §3c): u_ -> mix_.
-void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n) {
+void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
@@ -535,7 +578,7 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n) {
         // Decode: two launches for the whole layer. The router's top-k runs inside the gate/up
         // launch, the shared expert rides along as one more expert, and the down launch sums all of
         // them with their weights (the shared one's: sigmoid of the router's extra logit).
-        project(L.router_in, u, 1, logits);
+        if (!logits_ready) project(L.router_in, u, 1, logits);
         cuda::MoeDecodeShared shared;
         if (hp_.n_ff_shexp > 0)
             shared = {&L.shexp_gate_up.parts[0], &L.shexp_gate_up.parts[1], &L.shexp_down, logits + E};

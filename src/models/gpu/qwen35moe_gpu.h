@@ -129,9 +129,13 @@ private:
     // hand_embd_) and whose first position is in pos_, leaving the final-norm hidden states in u_.
     // Only launches and host nodes: capturable when n == 1.
     void trunk(GpuSequence& seq, int64_t n, int64_t max_keys);
-    void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n);
-    void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys);
-    void moe(const GpuLayer& L, int64_t il, int64_t n);
+    // The token mixers write their block output to `out` ([n, d]).
+    void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n, float* out);
+    void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys, float* out);
+    // Whether layer il's MoE input norm and router run as one launch (decode, GPU experts, a float
+    // router in one run: cuda::add_rms_norm_matvec); trunk then leaves the logits to moe().
+    bool fused_norm_router(int64_t il, int64_t n) const;
+    void moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready = false);
     // shared_ [n, d] = the shared expert of u_ (not yet gated), on `stream`.
     void shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle stream);
     // Uploads every weight the options place on the GPU into `arena`; returns their bytes.
@@ -200,11 +204,20 @@ private:
     // f32/f16/bf16 KV caches are written by the q/k preparation kernel (cuda::QkCacheStore), not by
     // kv_store launches of their own; MOX_CUDA_KV_FUSE=0 keeps kv_store (A/B).
     bool fuse_kv_store_ = true;
+    // A DeltaNet layer's decode conv runs in its qkv projection's store (cuda::conv_projection) where
+    // the projection's type allows; MOX_CUDA_CONV_FUSE=0 keeps conv_silu launches of their own (A/B).
+    bool fuse_conv_ = true;
+    // Decode runs the MoE input norm inside the router's launch where fused_norm_router allows;
+    // MOX_CUDA_NORM_FUSE=0 keeps add_rms_norm launches of their own (A/B).
+    bool fuse_norm_router_ = true;
     int64_t decode_steps_ = 0;  // decode graph launches so far
     int64_t profile_step_ = 0;  // MOX_CUDA_PROFILE_STEP; 0: none profiled
     // Activations for one micro-batch (fp32, token-major rows).
     cuda::DeviceBuffer tokens_, pos_;  // int32 [n_ubatch], int32 [1]
     cuda::DeviceBuffer x_, u_, mix_, shared_;
+    // One token's mixer output where the MoE input norm is fused into the router: it joins the
+    // residual x at the next norm (add_rms_norm's add2), after the MoE output in mix_ exists.
+    cuda::DeviceBuffer mixer_out_;
     cuda::DeviceBuffer dn_proj_, conv_, y_;           // DeltaNet: [qkv | z | beta | alpha] projections
     cuda::DeviceBuffer attn_proj_, q_, o_, attn_ws_;  // attention: [query+gate | k | v] projections
     cuda::DeviceBuffer router_logits_, ids_, weights_, h_, sh_gu_, sh_h_;  // MoE

@@ -678,6 +678,27 @@ void kv_store(const ops::KvView& kv, const int32_t* pos0, int64_t n_rows, const 
     MOX_CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
 
+size_t attention_workspace_bound(const ops::AttentionShape& shape, int64_t max_n_q, int64_t max_keys) {
+    // A call's splits never exceed s0 = min(ceil(kTargetBlocks / base), max_keys' / kMinKeysPerSplit)
+    // (make_plan's first guess; the rounding to whole key steps only lowers them), and s0 only grows
+    // with max_keys'. Over the query counts the need is not monotone: 4096 queries fill the GPU
+    // without splits, 952 take two (the workspace sized for 1 and 4096 queries overflowed, session 11).
+    MOX_CHECK(max_n_q >= 1 && max_keys >= 1 && shape.n_head_kv >= 1, "attention bound of {} queries, {} keys",
+              max_n_q, max_keys);
+    const int64_t group = shape.n_head / shape.n_head_kv;
+    size_t most = 0;
+    for (int64_t n_q = 1; n_q <= max_n_q; ++n_q)
+        for (const int64_t rows : {static_cast<int64_t>(kRows), static_cast<int64_t>(attn::kPfRows)}) {
+            const int64_t base = (n_q * group + rows - 1) / rows * shape.n_head_kv;
+            const int64_t s0 = std::min((kTargetBlocks + base - 1) / base,
+                                        std::max<int64_t>(1, max_keys / kMinKeysPerSplit));
+            if (s0 > 1)
+                most = std::max(most, static_cast<size_t>(s0) * static_cast<size_t>(n_q * shape.n_head) *
+                                          static_cast<size_t>(shape.head_dim + 2) * sizeof(float));
+        }
+    return most;
+}
+
 size_t attention_workspace_bytes(const ops::AttentionShape& shape, int64_t n_q, int64_t max_keys) {
     // Either kernel may run (the choice also depends on the cache types): room for the larger plan.
     size_t most = 0;
@@ -692,7 +713,7 @@ size_t attention_workspace_bytes(const ops::AttentionShape& shape, int64_t n_q, 
 
 void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const float* q, int64_t n_q,
                const int32_t* pos0, int64_t max_keys, const AttentionGate& gate, float* out, void* workspace,
-               StreamHandle stream) {
+               size_t workspace_bytes, StreamHandle stream) {
     const int64_t D = shape.head_dim;
     const bool f16_cache = kv_fmt(kv.k_type) == kFmtF16 && kv_fmt(kv.v_type) == kFmtF16;
     const bool mma = f16_cache && (D == 128 || D == 256) && mma_attention_enabled();
@@ -703,7 +724,13 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
               shape.n_head_kv, D);
     MOX_CHECK(max_keys <= kv.capacity, "max_keys {} beyond the cache capacity {}", max_keys, kv.capacity);
     MOX_CHECK(plan.n_chunks <= 0x7FFFFFFF && shape.n_head_kv <= 65535, "attention grid too large");
-    MOX_CHECK(plan.n_split == 1 || workspace != nullptr, "attention needs a workspace");
+    if (plan.n_split > 1) {
+        const size_t need = static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_q * shape.n_head) *
+                            static_cast<size_t>(D + 2) * sizeof(float);
+        if (workspace == nullptr || workspace_bytes < need)
+            fail("CUDA attention: {} queries over up to {} keys need {} bytes of workspace, got {}", n_q,
+                 max_keys, need, workspace == nullptr ? 0 : workspace_bytes);
+    }
 
     AttnParams p{};
     p.k = kv.k;

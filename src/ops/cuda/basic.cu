@@ -55,8 +55,8 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes
 inline constexpr int kNormPer = 16;
 
 __global__ void __launch_bounds__(kNormThreads)
-    add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ add, const float* __restrict__ w,
-                        int64_t d, float eps, float* __restrict__ out) {
+    add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ add, const float* __restrict__ add2,
+                        const float* __restrict__ w, int64_t d, float eps, float* __restrict__ out) {
     __shared__ float red[kNormThreads / kWarp];
     const int tid = static_cast<int>(threadIdx.x);
     const bool in_registers = d <= static_cast<int64_t>(kNormThreads) * kNormPer;
@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(kNormThreads)
     allow_next_launch();
     float* xr = x + blockIdx.x * d;
     const float* ar = add ? add + blockIdx.x * d : nullptr;
+    const float* ar2 = add2 ? add2 + blockIdx.x * d : nullptr;  // only with add (the launcher checks)
     float* o = out + blockIdx.x * d;
     if (in_registers) {
         float v[kNormPer];
@@ -80,6 +81,7 @@ __global__ void __launch_bounds__(kNormThreads)
             const int64_t i = tid + static_cast<int64_t>(k) * kNormThreads;
             v[k] = i < d ? xr[i] : 0.0f;
             if (ar && i < d) v[k] += ar[i];
+            if (ar2 && i < d) v[k] += ar2[i];
         }
         float ss = 0.0f;
 #pragma unroll
@@ -101,12 +103,78 @@ __global__ void __launch_bounds__(kNormThreads)
         float v = xr[i];
         if (ar) {
             v += ar[i];
+            if (ar2) v += ar2[i];
             xr[i] = v;
         }
         ss += v * v;
     }
     const float scale = rsqrtf(block_sum(ss, red) / static_cast<float>(d) + eps);
     for (int64_t i = tid; i < d; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+}
+
+// Decode's MoE input in one launch (add_rms_norm_matvec): every block computes add_rms_norm_kernel's
+// in-register path for the row (the same threads, loads and sums: the same u bit for bit, x not
+// written), block 0 stores it, and warp 0 then takes kRows rows of W from the copy in shared memory
+// as matvec_short_kernel takes them from global memory (short_rows_dot: the same order). Why: the
+// norm was a launch of its own, one block on one SM (3-5 us in ncu, 81 a step), before the router's
+// 5.7 us; here its work is ~1 us inside the router's launch, and warp 0's first weight lines are
+// already on their way.
+inline constexpr int64_t kNormMatvecMaxIn = kNormThreads * kNormPer;
+
+template <class T>
+__global__ void __launch_bounds__(kNormThreads)
+    add_rms_norm_matvec_kernel(const float* __restrict__ x, const float* __restrict__ add,
+                               const float* __restrict__ norm_w, int64_t d, float eps,
+                               float* __restrict__ out, const uint8_t* __restrict__ w, size_t row_bytes,
+                               int64_t n_out, float* __restrict__ y) {
+    __shared__ float red[kNormThreads / kWarp];
+    __shared__ __align__(16) float us[kNormMatvecMaxIn / 32 * kShortSharedStride];
+    const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
+    const uint8_t* rows[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<size_t>(min(r0 + r, n_out - 1)) * row_bytes;
+    float wr[kNormPer];
+#pragma unroll
+    for (int k = 0; k < kNormPer; ++k) {
+        const int64_t i = tid + static_cast<int64_t>(k) * kNormThreads;
+        wr[k] = i < d ? norm_w[i] : 0.0f;  // weights: before the wait (launch.cuh)
+    }
+    if (tid < kWarp) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) prefetch_segment<T>(rows[r], lane);
+    }
+    dependency_wait();
+    allow_next_launch();
+    float v[kNormPer];
+#pragma unroll
+    for (int k = 0; k < kNormPer; ++k) {
+        const int64_t i = tid + static_cast<int64_t>(k) * kNormThreads;
+        v[k] = i < d ? x[i] : 0.0f;
+        if (i < d) v[k] += add[i];
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kNormPer; ++k) ss += v[k] * v[k];
+    const float scale = rsqrtf(block_sum(ss, red) / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int k = 0; k < kNormPer; ++k) {
+        const int64_t i = tid + static_cast<int64_t>(k) * kNormThreads;
+        if (i < d) {
+            const float o = v[k] * scale * wr[k];
+            us[i / 32 * kShortSharedStride + i % 32] = o;
+            if (blockIdx.x == 0) out[i] = o;
+        }
+    }
+    __syncthreads();
+    if (tid >= kWarp) return;
+    float acc[kRows] = {};
+    short_rows_dot<T, true>(rows, us, d, lane, acc);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const float sum = warp_sum(acc[r]);
+        if (lane == 0 && r0 + r < n_out) y[r0 + r] = sum;
+    }
 }
 
 // QkCacheStore on the device (kc null: no store).
@@ -223,10 +291,36 @@ void embed_rows(const ops::Weight& table, const int32_t* ids, int64_t n, float* 
 }
 
 void add_rms_norm(float* x, const float* add, const float* w, int64_t n, int64_t d, float eps, float* out,
-                  StreamHandle stream) {
+                  StreamHandle stream, const float* add2) {
+    if (add2 != nullptr && add == nullptr) fail("add_rms_norm: a second addend without a first");
     if (n == 0) return;
-    launch_overlapped(add_rms_norm_kernel, static_cast<unsigned>(n), kNormThreads, 0, stream, x, add, w, d, eps, out);
+    launch_overlapped(add_rms_norm_kernel, static_cast<unsigned>(n), kNormThreads, 0, stream, x, add, add2, w,
+                      d, eps, out);
     MOX_CUDA_CHECK_LAUNCH("add_rms_norm_kernel");
+}
+
+bool add_rms_norm_matvec_supported(const ops::Weight& w) {
+    const quant::TypeId t = w.type;
+    const bool float_type = t == quant::TypeId::f32 || t == quant::TypeId::f16 || t == quant::TypeId::bf16;
+    return float_type && w.n_in % 32 == 0 && w.n_in <= kNormMatvecMaxIn && w.n_out >= 1 && w.n_expert == 1;
+}
+
+void add_rms_norm_matvec(const float* x, const float* add, const float* norm_w, float eps, float* out,
+                         const ops::Weight& w, float* y, StreamHandle stream) {
+    if (!add_rms_norm_matvec_supported(w))
+        fail("add_rms_norm_matvec: {} x {} {} weight (float types, a multiple of 32 up to {} inputs)",
+             w.n_out, w.n_in, quant::type_name(w.type), kNormMatvecMaxIn);
+    if (x == nullptr || add == nullptr || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
+        fail("add_rms_norm_matvec: needs x, add and a 16-byte aligned weight");
+    const auto blocks = static_cast<unsigned>((w.n_out + kRows - 1) / kRows);
+    dispatch_type(w.type, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (seg::kIsFloat<T>) {
+            launch_overlapped(add_rms_norm_matvec_kernel<T>, blocks, kNormThreads, 0, stream, x, add, norm_w,
+                              w.n_in, eps, out, w.data, w.row_bytes, w.n_out, y);
+            MOX_CUDA_CHECK_LAUNCH("add_rms_norm_matvec_kernel");
+        }
+    });
 }
 
 bool qk_cache_store_supported(const ops::KvView& kv) {

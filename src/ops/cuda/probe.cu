@@ -418,7 +418,7 @@ double probe_attention_decode_s(int64_t keys, int reps) {
                                  .v_row_bytes = rb,
                                  .capacity = max_keys};
             attention(kv, shape, q.as<float>(), 1, pos.as<int32_t>(), max_keys, g, out.as<float>(),
-                      workspace.data(), s);
+                      workspace.data(), workspace.size(), s);
         }
     });
     const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });

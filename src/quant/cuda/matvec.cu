@@ -151,33 +151,11 @@ __global__ void __launch_bounds__(kWarp)
     allow_next_launch();
     const int lane = static_cast<int>(threadIdx.x);
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
-    const int64_t n_segs = n_in / 32;  // whole segments (the launcher checks)
     const uint8_t* rows[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<size_t>(min(r0 + r, n_out - 1)) * row_bytes;
     float acc[kRows] = {};
-    // One segment per lane and pass (x and two weight segments: 96 registers); the next pass's
-    // weight lines are prefetched into L1 first, so a 2048-wide row's two passes overlap.
-#pragma unroll 1
-    for (int64_t g = lane; g < n_segs; g += kWarp) {
-        if (g + kWarp < n_segs) {
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) prefetch_segment<T>(rows[r], g + kWarp);
-        }
-        float xr[32];
-        const float4* xp = reinterpret_cast<const float4*>(x) + g * 8;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const float4 v = __ldg(xp + k);
-            xr[4 * k] = v.x, xr[4 * k + 1] = v.y, xr[4 * k + 2] = v.z, xr[4 * k + 3] = v.w;
-        }
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            seg::Seg sg;
-            T::load(rows[r], g, n_in, sg, nullptr);
-            acc[r] += seg_dot<T>(sg, xr);
-        }
-    }
+    short_rows_dot<T, false>(rows, x, n_in, lane, acc);  // n_in: whole segments (the launcher checks)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         const float v = warp_sum(acc[r]);

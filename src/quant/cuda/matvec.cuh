@@ -385,6 +385,42 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// One warp's share of kRows float-weight rows (n_in a multiple of 32) against x: lane l takes
+// segments l, l + 32, ... (one per pass: x and two weight segments are 96 registers) and adds its
+// share to acc[r] (warp_sum afterwards). The next pass's weight lines are prefetched into L1 first,
+// so a 2048-wide row's two passes overlap. x: 16-byte aligned, in global memory read through the
+// read-only cache (XShared false: segment g at x + 32 g), or in shared memory with segment g at
+// x + kShortSharedStride g (4 floats of padding: the lanes' float4 reads, one segment apart, fall
+// on different banks).
+inline constexpr int kShortSharedStride = 36;
+
+template <class T, bool XShared>
+__device__ __forceinline__ void short_rows_dot(const uint8_t* const (&rows)[kRows], const float* x,
+                                               int64_t n_in, int lane, float (&acc)[kRows]) {
+    const int64_t n_segs = n_in / 32;
+#pragma unroll 1
+    for (int64_t g = lane; g < n_segs; g += kWarp) {
+        if (g + kWarp < n_segs) {
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) prefetch_segment<T>(rows[r], g + kWarp);
+        }
+        float xr[32];
+        const float4* xp = XShared ? reinterpret_cast<const float4*>(x + g * kShortSharedStride)
+                                   : reinterpret_cast<const float4*>(x) + g * 8;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float4 v = XShared ? xp[k] : __ldg(xp + k);
+            xr[4 * k] = v.x, xr[4 * k + 1] = v.y, xr[4 * k + 2] = v.z, xr[4 * k + 3] = v.w;
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            seg::Seg sg;
+            T::load(rows[r], g, n_in, sg, nullptr);
+            acc[r] += seg_dot<T>(sg, xr);
+        }
+    }
+}
+
 // Calls fn(T{}) with the segment decoder of `type`; false when the type has no CUDA kernel.
 template <class Fn>
 bool dispatch_type(quant::TypeId type, Fn&& fn) {
