@@ -533,20 +533,31 @@ struct RawUnit {
     // the 16-byte aligned span around it, in an odd number of pieces, so that the rows a warp decodes
     // (16, at the same offsets) fall on different banks: 128-byte slots (Q3_K, IQ3_XXS) put every
     // row on the same banks, and those types ran 20-35% slower than with direct loads in session
-    // 10's calibrations (Q5_K's 192 bytes, 8 rows a bank: no gain); the odd slots came after the last
-    // device call of that session and are not yet measured (MOX_CUDA_MM_RAW=0 for the A/B).
+    // 10's calibrations (Q5_K's 192 bytes, 8 rows a bank: no gain). With odd slots Q3_K gained 5-14%
+    // over the direct loads (session 11, bench/cuda/raw_tiles_ab.sh); IQ3_XXS still lost (below).
     static constexpr int kPieces = (kBytes + 15 + 15) / 16 | 1;
     static constexpr int kSlot = 16 * kPieces;
     static constexpr int kRingBytes = 2 * kBR * kSlot;
 };
 
-// Tiles that have a raw-staged kernel: quantized weights, token tiles 32 and 64, not precise. Whether
-// it runs is decided per device (raw_tiles_pay, matmul.cu): only where two of its blocks fit on an
-// SM. Its ring costs 28-60 KB of shared memory; Q6_K's 240-byte slots at tile 64 leave one block per
-// SM on the H200 and ran 16% slower than the direct loads there (session 10); on GPUs with ~100 KB
-// per SM (such as sm_86 and sm_89) no raw tile fits twice, so they keep the direct loads.
+// The grid i-quants (a weight is a lookup in a codebook): their decode is table loads, not bytes of
+// the row, and raw staging made IQ3_XXS 3-10% slower and IQ2_XXS's 4096-token MoE 11% slower than
+// the direct loads on the H200 (session 11: bench/results/2026-11-30-s11-h200, call 1). The other
+// five decode the same way and are left out with them (not measured one by one).
+template <class T>
+inline constexpr bool kGridIQuant =
+    std::is_same_v<T, seg::IQ2_XXS> || std::is_same_v<T, seg::IQ2_XS> || std::is_same_v<T, seg::IQ2_S> ||
+    std::is_same_v<T, seg::IQ3_XXS> || std::is_same_v<T, seg::IQ3_S> || std::is_same_v<T, seg::IQ1_S> ||
+    std::is_same_v<T, seg::IQ1_M>;
+
+// Tiles that have a raw-staged kernel: quantized weights but the grid i-quants, token tiles 32 and
+// 64, not precise. Whether it runs is decided per device (raw_tiles_fit, matmul.cu): only where two
+// of its blocks fit on an SM. Its ring costs 28-60 KB of shared memory; Q6_K's 240-byte slots at
+// tile 64 leave one block per SM on the H200 and ran 16% slower than the direct loads there
+// (session 10); on GPUs with ~100 KB per SM (such as sm_86 and sm_89) no raw tile fits twice, so
+// they keep the direct loads.
 template <class T, int BT, bool P>
-inline constexpr bool kRawEligible = !seg::kIsFloat<T> && !P && BT <= 64;
+inline constexpr bool kRawEligible = !seg::kIsFloat<T> && !kGridIQuant<T> && !P && BT <= 64;
 
 // Dynamic shared memory of a one-matrix tile: Layout2's stages, then the raw ring with R.
 template <class T, int BT, bool P, bool R>
