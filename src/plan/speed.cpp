@@ -140,11 +140,13 @@ public:
     // An attention layer's decode launch over depth + 1 keys of an f16 cache, from the probe's points
     // (linear between them, the first point's time below it, the last segment's slope beyond it),
     // scaled by the cache bytes per key against the probe's shape (2 KV heads x (256 + 256)); nullopt
-    // without points or for other cache types (the caller charges the cache's bytes).
-    std::optional<double> gpu_attention_decode(const place::CacheOptions& cache,
-                                               const models::Qwen35MoeHparams& hp, int64_t depth) const {
-        if (!has_gpu() || cache.k_type != quant::TypeId::f16 || cache.v_type != quant::TypeId::f16)
-            return std::nullopt;
+    // without points (the caller charges the cache's bytes). Other cache types are charged at least
+    // this too (the caller takes the larger of it and their bytes): the short-context kernel is the
+    // same latency chain for every type, and beyond it only f16 has the tensor-core kernel. Charged by
+    // bytes alone, q8_0 came out ~5% faster than f16, so the planner chose it at 24 GiB, and it
+    // measured 4% slower (session 11: tg128 324.5 vs 338.3 t/s in one run).
+    std::optional<double> gpu_attention_decode(const models::Qwen35MoeHparams& hp, int64_t depth) const {
+        if (!has_gpu()) return std::nullopt;
         const auto& pts = gpu().attention_decode_f16;
         if (pts.empty()) return std::nullopt;
         const auto keys = static_cast<double>(depth + 1);
@@ -449,6 +451,7 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
             const bool gpu_experts = L.has_experts && L.tier == place::Tier::gpu;
             const std::optional<double> moe = gpu_experts ? moe_decode_s(r, L, hp) : std::nullopt;
             d.kernels += L.recurrent ? kDecodeKernelsRecurrent : kDecodeKernelsAttention;
+            if (L.has_experts && !gpu_experts) d.kernels += kDecodeKernelsHostNorm;
             for (const Matrix& x : L.dense) {
                 d.gpu_weight_bytes += x.bytes;
                 if (moe && x.shared_expert && x.matrix) continue;  // in the MoE launches' measured time
@@ -464,11 +467,13 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
                 }
             } else {
                 d.gpu_cache_bytes += dd * (k_row + v_row);
-                if (const auto t = r.gpu_attention_decode(cache, hp, depth)) {
-                    d.gpu_s += *t;
+                const double bytes_s = dd * k_row / r.gpu_kv(cache.k_type) + dd * v_row / r.gpu_kv(cache.v_type);
+                if (const auto t = r.gpu_attention_decode(hp, depth)) {
+                    const bool f16 = cache.k_type == quant::TypeId::f16 && cache.v_type == quant::TypeId::f16;
+                    d.gpu_s += f16 ? *t : std::max(*t, bytes_s);
                     d.probed_kernels += 1;  // the attention launch (with its combine when split)
                 } else {
-                    d.gpu_s += dd * k_row / r.gpu_kv(cache.k_type) + dd * v_row / r.gpu_kv(cache.v_type);
+                    d.gpu_s += bytes_s;
                 }
             }
             if (!L.has_experts) continue;

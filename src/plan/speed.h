@@ -33,12 +33,17 @@ namespace mox::plan {
 
 // Kernel launches the decode graph replays per trunk layer and for the output, each charged
 // GpuProfile::launch_gap_s unless a calibrated probe measured it (DecodePrediction::probed_kernels).
-// A Gated DeltaNet layer: in-projection, conv, delta rule (+ gated norm), out-projection, residual
-// add + norm, router, MoE router + gate/up, MoE down, residual add + the next layer's norm; an
-// attention layer: q/gate, k and v projections, q/k norm + RoPE (+ the KV cache store), attention,
-// out-projection, the two norms, router, MoE gate/up and down. Output: the first norm and the head.
-inline constexpr int64_t kDecodeKernelsRecurrent = 9;
-inline constexpr int64_t kDecodeKernelsAttention = 11;
+// A Gated DeltaNet layer: in-projection, conv (since session 11 inside the projection's store, but
+// the DeltaNet probe still times it as a launch of its own, so it stays counted here), delta rule
+// (+ gated norm), out-projection, the MoE input norm with the router, MoE gate/up, MoE down, residual
+// add + the next layer's norm; an attention layer: q/gate, k and v projections, q/k norm + RoPE (+ the
+// KV cache store), attention, out-projection, the norm with the router, MoE gate/up and down, the next
+// norm. A layer whose experts stay on the host keeps the MoE input norm as a launch of its own
+// (kDecodeKernelsHostNorm). Output: the first norm and the head. (ncu of one all-GPU step of
+// Qwen3.6-35B-A3B, session 11: 312 launches = 30 x 7 + 10 x 10 + 2.)
+inline constexpr int64_t kDecodeKernelsRecurrent = 8;
+inline constexpr int64_t kDecodeKernelsAttention = 10;
+inline constexpr int64_t kDecodeKernelsHostNorm = 1;
 inline constexpr int64_t kDecodeKernelsOutput = 2;
 // Launches of one prefill micro-batch per trunk layer and for the output (a rough count: prefill
 // is dominated by its matrix products).

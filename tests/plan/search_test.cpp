@@ -154,6 +154,20 @@ TEST(PlanSearch, EverythingOnTheGpuWhenItFits) {
     EXPECT_EQ(big.vram_budget, 140 * kGiB);
 }
 
+// 24 GiB at 32768 tokens, with the decode-attention probe's points of the H200 (session 11's
+// calibration): both f16 and q8_0 caches fit and decode alike, so the plan keeps f16. Charged by its
+// bytes alone, q8_0 came out ahead by more than kKvTolerance and the plan took it; it measured 4% slower.
+TEST(PlanSearch, ProbedAttentionKeepsTheF16Cache) {
+    const auto& m = q36_q4km();
+    HardwareProfile prof = h200_like();
+    prof.gpu->attention_decode_f16 = {{256, 18.6e-6}, {1024, 26.3e-6}, {4096, 25.0e-6}, {32768, 46.5e-6}};
+    const PlanResult r = plan_auto(request(m, prof, 24 * kGiB, 32768));
+    expect_valid(r, m.hp, 24 * kGiB);
+    EXPECT_TRUE(r.host_layers.empty());
+    EXPECT_EQ(r.cache.k_type, quant::TypeId::f16);
+    EXPECT_EQ(r.cache.v_type, quant::TypeId::f16);
+}
+
 TEST(PlanSearch, ConsumerGpuPlanIsSensible) {
     const auto& m = q36_q4km();
     const PlanResult r = plan_auto(request(m, rtx3090_like(), 16 * kGiB, 32768));
