@@ -5,8 +5,9 @@
 // dependent chain of loads; the conv alone was one of them per DeltaNet layer (4.3 us in ncu, 30 a
 // step). The conv of channel c needs only row c of the product and channel c's own state and taps,
 // so the lane that holds row c's sum finishes it: no other block reads or writes that channel,
-// which lets the state shift in place. The taps and state of a warp's rows load with its weights
-// (before the dot products), so the chain gains no round trip.
+// which lets the state shift in place. The taps and state lines of a warp's rows are prefetched into
+// L1 with its weights (before the dot products) and read after them, so the chain gains no DRAM
+// round trip.
 //
 // The product is matvec_kernel<T, 1, true>'s (quant/cuda/matvec.cu): the same staging, warp
 // layout, dot order and warp sums, so the rows match a plain matvec bit for bit and the conv
