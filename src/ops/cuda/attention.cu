@@ -577,6 +577,22 @@ struct Plan {
     int64_t keys_per_split = 0;
 };
 
+// make_plan's first guess of the splits: enough blocks to fill kTargetBlocks, each covering at least
+// kMinKeysPerSplit keys. The rounding to whole key steps that follows only lowers it.
+int64_t first_splits(const ops::AttentionShape& s, int64_t n_q, int64_t max_keys, int64_t rows_per_block) {
+    const int64_t base = (n_q * (s.n_head / s.n_head_kv) + rows_per_block - 1) / rows_per_block * s.n_head_kv;
+    return std::max<int64_t>(
+        1, std::min((kTargetBlocks + base - 1) / base, std::max<int64_t>(1, max_keys / kMinKeysPerSplit)));
+}
+
+// Bytes of the partial results of n_split splits (0 without a split): per split and query row, D
+// accumulators and the running max and sum.
+size_t split_bytes(const ops::AttentionShape& s, int64_t n_q, int64_t n_split) {
+    if (n_split <= 1) return 0;
+    return static_cast<size_t>(n_split) * static_cast<size_t>(n_q * s.n_head) *
+           static_cast<size_t>(s.head_dim + 2) * sizeof(float);
+}
+
 // A pure function of the shape, max_keys and the kernel's rows per block (host values only), so
 // the workspace size and the launch agree and a captured graph stays valid while *pos0 + n_q <=
 // max_keys.
@@ -587,10 +603,7 @@ Plan make_plan(const ops::AttentionShape& s, int64_t n_q, int64_t max_keys, int6
     Plan plan;
     const int64_t group = s.n_head / s.n_head_kv;
     plan.n_chunks = (n_q * group + rows_per_block - 1) / rows_per_block;
-    const int64_t base = plan.n_chunks * s.n_head_kv;
-    int64_t n_split = (kTargetBlocks + base - 1) / base;
-    n_split = std::min(n_split, std::max<int64_t>(1, max_keys / kMinKeysPerSplit));
-    n_split = std::max<int64_t>(1, n_split);
+    const int64_t n_split = first_splits(s, n_q, max_keys, rows_per_block);
     int64_t per = (max_keys + n_split - 1) / n_split;
     per = (per + 31) / 32 * 32;  // whole key steps of every kernel (16 and 32 keys)
     plan.n_split = static_cast<int>((max_keys + per - 1) / per);
@@ -679,35 +692,24 @@ void kv_store(const ops::KvView& kv, const int32_t* pos0, int64_t n_rows, const 
 }
 
 size_t attention_workspace_bound(const ops::AttentionShape& shape, int64_t max_n_q, int64_t max_keys) {
-    // A call's splits never exceed s0 = min(ceil(kTargetBlocks / base), max_keys' / kMinKeysPerSplit)
-    // (make_plan's first guess; the rounding to whole key steps only lowers them), and s0 only grows
-    // with max_keys'. Over the query counts the need is not monotone: 4096 queries fill the GPU
-    // without splits, 952 take two (the workspace sized for 1 and 4096 queries overflowed, session 11).
+    // A call's splits never exceed first_splits (the rounding to whole key steps only lowers them),
+    // which only grows with max_keys. Over the query counts the need is not monotone: 4096 queries
+    // fill the GPU without splits, 952 take two (the workspace sized for 1 and 4096 queries
+    // overflowed, session 11).
     MOX_CHECK(max_n_q >= 1 && max_keys >= 1 && shape.n_head_kv >= 1, "attention bound of {} queries, {} keys",
               max_n_q, max_keys);
-    const int64_t group = shape.n_head / shape.n_head_kv;
     size_t most = 0;
     for (int64_t n_q = 1; n_q <= max_n_q; ++n_q)
-        for (const int64_t rows : {static_cast<int64_t>(kRows), static_cast<int64_t>(attn::kPfRows)}) {
-            const int64_t base = (n_q * group + rows - 1) / rows * shape.n_head_kv;
-            const int64_t s0 = std::min((kTargetBlocks + base - 1) / base,
-                                        std::max<int64_t>(1, max_keys / kMinKeysPerSplit));
-            if (s0 > 1)
-                most = std::max(most, static_cast<size_t>(s0) * static_cast<size_t>(n_q * shape.n_head) *
-                                          static_cast<size_t>(shape.head_dim + 2) * sizeof(float));
-        }
+        for (const int64_t rows : {static_cast<int64_t>(kRows), static_cast<int64_t>(attn::kPfRows)})
+            most = std::max(most, split_bytes(shape, n_q, first_splits(shape, n_q, max_keys, rows)));
     return most;
 }
 
 size_t attention_workspace_bytes(const ops::AttentionShape& shape, int64_t n_q, int64_t max_keys) {
     // Either kernel may run (the choice also depends on the cache types): room for the larger plan.
     size_t most = 0;
-    for (const int64_t rows : {static_cast<int64_t>(kRows), static_cast<int64_t>(attn::kPfRows)}) {
-        const Plan plan = make_plan(shape, n_q, max_keys, rows);
-        if (plan.n_split == 1) continue;
-        most = std::max(most, static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_q * shape.n_head) *
-                                  static_cast<size_t>(shape.head_dim + 2) * sizeof(float));
-    }
+    for (const int64_t rows : {static_cast<int64_t>(kRows), static_cast<int64_t>(attn::kPfRows)})
+        most = std::max(most, split_bytes(shape, n_q, make_plan(shape, n_q, max_keys, rows).n_split));
     return most;
 }
 
@@ -724,13 +726,10 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
               shape.n_head_kv, D);
     MOX_CHECK(max_keys <= kv.capacity, "max_keys {} beyond the cache capacity {}", max_keys, kv.capacity);
     MOX_CHECK(plan.n_chunks <= 0x7FFFFFFF && shape.n_head_kv <= 65535, "attention grid too large");
-    if (plan.n_split > 1) {
-        const size_t need = static_cast<size_t>(plan.n_split) * static_cast<size_t>(n_q * shape.n_head) *
-                            static_cast<size_t>(D + 2) * sizeof(float);
-        if (workspace == nullptr || workspace_bytes < need)
-            fail("CUDA attention: {} queries over up to {} keys need {} bytes of workspace, got {}", n_q,
-                 max_keys, need, workspace == nullptr ? 0 : workspace_bytes);
-    }
+    if (const size_t need = split_bytes(shape, n_q, plan.n_split);
+        need > 0 && (workspace == nullptr || workspace_bytes < need))
+        fail("CUDA attention: {} queries over up to {} keys need {} bytes of workspace, got {}", n_q,
+             max_keys, need, workspace == nullptr ? 0 : workspace_bytes);
 
     AttnParams p{};
     p.k = kv.k;
