@@ -34,6 +34,13 @@ uint64_t gpu_moe_scratch(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t
     return at;
 }
 
+uint64_t gpu_delta_net_scratch(int64_t n_v_heads, int64_t n_tokens) {
+    // cuda::delta_net_workspace_bytes: per (64-token chunk, value head) T and the masked Q K^T
+    // (64 x 64 each) and three gates per row.
+    const int64_t chunks = (n_tokens + 63) / 64;
+    return u(chunks) * u(n_v_heads) * (2 * 64 * 64 + 3 * 64) * 4;
+}
+
 uint64_t gpu_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t max_n_q,
                                int64_t max_keys) {
     // cuda::attention_workspace_bound: blocks of 8 query rows (fp32 kernel) or 64 (tensor-core
@@ -73,13 +80,15 @@ GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape
                     + floats(K * hp.n_ff_exp + hp.n_ff_shexp)              // decode MoE rows
                     + floats(nb * 2 * ffs) + floats(nb * ffs)              // shared expert
                     + floats(8 * hp.n_vocab);                              // logits (8 rows)
-    // Scratch: the largest matmul of a micro-batch (every projection's shape) or batched MoE.
+    // Scratch: the largest matmul of a micro-batch (every projection's shape), batched MoE or chunked
+    // delta rule.
     uint64_t work = 16;
     const int64_t shapes[][2] = {{d, C},     {d, inner},   {d, Hv},          {inner, d},
                                  {d, 2 * H * hd}, {d, Hkv * hd}, {H * hd, d},  {d, E},
                                  {d, 2 * ffs}, {ffs, d}};
     for (const auto& sh : shapes) work = std::max(work, gpu_matmul_scratch(sh[0], sh[1], nb));
     work = std::max(work, gpu_moe_scratch(E, d, hp.n_ff_exp, nb, K));
+    work = std::max(work, gpu_delta_net_scratch(Hv, nb));
     b.matmul_scratch = work;
     b.attention_scratch = std::max<uint64_t>(16, gpu_attention_scratch(H, Hkv, hd, std::min(nb, ctx), ctx));
     b.staging = 2 * s.largest_streamed_layer;

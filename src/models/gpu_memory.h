@@ -36,6 +36,8 @@ struct GpuBufferShape {
 uint64_t gpu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_tokens);
 // Scratch of the batched MoE of n tokens, k experts each.
 uint64_t gpu_moe_scratch(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t n_tokens, int64_t k);
+// Scratch of the chunked delta rule over n tokens (cuda::delta_net_workspace_bytes).
+uint64_t gpu_delta_net_scratch(int64_t n_v_heads, int64_t n_tokens);
 // Split-context scratch of attention of up to max_n_q queries over up to max_keys keys
 // (cuda::attention_workspace_bound).
 uint64_t gpu_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t max_n_q,

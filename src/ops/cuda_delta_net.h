@@ -63,10 +63,16 @@ struct DeltaNetWeights {
 // tensor cores in split tf32 (hi + lo parts, close to fp32: ~1e-5 relative against the
 // recurrence), for dk 64 or 128 and dv a multiple of 32. `automatic` picks chunked for n_tokens >=
 // 16 where the shape allows it. Forcing `chunked` on another shape throws.
+// The chunked form first prepares every chunk's state-independent factors at once (in parallel
+// over chunks), then walks the chunks in order: workspace is device scratch of workspace_bytes >=
+// delta_net_workspace_bytes(shape, n_tokens) (unused, and may be null, when the sequential form
+// runs; a chunked call with less throws).
 enum class DeltaNetMethod { automatic, sequential, chunked };
 
+size_t delta_net_workspace_bytes(const DeltaNetShape& shape, int64_t n_tokens);
 void delta_net(float* S, const float* conv, const float* b, const float* alpha, const float* z,
                const DeltaNetWeights& w, const DeltaNetShape& shape, int64_t n_tokens, float* out,
-               StreamHandle stream = nullptr, DeltaNetMethod method = DeltaNetMethod::automatic);
+               void* workspace, size_t workspace_bytes, StreamHandle stream = nullptr,
+               DeltaNetMethod method = DeltaNetMethod::automatic);
 
 }  // namespace mox::cuda

@@ -182,8 +182,10 @@ void run_case(const Case& c, const std::vector<int64_t>& blocks, uint32_t seed,
         DeviceBuffer out = test::to_device(nan_vec(static_cast<size_t>(n * c.hv * c.dv)));
         conv_silu(G.conv_state.as<float>(), G.conv_w.as<float>(), x.as<float>(), G.C + c.x_pad, n, G.C,
                   c.kernel, conv_out.as<float>());
+        // NaN-filled scratch: every record the walk reads must have been written by the preparation.
+        DeviceBuffer work = test::to_device(nan_vec(std::max<size_t>(1, delta_net_workspace_bytes(G.shape(), n) / 4)));
         delta_net(G.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
-                  G.weights(), G.shape(), n, out.as<float>(), nullptr,
+                  G.weights(), G.shape(), n, out.as<float>(), work.data(), work.size(), nullptr,
                   n == 1 ? DeltaNetMethod::automatic : method);
         device_synchronize();
         done += n;
@@ -269,12 +271,13 @@ TEST(CudaDeltaNet, ChunkedMatchesSequentialOnGpu) {
             // Both layers' conv states are equal (same start, same inputs): one conv serves both.
             conv_silu(seq.conv_state.as<float>(), seq.conv_w.as<float>(), x.as<float>(), L.C + c.x_pad, n,
                       L.C, c.kernel, conv_out.as<float>());
+            DeviceBuffer work(delta_net_workspace_bytes(chk.shape(), n));
             delta_net(seq.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(),
-                      z.as<float>(), seq.weights(), seq.shape(), n, out_seq.as<float>(), nullptr,
+                      z.as<float>(), seq.weights(), seq.shape(), n, out_seq.as<float>(), nullptr, 0, nullptr,
                       DeltaNetMethod::sequential);
             delta_net(chk.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(),
-                      z.as<float>(), chk.weights(), chk.shape(), n, out_chk.as<float>(), nullptr,
-                      DeltaNetMethod::chunked);
+                      z.as<float>(), chk.weights(), chk.shape(), n, out_chk.as<float>(), work.data(), work.size(),
+                      nullptr, DeltaNetMethod::chunked);
             device_synchronize();
             const std::vector<float> o_seq = test::to_host<float>(out_seq, static_cast<size_t>(n * inner));
             const std::vector<float> o_chk = test::to_host<float>(out_chk, static_cast<size_t>(n * inner));
@@ -295,20 +298,28 @@ TEST(CudaDeltaNet, RejectsUnsupportedShapes) {
     MOX_REQUIRE_CUDA_DEVICE();
     DeltaNetWeights w;
     EXPECT_THROW(delta_net(nullptr, nullptr, nullptr, nullptr, nullptr, w,
-                           {.n_k_heads = 3, .n_v_heads = 4, .dk = 16, .dv = 16}, 1, nullptr),
+                           {.n_k_heads = 3, .n_v_heads = 4, .dk = 16, .dv = 16}, 1, nullptr, nullptr, 0),
                  Error);
     EXPECT_THROW(delta_net(nullptr, nullptr, nullptr, nullptr, nullptr, w,
-                           {.n_k_heads = 2, .n_v_heads = 4, .dk = 256, .dv = 16}, 1, nullptr),
+                           {.n_k_heads = 2, .n_v_heads = 4, .dk = 256, .dv = 16}, 1, nullptr, nullptr, 0),
                  Error);
     EXPECT_THROW(conv_silu(nullptr, nullptr, nullptr, 8, 1, 8, 9, nullptr), Error);
     // The chunked form needs dk 64 or 128 and dv a multiple of 32.
     EXPECT_THROW(delta_net(nullptr, nullptr, nullptr, nullptr, nullptr, w,
-                           {.n_k_heads = 2, .n_v_heads = 4, .dk = 32, .dv = 32}, 64, nullptr, nullptr,
-                           DeltaNetMethod::chunked),
+                           {.n_k_heads = 2, .n_v_heads = 4, .dk = 32, .dv = 32}, 64, nullptr, nullptr, 0,
+                           nullptr, DeltaNetMethod::chunked),
                  Error);
     EXPECT_THROW(delta_net(nullptr, nullptr, nullptr, nullptr, nullptr, w,
-                           {.n_k_heads = 2, .n_v_heads = 4, .dk = 64, .dv = 48}, 64, nullptr, nullptr,
-                           DeltaNetMethod::chunked),
+                           {.n_k_heads = 2, .n_v_heads = 4, .dk = 64, .dv = 48}, 64, nullptr, nullptr, 0,
+                           nullptr, DeltaNetMethod::chunked),
+                 Error);
+    // The chunked form with a workspace short of its records (one chunk too few), or none.
+    const DeltaNetShape shape{.n_k_heads = 2, .n_v_heads = 4, .dk = 64, .dv = 64};
+    DeviceBuffer small(delta_net_workspace_bytes(shape, 64));
+    EXPECT_THROW(delta_net(nullptr, nullptr, nullptr, nullptr, nullptr, w, shape, 65, nullptr, small.data(),
+                           small.size(), nullptr, DeltaNetMethod::chunked),
+                 Error);
+    EXPECT_THROW(delta_net(nullptr, nullptr, nullptr, nullptr, nullptr, w, shape, 16, nullptr, nullptr, 0),
                  Error);
 }
 
@@ -318,7 +329,7 @@ TEST(CudaDeltaNet, Timing) {
     MOX_REQUIRE_CUDA_DEVICE();
     Layer L(kReal, 31);
     GpuLayer G(L);
-    const int64_t max_n = 2048, inner = kReal.hv * kReal.dv;
+    const int64_t max_n = 4096, inner = kReal.hv * kReal.dv;
     const Inputs in = make_inputs(L, max_n, 32);
     DeviceBuffer x = test::to_device(in.x), b = test::to_device(in.b), alpha = test::to_device(in.alpha),
                  z = test::to_device(in.z);
@@ -341,9 +352,10 @@ TEST(CudaDeltaNet, Timing) {
         conv_silu(G.conv_state.as<float>(), G.conv_w.as<float>(), x.as<float>(), G.C, n, G.C, 4,
                   conv_out.as<float>());
     };
+    DeviceBuffer work(delta_net_workspace_bytes(G.shape(), max_n));
     auto dnet = [&](int64_t n, DeltaNetMethod m = DeltaNetMethod::automatic) {
         delta_net(G.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
-                  G.weights(), G.shape(), n, out.as<float>(), nullptr, m);
+                  G.weights(), G.shape(), n, out.as<float>(), work.data(), work.size(), nullptr, m);
     };
     conv(max_n);  // the delta rule reads real conv outputs
     const double state_bytes = 2.0 * static_cast<double>(L.S.size()) * 4;
@@ -357,7 +369,7 @@ TEST(CudaDeltaNet, Timing) {
         dnet(1);
     });
     std::printf("[bench] conv_silu + delta_net decode:      %7.2f us\n", us_both);
-    for (int64_t n : {16, 64, 512, 2048}) {
+    for (int64_t n : {16, 64, 512, 2048, 4096}) {
         const double us_c = time_us(5, [&] { conv(n); });
         const double us_s = time_us(5, [&] { dnet(n, DeltaNetMethod::sequential); });
         const double us_k = time_us(5, [&] { dnet(n, DeltaNetMethod::chunked); });

@@ -3,6 +3,7 @@
 // every weight type and the shapes a micro-batch can have. Host arithmetic only: runs without a GPU.
 #include "models/gpu_memory.h"
 #include "ops/cuda_attention.h"
+#include "ops/cuda_delta_net.h"
 #include "ops/cuda_moe.h"
 #include "quant/cuda_matmul.h"
 #include "quant/types.h"
@@ -44,6 +45,14 @@ TEST(GpuMemoryModel, MoeScratchCoversTheBatchedKernel) {
                 EXPECT_GE(gpu_moe_scratch(256, 2048, 512, n, k), cuda::moe_batch_workspace_bytes(gate, down, n, k))
                     << quant::type_name(type) << " n " << n << " k " << k;
             }
+}
+
+TEST(GpuMemoryModel, DeltaNetScratchIsTheChunkedKernels) {
+    for (int64_t hv : {1, 3, 32, 64})
+        for (int64_t n : {1, 15, 16, 63, 64, 65, 512, 4096, 4097}) {
+            const cuda::DeltaNetShape shape{.n_k_heads = 1, .n_v_heads = hv, .dk = 128, .dv = 128};
+            EXPECT_EQ(gpu_delta_net_scratch(hv, n), cuda::delta_net_workspace_bytes(shape, n)) << hv << " heads, " << n;
+        }
 }
 
 // The model's attention scratch is the kernels' bound, and the bound covers every call a shared

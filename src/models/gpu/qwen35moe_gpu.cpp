@@ -33,6 +33,10 @@ constexpr int64_t kLogitRows = cuda::kMaxMatvecCols;
 // Smallest attention grid of a decode graph; it doubles as the context grows.
 constexpr int64_t kMinKeysBucket = 256;
 
+cuda::DeltaNetShape delta_net_shape(const Qwen35MoeHparams& hp) {
+    return {hp.ssm_k_heads, hp.ssm_v_heads, hp.ssm_state, hp.ssm_state, static_cast<float>(hp.rms_eps)};
+}
+
 }  // namespace
 
 void WeightArena::allocate() {
@@ -162,6 +166,8 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         const ops::ExpertStack& host = m.layers_[i].experts;
         work_bytes = std::max(work_bytes, cuda::moe_batch_workspace_bytes(host.gate, host.down, nb, K));
     }
+    // The chunked delta rule's records of a micro-batch, between the projections that use the scratch.
+    if (hp_.ssm_v_heads > 0) work_bytes = std::max(work_bytes, cuda::delta_net_workspace_bytes(delta_net_shape(hp_), nb));
     // The memory model (models/gpu_memory.h) says what to allocate; the kernels' own needs must fit.
     uint64_t largest_streamed = 0;
     for (int64_t il : streamed_) largest_streamed = std::max<uint64_t>(largest_streamed, host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])].bytes);
@@ -523,11 +529,11 @@ void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int
         const float* qkv = L.dn_in.out(proj, 0, n, n_ubatch_);
         cuda::conv_silu(conv_state, L.ssm_conv1d, qkv, C, n, C, hp_.ssm_conv_kernel, conv_.as<float>(), s);
     }
-    const cuda::DeltaNetShape shape{hp_.ssm_k_heads, hp_.ssm_v_heads, hp_.ssm_state, hp_.ssm_state,
-                                    static_cast<float>(hp_.rms_eps)};
+    const cuda::DeltaNetShape shape = delta_net_shape(hp_);
     const cuda::DeltaNetWeights w{L.ssm_a, L.ssm_dt_bias, L.ssm_norm};
     cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta, alpha, z, w, shape, n,
-                    y_.as<float>(), s, n == 1 ? cuda::DeltaNetMethod::automatic : deltanet_method_);
+                    y_.as<float>(), work_.data(), work_.size(), s,
+                    n == 1 ? cuda::DeltaNetMethod::automatic : deltanet_method_);
     linear(L.ssm_out, y_.as<float>(), n, out);
 }
 

@@ -13,15 +13,16 @@
 // head: per token each warp puts its sum of o^2 in shared memory, one cluster barrier, and every
 // block sums the cluster's partials through distributed shared memory in the same order.
 //
-// Chunked delta rule (spec §3a, ops::delta_rule_chunked): one block per (value head, 32 v columns),
-// walking the chunks of 64 tokens with the state slice St [dk][32] in shared memory. Per chunk:
-// A = K K^T, B = Q K^T (lower tiles), X = K St, Y = Q St on tensor cores; then L = beta A e^(dgamma)
-// (s < t), R = beta (V - e^gamma X); a forward substitution (I + L) V' = R in blocks of 8 rows
-// (8 lanes per column); then
-// O = e^gamma Y + (B masked, e^(dgamma)) V' and St <- e^gamma_last St + (e^(gamma_last - gamma) K)^T
-// V' on tensor cores. The products use split tf32 (x = hi + lo, hi*hi + hi*lo + lo*hi), which keeps
-// about 21 mantissa bits. A small second kernel applies the gated RMSNorm to the chunked output.
-// The chunk kernel needs no workspace: 146 KB of shared memory per block (dk 128), one block per SM.
+// Chunked delta rule (spec §3a, ops::delta_rule_chunked), chunks of 64 tokens, in two kernels. What
+// does not depend on the state is prepared for all chunks at once, one block per (chunk, value head):
+// A = K K^T, B = Q K^T (tensor cores), gamma, L = beta A e^(dgamma) (s < t), T = (I + L)^-1 (the WY
+// factor, by forward substitution on the identity), B masked and decayed; a record per (chunk, head)
+// in the workspace. Then one block per (value head, 32 v columns) walks the chunks in order with the
+// state slice St [dk][32] in shared memory: X = K St, Y = Q St, R = beta (V - e^gamma X), V' = T R,
+// O = e^gamma Y + B V', St <- e^gamma_last St + (e^(gamma_last - gamma) K)^T V', all products on
+// tensor cores, so the walk's dependent chain per chunk is three short products instead of
+// products, decays and a 64-row solve. The products use split tf32 (x = hi + lo, hi*hi + hi*lo +
+// lo*hi), which keeps about 21 mantissa bits. A small third kernel applies the gated RMSNorm.
 #include "core/error.h"
 #include "ops/cuda_delta_net.h"
 #include "quant/cuda/check.cuh"
@@ -316,7 +317,7 @@ void launch_delta_net_seq(const DnArgs& p, StreamHandle stream) {
 // Chunked form.
 
 inline constexpr int kChunk = 64;      // tokens per chunk (spec: 64)
-inline constexpr int kChunkCols = 32;  // v columns per block
+inline constexpr int kChunkCols = 32;  // v columns per block of the state walk
 inline constexpr int kChunkWarps = 8;
 // `automatic` runs the chunked form from this many tokens: one chunk costs about as much as ~10
 // sequential tokens (a cluster barrier and a dependent chain of warp sums per token).
@@ -325,31 +326,59 @@ inline constexpr int kChunkThreads = kChunkWarps * kWarp;
 static_assert(kChunkCols == kWarp, "V rows are loaded one lane per column");
 static_assert(kChunkWarps * 4 == kChunkCols, "the solve gives each warp 4 columns");
 static_assert(kChunk == 64, "the solve keeps 8 rows per lane (64 = 8 lanes x 8)");
+static_assert(kChunkWarps == (kChunk / 16) * (kChunkCols / 16), "the walk gives each warp one 16x16 tile");
 
-// Shared-memory layout of the chunk kernel, in floats. Row strides are the widths + 4 (multiples of
-// 4 floats as wmma requires; the +4 spreads rows over banks); every array starts on 32 bytes and
-// every tile origin below is a multiple of 8 rows / 8 columns, so wmma pointers stay 32-byte aligned.
+// What the preparation leaves for one (chunk, value head), in floats: T = (I + L)^-1 [64][64], the
+// masked and decayed Q K^T [64][64], then beta, e^gamma and e^(gamma_last - gamma) per row.
+inline constexpr int kPrepT = 0;
+inline constexpr int kPrepB = kPrepT + kChunk * kChunk;
+inline constexpr int kPrepBeta = kPrepB + kChunk * kChunk;
+inline constexpr int kPrepEg = kPrepBeta + kChunk;
+inline constexpr int kPrepEd = kPrepEg + kChunk;
+inline constexpr int kPrepFloats = kPrepEd + kChunk;
+static_assert(kPrepFloats % 4 == 0, "float4 loads of every (chunk, head) record");
+
+// Shared-memory layouts, in floats. Row strides are the widths + 4 (multiples of 4 floats as wmma
+// requires; the +4 spreads rows over banks); every array starts on 32 bytes and every tile origin
+// below is a multiple of 8 rows / 8 columns, so wmma pointers stay 32-byte aligned.
 template <int DK>
-struct ChunkSmem {
+struct PrepSmem {
+    static constexpr int ldk = DK + 4;      // Ks, Qs: [kChunk][ldk]
+    static constexpr int ldc = kChunk + 4;  // As, Bs, and T staged over Qs: [kChunk][ldc]
+    static constexpr int k_off = 0;
+    static constexpr int q_off = k_off + kChunk * ldk;
+    static constexpr int a_off = q_off + kChunk * ldk;
+    static constexpr int b_off = a_off + kChunk * ldc;
+    static constexpr int g_off = b_off + kChunk * ldc;  // g, then gamma (cumulative within the chunk)
+    static constexpr int beta_off = g_off + kChunk;
+    static constexpr int floats = beta_off + kChunk;
+    static constexpr size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+    static_assert(q_off % 8 == 0 && a_off % 8 == 0 && b_off % 8 == 0 && g_off % 8 == 0, "32-byte aligned arrays");
+    static_assert(ldk >= ldc, "T fits over Qs");
+    static_assert(2 * bytes + 2048 <= 228 * 1024, "two blocks per SM");
+};
+
+template <int DK>
+struct WalkSmem {
     static constexpr int ldk = DK + 4;          // Ks, Qs: [kChunk][ldk]
-    static constexpr int ldv = kChunkCols + 4;  // Ss [DK][ldv]; Vs, Xs, Ys [kChunk][ldv]
-    static constexpr int ldc = kChunk + 4;      // As, Bs: [kChunk][ldc]
+    static constexpr int ldv = kChunkCols + 4;  // Ss [DK][ldv]; Vs, Xs, Ys, Ds [kChunk][ldv]
+    static constexpr int ldc = kChunk + 4;      // Ts, Bs: [kChunk][ldc]
     static constexpr int k_off = 0;
     static constexpr int q_off = k_off + kChunk * ldk;
     static constexpr int s_off = q_off + kChunk * ldk;
     static constexpr int v_off = s_off + DK * ldv;
     static constexpr int x_off = v_off + kChunk * ldv;
     static constexpr int y_off = x_off + kChunk * ldv;
-    static constexpr int a_off = y_off + kChunk * ldv;
-    static constexpr int b_off = a_off + kChunk * ldc;
-    static constexpr int g_off = b_off + kChunk * ldc;  // gamma [kChunk]
-    static constexpr int beta_off = g_off + kChunk;     // beta [kChunk]
-    static constexpr int eg_off = beta_off + kChunk;    // e^gamma_t [kChunk]
-    static constexpr int ed_off = eg_off + kChunk;      // e^(gamma_last - gamma_s) [kChunk]
+    static constexpr int d_off = y_off + kChunk * ldv;
+    static constexpr int t_off = d_off + kChunk * ldv;
+    static constexpr int b_off = t_off + kChunk * ldc;
+    static constexpr int beta_off = b_off + kChunk * ldc;
+    static constexpr int eg_off = beta_off + kChunk;
+    static constexpr int ed_off = eg_off + kChunk;
     static constexpr int floats = ed_off + kChunk;
     static constexpr size_t bytes = static_cast<size_t>(floats) * sizeof(float);
     static_assert(q_off % 8 == 0 && s_off % 8 == 0 && v_off % 8 == 0 && x_off % 8 == 0 && y_off % 8 == 0 &&
-                      a_off % 8 == 0 && b_off % 8 == 0 && g_off % 8 == 0 && beta_off % 8 == 0 &&
+                      d_off % 8 == 0 && t_off % 8 == 0 && b_off % 8 == 0 && beta_off % 8 == 0 &&
                       eg_off % 8 == 0 && ed_off % 8 == 0,
                   "32-byte aligned arrays");
     static_assert(ldk % 4 == 0 && ldv % 4 == 0 && ldc % 4 == 0, "wmma strides");
@@ -420,36 +449,247 @@ __device__ __forceinline__ void zero_frags(FragAcc (&f)[NA][NB]) {
         for (int ib = 0; ib < NB; ++ib) wmma::fill_fragment(f[ia][ib], 0.0f);
 }
 
-// grid (Hv, dv / kChunkCols), kChunkThreads threads, ChunkSmem<DK>::bytes of dynamic shared memory.
+// Rows [0, kChunk) of the chunk at token c0 (n of them real; rows t >= n are zeros): q and k
+// L2-normalised into Qs / Ks (ld DK + 4), q also times q_scale and, when q_mul is given, q_mul[t];
+// with Vs given, row t's v columns [j0, j0 + 32) into Vs (ld kChunkCols + 4). Warp w takes rows
+// w, w + 8, ...; all its loads are issued before any is used.
+template <int DK>
+__device__ __forceinline__ void load_chunk_rows(const DnArgs& p, int h, int64_t c0, int n, const float* q_mul,
+                                                float* Qs, float* Ks, float* Vs, int j0, int warp, int lane) {
+    constexpr int R = DK / kWarp, kRows = kChunk / kChunkWarps, ldk = DK + 4, ldv = kChunkCols + 4;
+    const int kh = h % p.n_k_heads;
+    const int64_t row_len = 2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(p.n_v_heads) * p.dv;
+    float qv[kRows][R], kv[kRows][R], vv[kRows], mul[kRows];
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+        const int t = warp + m * kChunkWarps;
+        if (t < n) {
+            const float* row = p.conv + (c0 + t) * row_len;
+            const float* q = row + static_cast<int64_t>(kh) * DK;
+            const float* k = row + static_cast<int64_t>(p.n_k_heads + kh) * DK;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                qv[m][r] = q[lane + r * kWarp];
+                kv[m][r] = k[lane + r * kWarp];
+            }
+            vv[m] = Vs != nullptr
+                        ? row[2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(h) * p.dv + j0 + lane]
+                        : 0.0f;
+            mul[m] = q_mul != nullptr ? q_mul[t] : 1.0f;
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; ++r) qv[m][r] = kv[m][r] = 0.0f;
+            vv[m] = mul[m] = 0.0f;
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+        const int t = warp + m * kChunkWarps;
+        float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            qq += qv[m][r] * qv[m][r];
+            kk += kv[m][r] * kv[m][r];
+        }
+        qq = warp_sum(qq);
+        kk = warp_sum(kk);
+        const float qs = p.q_scale / fmaxf(sqrtf(qq), p.eps) * mul[m], ks = 1.0f / fmaxf(sqrtf(kk), p.eps);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            Qs[t * ldk + lane + r * kWarp] = qv[m][r] * qs;
+            Ks[t * ldk + lane + r * kWarp] = kv[m][r] * ks;
+        }
+        if (Vs != nullptr) Vs[t * ldv + lane] = vv[m];
+    }
+}
+
+// (I + L) X = rhs(row, col) for kChunkCols columns by forward substitution, L strictly lower
+// [kChunk][ldl], X into Xs [kChunk][ldx]. Warp w owns columns 4w..4w+3, 8 lanes per column:
+// lane = 8 * (column - 4w) + part, and part p keeps X[p + 8m] in xp[m]. Rows go in blocks of 8: the
+// terms from earlier blocks are independent per row (each lane sums its s = p + 8m, then a
+// transposing butterfly leaves lane p with the full sum of row 8 blk + p: 7 shuffles for 8 rows);
+// inside the block, row r is final once rows < r are subtracted, and is broadcast from lane r to
+// the lanes of the later rows.
+template <class Rhs>
+__device__ __forceinline__ void solve_unit_lower(const float* Ls, int ldl, Rhs rhs, float* Xs, int ldx, int warp,
+                                                 int lane) {
+    const int col = warp * 4 + lane / 8, part = lane % 8, group = lane & ~7;
+    float xp[kChunk / 8];
+#pragma unroll
+    for (int blk = 0; blk < kChunk / 8; ++blk) {
+        const int row = 8 * blk + part;
+        float x = 0.0f;
+        if (blk > 0) {
+            float sums[8];  // this lane's terms of rows 8 blk + r
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int m = 0; m < blk; ++m) acc += Ls[(8 * blk + r) * ldl + part + 8 * m] * xp[m];
+                sums[r] = acc;
+            }
+            // Butterfly: at offset o, keep the half of the rows whose bit o matches this lane's
+            // part, send the other half to the partner lane (part ^ o).
+#pragma unroll
+            for (int half = 4; half >= 1; half /= 2) {
+                const bool upper = (part & half) != 0;
+#pragma unroll
+                for (int i = 0; i < half; ++i) {
+                    const float send = upper ? sums[i] : sums[i + half];
+                    const float keep = upper ? sums[i + half] : sums[i];
+                    sums[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, half);
+                }
+            }
+            x = sums[0];  // all terms s < 8 blk of row 8 blk + part
+        }
+        float val = rhs(row, col) - x;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            const float vr = __shfl_sync(0xFFFFFFFFu, val, group | r);  // row 8 blk + r, final
+            if (part > r) val -= Ls[row * ldl + 8 * blk + r] * vr;
+        }
+        xp[blk] = val;
+        Xs[row * ldx + col] = val;
+    }
+}
+
+// Preparation, grid (n_chunks, Hv), kChunkThreads threads, PrepSmem<DK>::bytes of dynamic shared
+// memory: what the chunked form needs that does not depend on the state, for every chunk at once.
+// gamma = the cumulative g within the chunk; A = K K^T, B = Q K^T (lower tiles, tensor cores, split
+// tf32); L = beta A e^(dgamma) (s < t); T = (I + L)^-1 by forward substitution on the identity (the
+// WY factor: the walk's V' = T R is then a product instead of a dependent solve); the masked,
+// decayed B. Written to ws at record (chunk * Hv + h) (kPrep* offsets).
+template <int DK>
+__global__ void __launch_bounds__(kChunkThreads, 2) delta_net_chunk_prep_kernel(DnArgs p, float* __restrict__ ws) {
+    using L = PrepSmem<DK>;
+    constexpr int ldk = L::ldk, ldc = L::ldc;
+    extern __shared__ __align__(128) float sm[];
+    float* Ks = sm + L::k_off;
+    float* Qs = sm + L::q_off;
+    float* As = sm + L::a_off;  // K K^T (lower tiles), then L
+    float* Bs = sm + L::b_off;  // Q K^T (lower tiles)
+    float* gs = sm + L::g_off;
+    float* bs = sm + L::beta_off;
+    float* Ts = Qs;  // T, staged over Qs once the products are done
+
+    const int chunk = blockIdx.x, h = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+    const int64_t c0 = static_cast<int64_t>(chunk) * kChunk;
+    const int n = static_cast<int>(p.n_tokens - c0 < kChunk ? p.n_tokens - c0 : kChunk);
+    float* rec = ws + (static_cast<int64_t>(chunk) * p.n_v_heads + h) * kPrepFloats;
+
+    // 1. g and beta per row (rows t >= n: 0, so they add nothing and gamma stays gamma_{n-1}), and
+    // the normalised q and k rows.
+    if (tid < kChunk) {
+        float g = 0.0f, beta = 0.0f;
+        if (tid < n) {
+            const int64_t gi = (c0 + tid) * p.n_v_heads + h;
+            g = gate_log_decay(p.a[h], p.alpha[gi], p.dt_bias[h]);
+            beta = gate_beta(p.b[gi]);
+        }
+        gs[tid] = g;
+        bs[tid] = beta;
+    }
+    load_chunk_rows<DK>(p, h, c0, n, nullptr, Qs, Ks, nullptr, 0, warp, lane);
+    __syncthreads();  // B1: rows, g, beta visible
+
+    // 2. gamma (warp 0, inclusive scan: lane l owns rows 2l, 2l + 1) and its exponentials (arguments
+    // <= 0) while all warps multiply: tasks 0..9, the lower 16x16 tiles (ti >= si) of K K^T and
+    // Q K^T (one K^T fragment for both).
+    if (warp == 0) {
+        const float g0 = gs[2 * lane], g1 = gs[2 * lane + 1];
+        float x = g0 + g1;
+#pragma unroll
+        for (int off = 1; off < kWarp; off <<= 1) {
+            const float y = __shfl_up_sync(0xFFFFFFFFu, x, off);
+            if (lane >= off) x += y;
+        }
+        float before = __shfl_up_sync(0xFFFFFFFFu, x, 1);
+        if (lane == 0) before = 0.0f;
+        const float last = __shfl_sync(0xFFFFFFFFu, x, kWarp - 1);  // gamma of row 63
+        const float ga = before + g0;
+        gs[2 * lane] = ga;
+        gs[2 * lane + 1] = x;
+        rec[kPrepBeta + 2 * lane] = bs[2 * lane];
+        rec[kPrepBeta + 2 * lane + 1] = bs[2 * lane + 1];
+        rec[kPrepEg + 2 * lane] = expf(ga);
+        rec[kPrepEg + 2 * lane + 1] = expf(x);
+        rec[kPrepEd + 2 * lane] = expf(last - ga);
+        rec[kPrepEd + 2 * lane + 1] = expf(last - x);
+    }
+    for (int task = warp; task < 10; task += kChunkWarps) {
+        const int ti = task >= 6 ? 3 : task >= 3 ? 2 : task >= 1 ? 1 : 0;
+        const int si = task - ti * (ti + 1) / 2;
+        FragAcc acc[2][1], corr[2][1];
+        zero_frags(acc);
+        zero_frags(corr);
+        const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
+        // K^T as matrix_b: element (i, s) = Ks[s][i], i.e. column-major with ld ldk.
+        const float* const rhs[1] = {Ks + si * 16 * ldk};
+        mma_steps<FragA_row, FragB_col>(acc, corr, lhs, ldk, 8, rhs, ldk, 8, DK / 8);
+        wmma::store_matrix_sync(As + ti * 16 * ldc + si * 16, acc[0][0], ldc, wmma::mem_row_major);
+        wmma::store_matrix_sync(Bs + ti * 16 * ldc + si * 16, acc[1][0], ldc, wmma::mem_row_major);
+    }
+    __syncthreads();  // B2: gamma, A, B visible; Qs free
+
+    // 3. Decays (exp of gamma differences <= 0): L in place, the masked B straight to the record.
+    for (int e = tid; e < kChunk * kChunk; e += kChunkThreads) {
+        const int t = e / kChunk, s = e % kChunk;
+        const float dec = s <= t ? expf(gs[t] - gs[s]) : 0.0f;
+        As[t * ldc + s] = s < t ? bs[t] * As[t * ldc + s] * dec : 0.0f;
+        rec[kPrepB + e] = s <= t ? Bs[t * ldc + s] * dec : 0.0f;
+    }
+    __syncthreads();  // B3: L visible
+
+    // 4. T = (I + L)^-1, columns [0, 32) then [32, 64), into Ts.
+#pragma unroll 1
+    for (int half = 0; half < kChunk / kChunkCols; ++half) {
+        const int c_base = half * kChunkCols;
+        solve_unit_lower(
+            As, ldc, [c_base](int row, int col) { return row == c_base + col ? 1.0f : 0.0f; }, Ts + c_base, ldc,
+            warp, lane);
+    }
+    __syncthreads();  // B4: T visible
+
+    // 5. T to the record.
+    for (int e = tid; e < kChunk * kChunk / 4; e += kChunkThreads) {
+        const int t = e / (kChunk / 4), c4 = e % (kChunk / 4);
+        reinterpret_cast<float4*>(rec + kPrepT)[e] = *reinterpret_cast<const float4*>(Ts + t * ldc + 4 * c4);
+    }
+}
+
+// The walk, grid (Hv, dv / kChunkCols), kChunkThreads threads, WalkSmem<DK>::bytes of dynamic shared
+// memory: one block per (value head, 32 v columns) carries the state slice St [dk][32] through the
+// chunks in order (St[i][j] = S[j0 + j][i]). Per chunk, with the preparation's T, masked B and
+// gates: X = K St and Y = (e^gamma Q) St (tensor cores), R = beta (V - e^gamma X), V' = T R,
+// O = Y + B V', St <- e^gamma_last St + K^T (e^(gamma_last - gamma) V'). Every product is split
+// tf32; each warp owns one 16x16 tile of X, Y, R, V' and O, so only the full products need the block.
 // Writes the raw read-out o (before the gated RMSNorm) to out. Barriers: every thread runs every
 // chunk and reaches every __syncthreads (loops have block-uniform bounds).
 template <int DK>
-__global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArgs p) {
-    using L = ChunkSmem<DK>;
+__global__ void __launch_bounds__(kChunkThreads, 1)
+    delta_net_chunk_walk_kernel(DnArgs p, const float* __restrict__ ws) {
+    using L = WalkSmem<DK>;
     constexpr int ldk = L::ldk, ldv = L::ldv, ldc = L::ldc;
-    constexpr int R = DK / kWarp;
     extern __shared__ __align__(128) float sm[];
-    float* Ks = sm + L::k_off;  // k rows (normalised), later scaled by e^(gamma_last - gamma_s)
-    float* Qs = sm + L::q_off;  // q rows (normalised, times 1/sqrt(dk))
-    float* Ss = sm + L::s_off;  // St[i][j] = S[j0 + j][i]
-    float* Vs = sm + L::v_off;  // v rows of the block's columns, then R = beta (v - e^gamma X)
-    float* Xs = sm + L::x_off;  // X = K St, then V'
-    float* Ys = sm + L::y_off;  // Y = Q St, then e^gamma Y, then O
-    float* As = sm + L::a_off;  // K K^T (lower tiles), then L
-    float* Bs = sm + L::b_off;  // Q K^T (lower tiles), then masked and decayed
-    float* gs = sm + L::g_off;  // g, then gamma (cumulative within the chunk)
+    float* Ks = sm + L::k_off;  // k rows (normalised)
+    float* Qs = sm + L::q_off;  // q rows (normalised, times e^gamma_t / sqrt(dk))
+    float* Ss = sm + L::s_off;  // St
+    float* Vs = sm + L::v_off;  // v rows of the block's columns, then R
+    float* Xs = sm + L::x_off;  // X, then V'
+    float* Ys = sm + L::y_off;  // Y, then O
+    float* Ds = sm + L::d_off;  // e^(gamma_last - gamma) V'
+    float* Ts = sm + L::t_off;
+    float* Bs = sm + L::b_off;
     float* bs = sm + L::beta_off;
-    float* egs = sm + L::eg_off;  // e^gamma_t
-    float* eds = sm + L::ed_off;  // e^(gamma_last - gamma_s)
+    float* egs = sm + L::eg_off;
+    float* eds = sm + L::ed_off;
 
     const int h = blockIdx.x, j0 = static_cast<int>(blockIdx.y) * kChunkCols;
     const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
-    const int kh = h % p.n_k_heads;
-    const int64_t row_len =
-        2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(p.n_v_heads) * p.dv;
+    const int ti = warp / 2, tj = warp % 2;  // this warp's tile of the chunk's [64][32] products
     const int64_t inner = static_cast<int64_t>(p.n_v_heads) * p.dv;
     float* S = p.S + static_cast<int64_t>(h) * p.dv * DK;
-    const float a_h = p.a[h], dt_h = p.dt_bias[h];
 
     for (int e = tid; e < kChunkCols * DK; e += kChunkThreads) {
         const int j = e / DK, i = e % DK;
@@ -458,222 +698,106 @@ __global__ void __launch_bounds__(kChunkThreads, 1) delta_net_chunk_kernel(DnArg
 
     for (int64_t c0 = 0; c0 < p.n_tokens; c0 += kChunk) {
         const int n = static_cast<int>(p.n_tokens - c0 < kChunk ? p.n_tokens - c0 : kChunk);
+        const float* rec = ws + (c0 / kChunk * p.n_v_heads + h) * kPrepFloats;
 
-        // 1. Rows of the chunk: warp w takes rows w, w + 8, ...; all its loads are issued before
-        // any is used. Rows t >= n are zero with g = beta = 0, so they add nothing (L, R, V' and K
-        // rows are 0 there) and gamma stays gamma_{n-1} up to row 63.
+        // 1. The record (T and B: loads issued first, stored after the rows) and the rows. The next
+        // chunk's writes here touch only arrays that B4 of this one released.
+        constexpr int kVecs = 2 * kChunk * kChunk / 4 / kChunkThreads;  // float4 of T and B per thread
+        static_assert(kPrepB == kPrepT + kChunk * kChunk, "T and B adjacent in the record");
+        float4 tb[kVecs];
+#pragma unroll
+        for (int i = 0; i < kVecs; ++i) tb[i] = reinterpret_cast<const float4*>(rec + kPrepT)[tid + i * kChunkThreads];
+        if (tid < kChunk) {
+            bs[tid] = rec[kPrepBeta + tid];
+            egs[tid] = rec[kPrepEg + tid];
+            eds[tid] = rec[kPrepEd + tid];
+        }
+        load_chunk_rows<DK>(p, h, c0, n, rec + kPrepEg, Qs, Ks, Vs, j0, warp, lane);
+#pragma unroll
+        for (int i = 0; i < kVecs; ++i) {
+            const int e = tid + i * kChunkThreads;  // float4 index over T then B
+            const int m = e / (kChunk * kChunk / 4), r = e % (kChunk * kChunk / 4);
+            const int t = r / (kChunk / 4), c4 = r % (kChunk / 4);
+            *reinterpret_cast<float4*>((m == 0 ? Ts : Bs) + t * ldc + 4 * c4) = tb[i];
+        }
+        __syncthreads();  // B1: record, rows (and at the first chunk St) visible
+
+        // 2. X and Y tile (one St fragment for both), then R over this warp's tile of V.
         {
-            constexpr int kRows = kChunk / kChunkWarps;
-            float qv[kRows][R], kv[kRows][R], vv[kRows], bv[kRows], av[kRows];
-#pragma unroll
-            for (int m = 0; m < kRows; ++m) {
-                const int t = warp + m * kChunkWarps;
-                if (t < n) {
-                    const float* row = p.conv + (c0 + t) * row_len;
-                    const float* q = row + static_cast<int64_t>(kh) * DK;
-                    const float* k = row + static_cast<int64_t>(p.n_k_heads + kh) * DK;
-#pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        qv[m][r] = q[lane + r * kWarp];
-                        kv[m][r] = k[lane + r * kWarp];
-                    }
-                    vv[m] = row[2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(h) * p.dv +
-                                j0 + lane];
-                    const int64_t gi = (c0 + t) * p.n_v_heads + h;
-                    bv[m] = p.b[gi];
-                    av[m] = p.alpha[gi];
-                } else {
-#pragma unroll
-                    for (int r = 0; r < R; ++r) qv[m][r] = kv[m][r] = 0.0f;
-                    vv[m] = bv[m] = av[m] = 0.0f;
-                }
-            }
-#pragma unroll
-            for (int m = 0; m < kRows; ++m) {
-                const int t = warp + m * kChunkWarps;
-                float qq = 0.0f, kk = 0.0f;
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    qq += qv[m][r] * qv[m][r];
-                    kk += kv[m][r] * kv[m][r];
-                }
-                qq = warp_sum(qq);
-                kk = warp_sum(kk);
-                const float qs = p.q_scale / fmaxf(sqrtf(qq), p.eps), ks = 1.0f / fmaxf(sqrtf(kk), p.eps);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    Qs[t * ldk + lane + r * kWarp] = qv[m][r] * qs;
-                    Ks[t * ldk + lane + r * kWarp] = kv[m][r] * ks;
-                }
-                Vs[t * ldv + lane] = vv[m];
-                if (lane == 0) {
-                    gs[t] = t < n ? gate_log_decay(a_h, av[m], dt_h) : 0.0f;
-                    bs[t] = t < n ? gate_beta(bv[m]) : 0.0f;
-                }
-            }
-        }
-        __syncthreads();  // B1: rows, g, beta (and at the first chunk St) visible
-
-        // 2. gamma (warp 0, inclusive scan: lane l owns rows 2l, 2l + 1) and its exponentials
-        // (arguments <= 0) while all warps multiply.
-        if (warp == 0) {
-            const float g0 = gs[2 * lane], g1 = gs[2 * lane + 1];
-            float x = g0 + g1;
-#pragma unroll
-            for (int off = 1; off < kWarp; off <<= 1) {
-                const float y = __shfl_up_sync(0xFFFFFFFFu, x, off);
-                if (lane >= off) x += y;
-            }
-            float before = __shfl_up_sync(0xFFFFFFFFu, x, 1);
-            if (lane == 0) before = 0.0f;
-            const float last = __shfl_sync(0xFFFFFFFFu, x, kWarp - 1);  // gamma of row 63
-            const float ga = before + g0;
-            gs[2 * lane] = ga;
-            gs[2 * lane + 1] = x;
-            egs[2 * lane] = expf(ga);
-            egs[2 * lane + 1] = expf(x);
-            eds[2 * lane] = expf(last - ga);
-            eds[2 * lane + 1] = expf(last - x);
-        }
-        // Tasks 0..9: lower 16x16 tile (ti >= si) of K K^T and of Q K^T (one K^T fragment for
-        // both); 10..17: tile (ti, tj) of X = K St and of Y = Q St (one St fragment for both).
-        for (int task = warp; task < 18; task += kChunkWarps) {
             FragAcc acc[2][1], corr[2][1];
             zero_frags(acc);
             zero_frags(corr);
-            if (task < 10) {
-                const int ti = task >= 6 ? 3 : task >= 3 ? 2 : task >= 1 ? 1 : 0;
-                const int si = task - ti * (ti + 1) / 2;
-                const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
-                // K^T as matrix_b: element (i, s) = Ks[s][i], i.e. column-major with ld ldk.
-                const float* const rhs[1] = {Ks + si * 16 * ldk};
-                mma_steps<FragA_row, FragB_col>(acc, corr, lhs, ldk, 8, rhs, ldk, 8, DK / 8);
-                wmma::store_matrix_sync(As + ti * 16 * ldc + si * 16, acc[0][0], ldc, wmma::mem_row_major);
-                wmma::store_matrix_sync(Bs + ti * 16 * ldc + si * 16, acc[1][0], ldc, wmma::mem_row_major);
-            } else {
-                const int ti = (task - 10) / 2, tj = (task - 10) % 2;
-                const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
-                const float* const rhs[1] = {Ss + tj * 16};
-                mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldk, 8, rhs, ldv, 8 * ldv, DK / 8);
-                wmma::store_matrix_sync(Xs + ti * 16 * ldv + tj * 16, acc[0][0], ldv, wmma::mem_row_major);
-                wmma::store_matrix_sync(Ys + ti * 16 * ldv + tj * 16, acc[1][0], ldv, wmma::mem_row_major);
+            const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
+            const float* const rhs[1] = {Ss + tj * 16};
+            mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldk, 8, rhs, ldv, 8 * ldv, DK / 8);
+            wmma::store_matrix_sync(Xs + ti * 16 * ldv + tj * 16, acc[0][0], ldv, wmma::mem_row_major);
+            wmma::store_matrix_sync(Ys + ti * 16 * ldv + tj * 16, acc[1][0], ldv, wmma::mem_row_major);
+            __syncwarp();
+            for (int e = lane; e < 16 * 16; e += kWarp) {
+                const int t = ti * 16 + e / 16, j = tj * 16 + e % 16;
+                Vs[t * ldv + j] = bs[t] * (Vs[t * ldv + j] - egs[t] * Xs[t * ldv + j]);
             }
         }
-        __syncthreads();  // B2: gamma, A, B, X, Y visible
+        __syncthreads();  // B2: R visible
 
-        // 3. Decays and gates (exp of gamma differences <= 0 only, or of gamma <= 0).
-        const float g_last = gs[kChunk - 1];
-        for (int e = tid; e < kChunk * kChunk; e += kChunkThreads) {
-            const int t = e / kChunk, s = e % kChunk;
-            const float dec = s <= t ? expf(gs[t] - gs[s]) : 0.0f;
-            As[t * ldc + s] = s < t ? bs[t] * As[t * ldc + s] * dec : 0.0f;
-            Bs[t * ldc + s] = s <= t ? Bs[t * ldc + s] * dec : 0.0f;
-        }
-        for (int e = tid; e < kChunk * kChunkCols; e += kChunkThreads) {
-            const int t = e / kChunkCols, j = e % kChunkCols;
-            const float eg = egs[t];
-            Vs[t * ldv + j] = bs[t] * (Vs[t * ldv + j] - eg * Xs[t * ldv + j]);
-            Ys[t * ldv + j] *= eg;
-        }
-        for (int e = tid; e < kChunk * DK; e += kChunkThreads) {
-            const int s = e / DK, i = e % DK;
-            Ks[s * ldk + i] *= eds[s];
-        }
-        __syncthreads();  // B3: L, masked B, R, e^gamma Y, decayed K visible; X free
-
-        // 4. (I + L) V' = R by forward substitution, V' into Xs. Warp w owns columns 4w..4w+3,
-        // 8 lanes per column: lane = 8 * (column - 4w) + part, and part p keeps V'[p + 8m] in
-        // vp[m]. Rows go in blocks of 8: the terms from earlier blocks are independent per row
-        // (each lane sums its s = p + 8m, then a transposing butterfly leaves lane p with the full
-        // sum of row 8 blk + p: 7 shuffles for 8 rows); inside the block, row r is final once rows
-        // < r are subtracted, and is broadcast from lane r to the lanes of the later rows.
+        // 3. V' = T R (T lower triangular: k-steps up to the tile's last row) into Xs, and its
+        // decayed copy into Ds.
         {
-            const int col = warp * 4 + lane / 8, part = lane % 8, group = lane & ~7;
-            float vp[kChunk / 8];
-#pragma unroll
-            for (int blk = 0; blk < kChunk / 8; ++blk) {
-                const int row = 8 * blk + part;
-                float x = 0.0f;
-                if (blk > 0) {
-                    float sums[8];  // this lane's terms of rows 8 blk + r
-#pragma unroll
-                    for (int r = 0; r < 8; ++r) {
-                        float acc = 0.0f;
-#pragma unroll
-                        for (int m = 0; m < blk; ++m) acc += As[(8 * blk + r) * ldc + part + 8 * m] * vp[m];
-                        sums[r] = acc;
-                    }
-                    // Butterfly: at offset o, keep the half of the rows whose bit o matches this
-                    // lane's part, send the other half to the partner lane (part ^ o).
-#pragma unroll
-                    for (int half = 4; half >= 1; half /= 2) {
-                        const bool upper = (part & half) != 0;
-#pragma unroll
-                        for (int i = 0; i < half; ++i) {
-                            const float send = upper ? sums[i] : sums[i + half];
-                            const float keep = upper ? sums[i + half] : sums[i];
-                            sums[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, half);
-                        }
-                    }
-                    x = sums[0];  // all terms s < 8 blk of row 8 blk + part
-                }
-                float val = Vs[row * ldv + col] - x;
-#pragma unroll
-                for (int r = 0; r < 8; ++r) {
-                    const float vr = __shfl_sync(0xFFFFFFFFu, val, group | r);  // row 8 blk + r, final
-                    if (part > r) val -= As[row * ldc + 8 * blk + r] * vr;
-                }
-                vp[blk] = val;
-                Xs[row * ldv + col] = val;
+            FragAcc acc[1][1], corr[1][1];
+            zero_frags(acc);
+            zero_frags(corr);
+            const float* const lhs[1] = {Ts + ti * 16 * ldc};
+            const float* const rhs[1] = {Vs + tj * 16};
+            mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldc, 8, rhs, ldv, 8 * ldv, 2 * (ti + 1));
+            wmma::store_matrix_sync(Xs + ti * 16 * ldv + tj * 16, acc[0][0], ldv, wmma::mem_row_major);
+            __syncwarp();
+            for (int e = lane; e < 16 * 16; e += kWarp) {
+                const int t = ti * 16 + e / 16, j = tj * 16 + e % 16;
+                Ds[t * ldv + j] = eds[t] * Xs[t * ldv + j];
             }
         }
-        __syncthreads();  // B4: V' visible
+        __syncthreads();  // B3: V' and Ds visible
 
-        // 5. O = e^gamma Y + Bm V' (tasks 0..7: tile (ti, tj); causal: k-steps up to the tile's
-        // last row) and St <- e^gamma_last St + Kd^T V' (tasks 8..: row tile ti, both column tiles,
-        // one Kd^T fragment for both). Each output tile has one owner warp.
-        const float e_last = expf(g_last);
-        for (int task = warp; task < 8 + DK / 16; task += kChunkWarps) {
-            if (task < 8) {
-                const int ti = task / 2, tj = task % 2;
-                float* o = Ys + ti * 16 * ldv + tj * 16;
-                FragAcc acc[1][1], corr[1][1];
-                wmma::load_matrix_sync(acc[0][0], o, ldv, wmma::mem_row_major);
-                zero_frags(corr);
-                const float* const lhs[1] = {Bs + ti * 16 * ldc};
-                const float* const rhs[1] = {Xs + tj * 16};
-                mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldc, 8, rhs, ldv, 8 * ldv, 2 * (ti + 1));
-                wmma::store_matrix_sync(o, acc[0][0], ldv, wmma::mem_row_major);
-            } else {
-                const int ti = task - 8;
-                float* st = Ss + ti * 16 * ldv;
-                FragAcc acc[1][2], corr[1][2];
-#pragma unroll
-                for (int tj = 0; tj < 2; ++tj) {
-                    wmma::load_matrix_sync(acc[0][tj], st + tj * 16, ldv, wmma::mem_row_major);
-#pragma unroll
-                    for (int e = 0; e < acc[0][tj].num_elements; ++e) acc[0][tj].x[e] *= e_last;
-                }
-                zero_frags(corr);
-                // Kd^T as matrix_a: element (i, s) = Ks[s][i], column-major with ld ldk.
-                const float* const lhs[1] = {Ks + ti * 16};
-                const float* const rhs[2] = {Xs, Xs + 16};
-                mma_steps<FragA_col, FragB_row>(acc, corr, lhs, ldk, 8 * ldk, rhs, ldv, 8 * ldv, kChunk / 8);
-#pragma unroll
-                for (int tj = 0; tj < 2; ++tj)
-                    wmma::store_matrix_sync(st + tj * 16, acc[0][tj], ldv, wmma::mem_row_major);
+        // 4. O tile = Y + B V' (causal: k-steps up to the tile's last row), written out by its warp;
+        // St row tiles (warp, warp + 8, ...) <- e^gamma_last St + K^T Ds, both column tiles (one K^T
+        // fragment for both).
+        {
+            float* o = Ys + ti * 16 * ldv + tj * 16;
+            FragAcc acc[1][1], corr[1][1];
+            wmma::load_matrix_sync(acc[0][0], o, ldv, wmma::mem_row_major);
+            zero_frags(corr);
+            const float* const lhs[1] = {Bs + ti * 16 * ldc};
+            const float* const rhs[1] = {Xs + tj * 16};
+            mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldc, 8, rhs, ldv, 8 * ldv, 2 * (ti + 1));
+            wmma::store_matrix_sync(o, acc[0][0], ldv, wmma::mem_row_major);
+            __syncwarp();
+            for (int e = lane; e < 16 * 16; e += kWarp) {
+                const int t = ti * 16 + e / 16, j = tj * 16 + e % 16;
+                if (t < n) p.out[(c0 + t) * inner + static_cast<int64_t>(h) * p.dv + j0 + j] = Ys[t * ldv + j];
             }
         }
-        __syncthreads();  // B5: O and St visible
-
-        // 6. Raw outputs. The next chunk's step 1 writes only Ks, Qs, Vs, gs, bs, none read here.
-        for (int e = tid; e < n * kChunkCols; e += kChunkThreads) {
-            const int t = e / kChunkCols, j = e % kChunkCols;
-            p.out[(c0 + t) * inner + static_cast<int64_t>(h) * p.dv + j0 + j] = Ys[t * ldv + j];
+        const float e_last = egs[kChunk - 1];
+        for (int si = warp; si < DK / 16; si += kChunkWarps) {
+            float* st = Ss + si * 16 * ldv;
+            FragAcc acc[1][2], corr[1][2];
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                wmma::load_matrix_sync(acc[0][c], st + c * 16, ldv, wmma::mem_row_major);
+#pragma unroll
+                for (int e = 0; e < acc[0][c].num_elements; ++e) acc[0][c].x[e] *= e_last;
+            }
+            zero_frags(corr);
+            // K^T as matrix_a: element (i, s) = Ks[s][i], column-major with ld ldk.
+            const float* const lhs[1] = {Ks + si * 16};
+            const float* const rhs[2] = {Ds, Ds + 16};
+            mma_steps<FragA_col, FragB_row>(acc, corr, lhs, ldk, 8 * ldk, rhs, ldv, 8 * ldv, kChunk / 8);
+#pragma unroll
+            for (int c = 0; c < 2; ++c) wmma::store_matrix_sync(st + c * 16, acc[0][c], ldv, wmma::mem_row_major);
         }
+        __syncthreads();  // B4: St visible; the chunk's arrays free
     }
 
-    // St back (B5 of the last chunk made it visible; step 6 does not touch it).
+    // St back (B4 of the last chunk made it visible).
     for (int e = tid; e < kChunkCols * DK; e += kChunkThreads) {
         const int j = e / DK, i = e % DK;
         S[static_cast<int64_t>(j0 + j) * DK + i] = Ss[i * ldv + j];
@@ -708,23 +832,33 @@ __global__ void __launch_bounds__(kWarp* kNormWarps) gated_norm_kernel(DnArgs p)
     }
 }
 
-template <int DK>
-void launch_delta_net_chunked(const DnArgs& p, StreamHandle stream) {
-    constexpr size_t smem = ChunkSmem<DK>::bytes;
-    // The opt-in to more than 48 KB of shared memory, once per device (a bit per device id), so a
-    // stream capture never sees the call after the first (eager) use.
-    static std::atomic<uint64_t> opted_in{0};
+// The opt-in to more than 48 KB of dynamic shared memory for `kernel`, once per device (a bit per
+// device id in `opted_in`), so a stream capture never sees the call after the first (eager) use.
+template <class Kernel>
+void opt_in_shared(Kernel kernel, size_t bytes, std::atomic<uint64_t>& opted_in) {
     int device = 0;
     MOX_CUDA_CHECK(cudaGetDevice(&device));
     const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-    if (bit == 0 || (opted_in.load(std::memory_order_acquire) & bit) == 0) {
-        MOX_CUDA_CHECK(cudaFuncSetAttribute(
-            delta_net_chunk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        opted_in.fetch_or(bit, std::memory_order_release);
-    }
-    const dim3 grid(static_cast<unsigned>(p.n_v_heads), static_cast<unsigned>(p.dv / kChunkCols));
-    delta_net_chunk_kernel<DK><<<grid, kChunkThreads, smem, stream>>>(p);
-    MOX_CUDA_CHECK_LAUNCH("delta_net_chunk_kernel");
+    if (bit != 0 && (opted_in.load(std::memory_order_acquire) & bit) != 0) return;
+    MOX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    opted_in.fetch_or(bit, std::memory_order_release);
+}
+
+int64_t chunk_count(int64_t n_tokens) {
+    return (n_tokens + kChunk - 1) / kChunk;
+}
+
+template <int DK>
+void launch_delta_net_chunked(const DnArgs& p, float* ws, StreamHandle stream) {
+    static std::atomic<uint64_t> prep_opted{0}, walk_opted{0};
+    opt_in_shared(delta_net_chunk_prep_kernel<DK>, PrepSmem<DK>::bytes, prep_opted);
+    opt_in_shared(delta_net_chunk_walk_kernel<DK>, WalkSmem<DK>::bytes, walk_opted);
+    const dim3 prep_grid(static_cast<unsigned>(chunk_count(p.n_tokens)), static_cast<unsigned>(p.n_v_heads));
+    delta_net_chunk_prep_kernel<DK><<<prep_grid, kChunkThreads, PrepSmem<DK>::bytes, stream>>>(p, ws);
+    MOX_CUDA_CHECK_LAUNCH("delta_net_chunk_prep_kernel");
+    const dim3 walk_grid(static_cast<unsigned>(p.n_v_heads), static_cast<unsigned>(p.dv / kChunkCols));
+    delta_net_chunk_walk_kernel<DK><<<walk_grid, kChunkThreads, WalkSmem<DK>::bytes, stream>>>(p, ws);
+    MOX_CUDA_CHECK_LAUNCH("delta_net_chunk_walk_kernel");
     const int64_t rows = p.n_tokens * p.n_v_heads;
     const auto blocks = static_cast<unsigned>((rows + kNormWarps - 1) / kNormWarps);
     gated_norm_kernel<<<blocks, kWarp * kNormWarps, 0, stream>>>(p);
@@ -752,9 +886,14 @@ void conv_silu(float* state, const float* weight, const float* x, int64_t x_stri
     MOX_CUDA_CHECK_LAUNCH("conv_silu_kernel");
 }
 
+size_t delta_net_workspace_bytes(const DeltaNetShape& shape, int64_t n_tokens) {
+    if (n_tokens <= 0 || shape.n_v_heads <= 0) return 0;
+    return static_cast<size_t>(chunk_count(n_tokens) * shape.n_v_heads) * kPrepFloats * sizeof(float);
+}
+
 void delta_net(float* S, const float* conv, const float* b, const float* alpha, const float* z,
                const DeltaNetWeights& w, const DeltaNetShape& shape, int64_t n_tokens, float* out,
-               StreamHandle stream, DeltaNetMethod method) {
+               void* workspace, size_t workspace_bytes, StreamHandle stream, DeltaNetMethod method) {
     const int64_t Hk = shape.n_k_heads, Hv = shape.n_v_heads, dk = shape.dk, dv = shape.dv;
     if (Hk <= 0 || Hv <= 0 || Hv % Hk != 0)
         fail("delta_net: value heads {} not a positive multiple of key heads {}", Hv, Hk);
@@ -787,8 +926,15 @@ void delta_net(float* S, const float* conv, const float* b, const float* alpha, 
         method == DeltaNetMethod::chunked ||
         (method == DeltaNetMethod::automatic && n_tokens >= kChunkMinTokens && chunk_supported(dk, dv));
     if (chunked) {
-        if (dk == 64) return launch_delta_net_chunked<64>(p, stream);
-        return launch_delta_net_chunked<128>(p, stream);
+        const size_t need = delta_net_workspace_bytes(shape, n_tokens);
+        if (workspace == nullptr || workspace_bytes < need)
+            fail("delta_net: the chunked form over {} tokens needs {} B of workspace, got {} B", n_tokens, need,
+                 workspace == nullptr ? 0 : workspace_bytes);
+        if (chunk_count(n_tokens) > 0x7FFFFFFF) fail("delta_net: {} tokens in one call", n_tokens);
+        if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) fail("delta_net: workspace not 16-byte aligned");
+        float* ws = static_cast<float*>(workspace);
+        if (dk == 64) return launch_delta_net_chunked<64>(p, ws, stream);
+        return launch_delta_net_chunked<128>(p, ws, stream);
     }
     if (dk <= kWarp) return launch_delta_net_seq<1>(p, stream);
     if (dk <= 2 * kWarp) return launch_delta_net_seq<2>(p, stream);

@@ -473,11 +473,12 @@ double probe_deltanet_prefill_token_s(uint64_t* state_bytes, int64_t n_tokens, i
     DeviceBuffer conv_out(n * kChannels * sizeof(float)), out(n * kHv * kD * sizeof(float));
     const DeltaNetWeights w{.a = a.as<float>(), .dt_bias = dt.as<float>(), .norm = norm.as<float>()};
     const DeltaNetShape shape{.n_k_heads = kHk, .n_v_heads = kHv, .dk = kD, .dv = kD};
+    DeviceBuffer work(std::max<size_t>(16, delta_net_workspace_bytes(shape, n_tokens)));
     const float ms = time_ms(s, 2, reps, [&] {
         conv_silu(conv_state.as<float>(), conv_w.as<float>(), x.as<float>(), kChannels, n_tokens, kChannels,
                   kKernel, conv_out.as<float>(), s);
         delta_net(S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(), w,
-                  shape, n_tokens, out.as<float>(), s, DeltaNetMethod::automatic);
+                  shape, n_tokens, out.as<float>(), work.data(), work.size(), s, DeltaNetMethod::automatic);
     });
     if (state_bytes != nullptr)
         *state_bytes = static_cast<uint64_t>((kKernel - 1) * kChannels + kHv * kD * kD) * sizeof(float);
@@ -512,7 +513,7 @@ double probe_deltanet_step_s(uint64_t* state_bytes, int reps) {
             conv_silu(conv_state[i].as<float>(), conv_w[i].as<float>(), x.as<float>(), kChannels, 1,
                       kChannels, kKernel, conv_out.as<float>(), s);
             delta_net(S[i].as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
-                      w, shape, 1, out.as<float>(), s, DeltaNetMethod::sequential);
+                      w, shape, 1, out.as<float>(), nullptr, 0, s, DeltaNetMethod::sequential);
         }
     });
     const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
