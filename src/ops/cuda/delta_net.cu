@@ -30,7 +30,6 @@
 #include "quant/cuda/matvec.cuh"
 
 #include <cooperative_groups.h>
-#include <mma.h>
 
 #include <algorithm>
 #include <atomic>
@@ -42,7 +41,6 @@ namespace mox::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
-namespace wmma = nvcuda::wmma;
 
 inline constexpr int kMaxConvKernel = 8;
 inline constexpr int kConvThreads = 128;
@@ -338,9 +336,9 @@ inline constexpr int kPrepEd = kPrepEg + kChunk;
 inline constexpr int kPrepFloats = kPrepEd + kChunk;
 static_assert(kPrepFloats % 4 == 0, "float4 loads of every (chunk, head) record");
 
-// Shared-memory layouts, in floats. Row strides are the widths + 4 (multiples of 4 floats as wmma
-// requires; the +4 spreads rows over banks); every array starts on 32 bytes and every tile origin
-// below is a multiple of 8 rows / 8 columns, so wmma pointers stay 32-byte aligned.
+// Shared-memory layouts, in floats. Row strides: arrays read as A operands (rows of 16 x 8 tiles)
+// are widths + 4, those read as B operands (rows k of 8 x 16 tiles) widths + 8, so the lanes of
+// mma_steps' loads fall on distinct banks; every array and tile origin is a multiple of 8 floats.
 template <int DK>
 struct PrepSmem {
     static constexpr int ldk = DK + 4;      // Ks, Qs: [kChunk][ldk]
@@ -361,15 +359,14 @@ struct PrepSmem {
 template <int DK>
 struct WalkSmem {
     static constexpr int ldk = DK + 4;          // Ks, Qs: [kChunk][ldk]
-    static constexpr int ldv = kChunkCols + 4;  // Ss [DK][ldv]; Vs, Xs, Ys, Ds [kChunk][ldv]
+    static constexpr int ldv = kChunkCols + 8;  // Ss [DK][ldv]; Vs, Xs, Ds [kChunk][ldv]
     static constexpr int ldc = kChunk + 4;      // Ts, Bs: [kChunk][ldc]
     static constexpr int k_off = 0;
     static constexpr int q_off = k_off + kChunk * ldk;
     static constexpr int s_off = q_off + kChunk * ldk;
     static constexpr int v_off = s_off + DK * ldv;
     static constexpr int x_off = v_off + kChunk * ldv;
-    static constexpr int y_off = x_off + kChunk * ldv;
-    static constexpr int d_off = y_off + kChunk * ldv;
+    static constexpr int d_off = x_off + kChunk * ldv;
     static constexpr int t_off = d_off + kChunk * ldv;
     static constexpr int b_off = t_off + kChunk * ldc;
     static constexpr int beta_off = b_off + kChunk * ldc;
@@ -377,86 +374,143 @@ struct WalkSmem {
     static constexpr int ed_off = eg_off + kChunk;
     static constexpr int floats = ed_off + kChunk;
     static constexpr size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-    static_assert(q_off % 8 == 0 && s_off % 8 == 0 && v_off % 8 == 0 && x_off % 8 == 0 && y_off % 8 == 0 &&
-                      d_off % 8 == 0 && t_off % 8 == 0 && b_off % 8 == 0 && beta_off % 8 == 0 &&
-                      eg_off % 8 == 0 && ed_off % 8 == 0,
+    static_assert(q_off % 8 == 0 && s_off % 8 == 0 && v_off % 8 == 0 && x_off % 8 == 0 && d_off % 8 == 0 &&
+                      t_off % 8 == 0 && b_off % 8 == 0 && beta_off % 8 == 0 && eg_off % 8 == 0 && ed_off % 8 == 0,
                   "32-byte aligned arrays");
-    static_assert(ldk % 4 == 0 && ldv % 4 == 0 && ldc % 4 == 0, "wmma strides");
+    static_assert(ldk % 32 == 4 && ldc % 32 == 4 && ldv % 32 == 8, "bank-spread strides");
     static_assert(bytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-using FragA_row = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
-using FragA_col = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major>;
-using FragB_row = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
-using FragB_col = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major>;
-using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
-
-template <class Frag>
-__device__ __forceinline__ void split_tf32(Frag& hi, Frag& lo) {
-#pragma unroll
-    for (int e = 0; e < hi.num_elements; ++e) {
-        const float x = hi.x[e];
-        const float h = wmma::__float_to_tf32(x);
-        hi.x[e] = h;
-        lo.x[e] = wmma::__float_to_tf32(x - h);
-    }
+// Split-tf32 products on the tensor cores: mma.sync m16n8k8 with operands read from shared memory
+// (the wmma API's fragment loads compiled to generic 64-bit loads, and its tf32 rounding, like
+// cvt.rna.tf32 on sm_90, to a four-instruction software sequence per element).
+// Lane l, g = l / 4, c = l % 4 holds A (16 x 8): a0 (g, c), a1 (g + 8, c), a2 (g, c + 4),
+// a3 (g + 8, c + 4); B (8 x 8): b0 (c, g), b1 (c + 4, g); C (16 x 8): (g, 2c), (g, 2c + 1),
+// (g + 8, 2c), (g + 8, 2c + 1).
+//
+// x = hi + lo exactly, hi truncated to tf32's 10 mantissa bits; the tensor cores read only the top
+// 19 bits of an operand, so lo loses its low bits there: hi*hi + hi*lo + lo*hi keeps ~21 bits of x.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+    hi = __float_as_uint(x) & 0xFFFFE000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
-// acc[ia][ib] += A_ia B_ib over `steps` k-steps of 8: A tiles 16 x 8 at a[ia] + kk * a_step (ld lda),
-// B tiles 8 x 16 at b[ib] + kk * b_step (ld ldb), in split tf32. The hi*hi products go to acc, the
-// two cross products to corr (the caller adds corr to acc at the end): separate accumulators are
-// independent chains of dependent mma, and each fragment loaded serves NA x NB products.
-template <class FA, class FB, int NA, int NB>
-__device__ __forceinline__ void mma_steps(FragAcc (&acc)[NA][NB], FragAcc (&corr)[NA][NB],
-                                          const float* const (&a)[NA], int lda, int a_step,
-                                          const float* const (&b)[NB], int ldb, int b_step, int steps) {
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// A 16 x 16 fp32 tile as a warp holds it: two m16n8 accumulators; element e of half h of lane
+// (g, c) is row g + 8 (e / 2), column 8 h + 2 c + e % 2 (tile_row / tile_col).
+struct Tile {
+    float c[2][4];
+};
+
+__device__ __forceinline__ int tile_row(int lane, int e) {
+    return lane / 4 + 8 * (e / 2);
+}
+__device__ __forceinline__ int tile_col(int lane, int h, int e) {
+    return 8 * h + 2 * (lane % 4) + e % 2;
+}
+
+template <int NA, int NB>
+__device__ __forceinline__ void zero_tiles(Tile (&t)[NA][NB]) {
+#pragma unroll
+    for (int ia = 0; ia < NA; ++ia)
+#pragma unroll
+        for (int ib = 0; ib < NB; ++ib)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) t[ia][ib].c[h][e] = 0.0f;
+}
+
+// Row-major 16 x 16 tile at sm + off (ld LD) to / from registers (pairs of columns: 8-byte accesses).
+template <int LD>
+__device__ __forceinline__ void store_tile(float* sm, int off, const Tile& t, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2)
+            *reinterpret_cast<float2*>(sm + off + tile_row(lane, e) * LD + tile_col(lane, h, e)) =
+                make_float2(t.c[h][e], t.c[h][e + 1]);
+}
+template <int LD>
+__device__ __forceinline__ void load_tile(const float* sm, int off, Tile& t, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+            const float2 v = *reinterpret_cast<const float2*>(sm + off + tile_row(lane, e) * LD + tile_col(lane, h, e));
+            t.c[h][e] = v.x;
+            t.c[h][e + 1] = v.y;
+        }
+}
+
+// acc[ia][ib] += A_ia B_ib over `steps` k-steps of 8, in split tf32. Element (m, k) of A_ia is sm[a[ia] + m AM + k AK], element
+// (k, n) of B_ib is sm[b[ib] + k BK + n BN] (m, n < 16). The cross products go to their own
+// accumulators (independent chains of dependent mma), and each fragment loaded serves NA x NB tiles.
+// Row strides with AM or BN = ld = 4 (mod 32) and BK = ld = 8 (mod 32) keep the lanes' loads on
+// distinct banks.
+template <int AM, int AK, int BK, int BN, int NA, int NB>
+__device__ __forceinline__ void mma_steps(Tile (&acc)[NA][NB], const float* sm, const int (&a)[NA],
+                                          const int (&b)[NB], int steps, int lane) {
+    const int g = lane / 4, c = lane % 4;
+    Tile corr[NA][NB];
+    zero_tiles(corr);
 #pragma unroll 2
     for (int kk = 0; kk < steps; ++kk) {
-        FA a_hi[NA], a_lo[NA];
-        FB b_hi[NB], b_lo[NB];
-#pragma unroll
-        for (int ia = 0; ia < NA; ++ia) {
-            wmma::load_matrix_sync(a_hi[ia], a[ia] + kk * a_step, lda);
-            split_tf32(a_hi[ia], a_lo[ia]);
-        }
-#pragma unroll
-        for (int ib = 0; ib < NB; ++ib) {
-            wmma::load_matrix_sync(b_hi[ib], b[ib] + kk * b_step, ldb);
-            split_tf32(b_hi[ib], b_lo[ib]);
-        }
+        const int k0 = 8 * kk;
+        uint32_t a_hi[NA][4], a_lo[NA][4], b_hi[NB][2][2], b_lo[NB][2][2];
 #pragma unroll
         for (int ia = 0; ia < NA; ++ia)
 #pragma unroll
-            for (int ib = 0; ib < NB; ++ib) {
-                wmma::mma_sync(corr[ia][ib], a_lo[ia], b_hi[ib], corr[ia][ib]);
-                wmma::mma_sync(corr[ia][ib], a_hi[ia], b_lo[ib], corr[ia][ib]);
-                wmma::mma_sync(acc[ia][ib], a_hi[ia], b_hi[ib], acc[ia][ib]);
+            for (int e = 0; e < 4; ++e) {
+                split_tf32(sm[a[ia] + (g + 8 * (e % 2)) * AM + (k0 + c + 4 * (e / 2)) * AK], a_hi[ia][e],
+                           a_lo[ia][e]);
             }
+#pragma unroll
+        for (int ib = 0; ib < NB; ++ib)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    split_tf32(sm[b[ib] + (k0 + c + 4 * r) * BK + (8 * h + g) * BN], b_hi[ib][h][r],
+                               b_lo[ib][h][r]);
+                }
+#pragma unroll
+        for (int ia = 0; ia < NA; ++ia)
+#pragma unroll
+            for (int ib = 0; ib < NB; ++ib)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    mma_tf32(corr[ia][ib].c[h], a_lo[ia], b_hi[ib][h]);
+                    mma_tf32(corr[ia][ib].c[h], a_hi[ia], b_lo[ib][h]);
+                    mma_tf32(acc[ia][ib].c[h], a_hi[ia], b_hi[ib][h]);
+                }
     }
 #pragma unroll
     for (int ia = 0; ia < NA; ++ia)
 #pragma unroll
         for (int ib = 0; ib < NB; ++ib)
 #pragma unroll
-            for (int e = 0; e < acc[ia][ib].num_elements; ++e) acc[ia][ib].x[e] += corr[ia][ib].x[e];
-}
-
-template <int NA, int NB>
-__device__ __forceinline__ void zero_frags(FragAcc (&f)[NA][NB]) {
+            for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int ia = 0; ia < NA; ++ia)
-#pragma unroll
-        for (int ib = 0; ib < NB; ++ib) wmma::fill_fragment(f[ia][ib], 0.0f);
+                for (int e = 0; e < 4; ++e) acc[ia][ib].c[h][e] += corr[ia][ib].c[h][e];
 }
 
 // Rows [0, kChunk) of the chunk at token c0 (n of them real; rows t >= n are zeros): q and k
-// L2-normalised into Qs / Ks (ld DK + 4), q also times q_scale and, when q_mul is given, q_mul[t];
-// with Vs given, row t's v columns [j0, j0 + 32) into Vs (ld kChunkCols + 4). Warp w takes rows
+// L2-normalised into Qs / Ks (WalkSmem's ldk, the same as PrepSmem's), q also times q_scale and,
+// when q_mul is given, q_mul[t]; with Vs given, row t's v columns [j0, j0 + 32) into Vs (WalkSmem's
+// ldv). Warp w takes rows
 // w, w + 8, ...; all its loads are issued before any is used.
 template <int DK>
 __device__ __forceinline__ void load_chunk_rows(const DnArgs& p, int h, int64_t c0, int n, const float* q_mul,
                                                 float* Qs, float* Ks, float* Vs, int j0, int warp, int lane) {
-    constexpr int R = DK / kWarp, kRows = kChunk / kChunkWarps, ldk = DK + 4, ldv = kChunkCols + 4;
+    constexpr int R = DK / kWarp, kRows = kChunk / kChunkWarps, ldk = WalkSmem<DK>::ldk, ldv = WalkSmem<DK>::ldv;
+    static_assert(PrepSmem<DK>::ldk == ldk, "one row stride for the q and k rows of both kernels");
     const int kh = h % p.n_k_heads;
     const int64_t row_len = 2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(p.n_v_heads) * p.dv;
     float qv[kRows][R], kv[kRows][R], vv[kRows], mul[kRows];
@@ -620,15 +674,14 @@ __global__ void __launch_bounds__(kChunkThreads, 2) delta_net_chunk_prep_kernel(
     for (int task = warp; task < 10; task += kChunkWarps) {
         const int ti = task >= 6 ? 3 : task >= 3 ? 2 : task >= 1 ? 1 : 0;
         const int si = task - ti * (ti + 1) / 2;
-        FragAcc acc[2][1], corr[2][1];
-        zero_frags(acc);
-        zero_frags(corr);
-        const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
-        // K^T as matrix_b: element (i, s) = Ks[s][i], i.e. column-major with ld ldk.
-        const float* const rhs[1] = {Ks + si * 16 * ldk};
-        mma_steps<FragA_row, FragB_col>(acc, corr, lhs, ldk, 8, rhs, ldk, 8, DK / 8);
-        wmma::store_matrix_sync(As + ti * 16 * ldc + si * 16, acc[0][0], ldc, wmma::mem_row_major);
-        wmma::store_matrix_sync(Bs + ti * 16 * ldc + si * 16, acc[1][0], ldc, wmma::mem_row_major);
+        Tile acc[2][1];
+        zero_tiles(acc);
+        const int lhs[2] = {L::k_off + ti * 16 * ldk, L::q_off + ti * 16 * ldk};
+        // K^T: element (i, s) = Ks[s][i].
+        const int rhs[1] = {L::k_off + si * 16 * ldk};
+        mma_steps<ldk, 1, 1, ldk>(acc, sm, lhs, rhs, DK / 8, lane);
+        store_tile<ldc>(sm, L::a_off + ti * 16 * ldc + si * 16, acc[0][0], lane);
+        store_tile<ldc>(sm, L::b_off + ti * 16 * ldc + si * 16, acc[1][0], lane);
     }
     __syncthreads();  // B2: gamma, A, B visible; Qs free
 
@@ -663,7 +716,8 @@ __global__ void __launch_bounds__(kChunkThreads, 2) delta_net_chunk_prep_kernel(
 // chunks in order (St[i][j] = S[j0 + j][i]). Per chunk, with the preparation's T, masked B and
 // gates: X = K St and Y = (e^gamma Q) St (tensor cores), R = beta (V - e^gamma X), V' = T R,
 // O = Y + B V', St <- e^gamma_last St + K^T (e^(gamma_last - gamma) V'). Every product is split
-// tf32; each warp owns one 16x16 tile of X, Y, R, V' and O, so only the full products need the block.
+// tf32; each warp owns one 16x16 tile of X, Y, R, V' and O (X, Y, O only in its registers), so only
+// the full products need the block.
 // Writes the raw read-out o (before the gated RMSNorm) to out. Barriers: every thread runs every
 // chunk and reaches every __syncthreads (loops have block-uniform bounds).
 template <int DK>
@@ -676,9 +730,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
     float* Qs = sm + L::q_off;  // q rows (normalised, times e^gamma_t / sqrt(dk))
     float* Ss = sm + L::s_off;  // St
     float* Vs = sm + L::v_off;  // v rows of the block's columns, then R
-    float* Xs = sm + L::x_off;  // X, then V'
-    float* Ys = sm + L::y_off;  // Y, then O
-    float* Ds = sm + L::d_off;  // e^(gamma_last - gamma) V'
+    // sm + L::x_off: V'; sm + L::d_off: e^(gamma_last - gamma) V'
     float* Ts = sm + L::t_off;
     float* Bs = sm + L::b_off;
     float* bs = sm + L::beta_off;
@@ -722,39 +774,40 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
         }
         __syncthreads();  // B1: record, rows (and at the first chunk St) visible
 
-        // 2. X and Y tile (one St fragment for both), then R over this warp's tile of V.
+        // 2. X and Y tile (one St fragment for both); R over this warp's tile of V, Y kept in
+        // registers for step 4. Each lane reads and writes only its own tile elements.
+        Tile y;
         {
-            FragAcc acc[2][1], corr[2][1];
-            zero_frags(acc);
-            zero_frags(corr);
-            const float* const lhs[2] = {Ks + ti * 16 * ldk, Qs + ti * 16 * ldk};
-            const float* const rhs[1] = {Ss + tj * 16};
-            mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldk, 8, rhs, ldv, 8 * ldv, DK / 8);
-            wmma::store_matrix_sync(Xs + ti * 16 * ldv + tj * 16, acc[0][0], ldv, wmma::mem_row_major);
-            wmma::store_matrix_sync(Ys + ti * 16 * ldv + tj * 16, acc[1][0], ldv, wmma::mem_row_major);
-            __syncwarp();
-            for (int e = lane; e < 16 * 16; e += kWarp) {
-                const int t = ti * 16 + e / 16, j = tj * 16 + e % 16;
-                Vs[t * ldv + j] = bs[t] * (Vs[t * ldv + j] - egs[t] * Xs[t * ldv + j]);
-            }
+            Tile xy[2][1];
+            zero_tiles(xy);
+            const int lhs[2] = {L::k_off + ti * 16 * ldk, L::q_off + ti * 16 * ldk};
+            const int rhs[1] = {L::s_off + tj * 16};
+            mma_steps<ldk, 1, ldv, 1>(xy, sm, lhs, rhs, DK / 8, lane);
+            y = xy[1][0];
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int t = ti * 16 + tile_row(lane, e), j = tj * 16 + tile_col(lane, hh, e);
+                    Vs[t * ldv + j] = bs[t] * (Vs[t * ldv + j] - egs[t] * xy[0][0].c[hh][e]);
+                }
         }
         __syncthreads();  // B2: R visible
 
         // 3. V' = T R (T lower triangular: k-steps up to the tile's last row) into Xs, and its
         // decayed copy into Ds.
         {
-            FragAcc acc[1][1], corr[1][1];
-            zero_frags(acc);
-            zero_frags(corr);
-            const float* const lhs[1] = {Ts + ti * 16 * ldc};
-            const float* const rhs[1] = {Vs + tj * 16};
-            mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldc, 8, rhs, ldv, 8 * ldv, 2 * (ti + 1));
-            wmma::store_matrix_sync(Xs + ti * 16 * ldv + tj * 16, acc[0][0], ldv, wmma::mem_row_major);
-            __syncwarp();
-            for (int e = lane; e < 16 * 16; e += kWarp) {
-                const int t = ti * 16 + e / 16, j = tj * 16 + e % 16;
-                Ds[t * ldv + j] = eds[t] * Xs[t * ldv + j];
-            }
+            Tile vp[1][1];
+            zero_tiles(vp);
+            const int lhs[1] = {L::t_off + ti * 16 * ldc};
+            const int rhs[1] = {L::v_off + tj * 16};
+            mma_steps<ldc, 1, ldv, 1>(vp, sm, lhs, rhs, 2 * (ti + 1), lane);
+            store_tile<ldv>(sm, L::x_off + ti * 16 * ldv + tj * 16, vp[0][0], lane);
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) vp[0][0].c[hh][e] *= eds[ti * 16 + tile_row(lane, e)];
+            store_tile<ldv>(sm, L::d_off + ti * 16 * ldv + tj * 16, vp[0][0], lane);
         }
         __syncthreads();  // B3: V' and Ds visible
 
@@ -762,37 +815,38 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
         // St row tiles (warp, warp + 8, ...) <- e^gamma_last St + K^T Ds, both column tiles (one K^T
         // fragment for both).
         {
-            float* o = Ys + ti * 16 * ldv + tj * 16;
-            FragAcc acc[1][1], corr[1][1];
-            wmma::load_matrix_sync(acc[0][0], o, ldv, wmma::mem_row_major);
-            zero_frags(corr);
-            const float* const lhs[1] = {Bs + ti * 16 * ldc};
-            const float* const rhs[1] = {Xs + tj * 16};
-            mma_steps<FragA_row, FragB_row>(acc, corr, lhs, ldc, 8, rhs, ldv, 8 * ldv, 2 * (ti + 1));
-            wmma::store_matrix_sync(o, acc[0][0], ldv, wmma::mem_row_major);
-            __syncwarp();
-            for (int e = lane; e < 16 * 16; e += kWarp) {
-                const int t = ti * 16 + e / 16, j = tj * 16 + e % 16;
-                if (t < n) p.out[(c0 + t) * inner + static_cast<int64_t>(h) * p.dv + j0 + j] = Ys[t * ldv + j];
-            }
+            Tile o[1][1] = {{y}};
+            const int lhs[1] = {L::b_off + ti * 16 * ldc};
+            const int rhs[1] = {L::x_off + tj * 16};
+            mma_steps<ldc, 1, ldv, 1>(o, sm, lhs, rhs, 2 * (ti + 1), lane);
+            float* out = p.out + c0 * inner + static_cast<int64_t>(h) * p.dv + j0 + tj * 16;
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int t = ti * 16 + tile_row(lane, e);
+                    if (t < n)
+                        *reinterpret_cast<float2*>(out + t * inner + tile_col(lane, hh, e)) =
+                            make_float2(o[0][0].c[hh][e], o[0][0].c[hh][e + 1]);
+                }
         }
         const float e_last = egs[kChunk - 1];
         for (int si = warp; si < DK / 16; si += kChunkWarps) {
-            float* st = Ss + si * 16 * ldv;
-            FragAcc acc[1][2], corr[1][2];
+            Tile st[1][2];
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                wmma::load_matrix_sync(acc[0][c], st + c * 16, ldv, wmma::mem_row_major);
+            for (int cc = 0; cc < 2; ++cc) {
+                load_tile<ldv>(sm, L::s_off + si * 16 * ldv + cc * 16, st[0][cc], lane);
 #pragma unroll
-                for (int e = 0; e < acc[0][c].num_elements; ++e) acc[0][c].x[e] *= e_last;
+                for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) st[0][cc].c[hh][e] *= e_last;
             }
-            zero_frags(corr);
-            // K^T as matrix_a: element (i, s) = Ks[s][i], column-major with ld ldk.
-            const float* const lhs[1] = {Ks + si * 16};
-            const float* const rhs[2] = {Ds, Ds + 16};
-            mma_steps<FragA_col, FragB_row>(acc, corr, lhs, ldk, 8 * ldk, rhs, ldv, 8 * ldv, kChunk / 8);
+            // K^T: element (i, s) = Ks[s][i].
+            const int lhs[1] = {L::k_off + si * 16};
+            const int rhs[2] = {L::d_off, L::d_off + 16};
+            mma_steps<1, ldk, ldv, 1>(st, sm, lhs, rhs, kChunk / 8, lane);
 #pragma unroll
-            for (int c = 0; c < 2; ++c) wmma::store_matrix_sync(st + c * 16, acc[0][c], ldv, wmma::mem_row_major);
+            for (int cc = 0; cc < 2; ++cc) store_tile<ldv>(sm, L::s_off + si * 16 * ldv + cc * 16, st[0][cc], lane);
         }
         __syncthreads();  // B4: St visible; the chunk's arrays free
     }
