@@ -153,9 +153,8 @@ struct GateUpArgs {
     float* weights_out = nullptr;
 };
 
-// I8: x staged as 8-bit segments (quant/cuda/matvec.cuh). P: h rows per warp (1 or 2), i.e. 2 P
-// weight rows (gate and up of each) sharing each staged-x read.
-template <class T, bool I8, int P>
+// I8: x staged as 8-bit segments (quant/cuda/matvec.cuh).
+template <class T, bool I8>
 __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
@@ -205,32 +204,26 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     __syncthreads();
 
     const int warp = tid / kWarp, lane = tid % kWarp;
-    const int64_t groups = (a.n_ff + P - 1) / P;
-    const int64_t tasks = slots * groups;
+    const int64_t pairs = (a.n_ff + 1) / 2;
+    const int64_t tasks = slots * pairs;
     for (int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + warp; task < tasks;
          task += static_cast<int64_t>(gridDim.x) * kWarps) {
-        const int i = static_cast<int>(task / groups);
-        const int64_t r0 = (task - i * groups) * P;
-        // gate r0, up r0 (, gate r1, up r1; r1 == r0 past the end)
-        const uint8_t* rows[2 * P];
-#pragma unroll
-        for (int q = 0; q < P; ++q) {
-            const size_t o = static_cast<size_t>(min(r0 + q, a.n_ff - 1)) * a.row_bytes;
-            rows[2 * q] = gbase[i] + o;
-            rows[2 * q + 1] = ubase[i] + o;
-        }
-        float acc[2 * P][1] = {};
+        const int i = static_cast<int>(task / pairs);
+        const int64_t r0 = (task - i * pairs) * 2, r1 = min(r0 + 1, a.n_ff - 1);  // r1 == r0 past the end
+        const size_t o0 = static_cast<size_t>(r0) * a.row_bytes, o1 = static_cast<size_t>(r1) * a.row_bytes;
+        // gate r0, up r0, gate r1, up r1
+        const uint8_t* rows[4] = {gbase[i] + o0, ubase[i] + o0, gbase[i] + o1, ubase[i] + o1};
+        float acc[4][1] = {};
         static_assert(kGateUpSlots == kDotSlots, "warp_dot's pass width is the gate/up design's");
         if constexpr (I8)
-            warp_dot_i8<T, 2 * P>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc);
+            warp_dot_i8<T, 4>(rows, reinterpret_cast<const uint8_t*>(smem), n_segs, acc);
         else
-            warp_dot<T, 2 * P, 1>(rows, xs, 0, a.n_in, n_segs, tbl, acc);
-        float v[2 * P];
+            warp_dot<T, 4, 1>(rows, xs, 0, a.n_in, n_segs, tbl, acc);
+        float v[4];
 #pragma unroll
-        for (int r = 0; r < 2 * P; ++r) v[r] = warp_sum(acc[r][0]);
-        if (lane < P && r0 + lane < a.n_ff)
-            a.h[i * a.n_ff + r0 + lane] =
-                lane == 0 ? silu_mul(v[0], v[1]) : silu_mul(v[2 * P - 2], v[2 * P - 1]);
+        for (int r = 0; r < 4; ++r) v[r] = warp_sum(acc[r][0]);
+        if (lane < 2 && r0 + lane < a.n_ff)
+            a.h[i * a.n_ff + r0 + lane] = lane == 0 ? silu_mul(v[0], v[1]) : silu_mul(v[2], v[3]);
     }
 }
 
@@ -364,14 +357,14 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
     }
 }
 
-template <class T, bool I8, int P>
+template <class T, bool I8>
 void launch_gate_up_kernel(const GateUpArgs& a, int slots, StreamHandle stream) {
-    const auto kernel = gate_up_kernel<T, I8, P>;
+    const auto kernel = gate_up_kernel<T, I8>;
     const int64_t n_segs = n_segments<T>(a.n_in);
     const size_t smem = I8 ? static_cast<size_t>(i8_row_bytes<T>(n_segs))
                            : static_cast<size_t>(n_units(n_segs) * 256) * sizeof(float);
     prepare_smem(reinterpret_cast<const void*>(kernel), smem, "MoE gate/up");
-    const int64_t tasks = slots * ((a.n_ff + P - 1) / P);
+    const int64_t tasks = slots * ((a.n_ff + 1) / 2);
     const int blocks =
         grid_blocks(reinterpret_cast<const void*>(kernel), smem, (tasks + kWarps - 1) / kWarps);
     launch_overlapped(kernel, blocks, kThreads, smem, stream, a);
@@ -392,25 +385,13 @@ void launch_down_kernel(const DownArgs& a, int slots, StreamHandle stream) {
     MOX_CUDA_CHECK_LAUNCH("down_kernel");
 }
 
-// MOX_CUDA_GATE_UP_ROWS=1: the int8 gate/up kernel with one h row per warp (A/B; default two).
-int gate_up_rows() {
-    static const int rows = [] {
-        const char* env = std::getenv("MOX_CUDA_GATE_UP_ROWS");
-        return env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 2;
-    }();
-    return rows;
-}
-
 // The int8-activation kernels where the type has them and they are enabled (matvec.cuh).
 template <class T>
 void launch_gate_up(const GateUpArgs& a, int slots, StreamHandle stream) {
     if constexpr (kHasI8<T>) {
-        if (int8_activations_enabled()) {
-            if (gate_up_rows() == 1) return launch_gate_up_kernel<T, true, 1>(a, slots, stream);
-            return launch_gate_up_kernel<T, true, 2>(a, slots, stream);
-        }
+        if (int8_activations_enabled()) return launch_gate_up_kernel<T, true>(a, slots, stream);
     }
-    launch_gate_up_kernel<T, false, 2>(a, slots, stream);
+    launch_gate_up_kernel<T, false>(a, slots, stream);
 }
 
 // MOX_CUDA_DOWN_ROWS=2: the int8 down kernel with two output rows per warp (A/B; default one).
