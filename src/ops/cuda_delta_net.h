@@ -60,7 +60,7 @@ struct DeltaNetWeights {
 //
 // Two forms of the rule: `sequential` walks the tokens one by one (fp32 throughout; decode and short
 // blocks); `chunked` is spec §3a's chunked form over chunks of 64 tokens, its matrix products on
-// tensor cores in split tf32 (hi + lo parts, close to fp32: ~1e-5 relative against the
+// tensor cores in split tf32 (hi + lo parts, close to fp32: ~1e-6 relative against the
 // recurrence), for dk 64 or 128 and dv a multiple of 32. `automatic` picks chunked for n_tokens >=
 // 16 where the shape allows it. Forcing `chunked` on another shape throws.
 // The chunked form first prepares every chunk's state-independent factors at once (in parallel

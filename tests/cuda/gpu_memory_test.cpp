@@ -51,7 +51,8 @@ TEST(GpuMemoryModel, DeltaNetScratchIsTheChunkedKernels) {
     for (int64_t hv : {1, 3, 32, 64})
         for (int64_t n : {1, 15, 16, 63, 64, 65, 512, 4096, 4097}) {
             const cuda::DeltaNetShape shape{.n_k_heads = 1, .n_v_heads = hv, .dk = 128, .dv = 128};
-            EXPECT_EQ(gpu_delta_net_scratch(hv, n), cuda::delta_net_workspace_bytes(shape, n)) << hv << " heads, " << n;
+            EXPECT_EQ(gpu_delta_net_scratch(hv, n), cuda::delta_net_workspace_bytes(shape, n))
+                << hv << " heads, " << n;
         }
 }
 

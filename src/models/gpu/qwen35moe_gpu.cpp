@@ -167,7 +167,8 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         work_bytes = std::max(work_bytes, cuda::moe_batch_workspace_bytes(host.gate, host.down, nb, K));
     }
     // The chunked delta rule's records of a micro-batch, between the projections that use the scratch.
-    if (hp_.ssm_v_heads > 0) work_bytes = std::max(work_bytes, cuda::delta_net_workspace_bytes(delta_net_shape(hp_), nb));
+    if (hp_.ssm_v_heads > 0)
+        work_bytes = std::max(work_bytes, cuda::delta_net_workspace_bytes(delta_net_shape(hp_), nb));
     // The memory model (models/gpu_memory.h) says what to allocate; the kernels' own needs must fit.
     uint64_t largest_streamed = 0;
     for (int64_t il : streamed_) largest_streamed = std::max<uint64_t>(largest_streamed, host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])].bytes);

@@ -351,7 +351,8 @@ struct PrepSmem {
     static constexpr int beta_off = g_off + kChunk;
     static constexpr int floats = beta_off + kChunk;
     static constexpr size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-    static_assert(q_off % 8 == 0 && a_off % 8 == 0 && b_off % 8 == 0 && g_off % 8 == 0, "32-byte aligned arrays");
+    static_assert(q_off % 8 == 0 && a_off % 8 == 0 && b_off % 8 == 0 && g_off % 8 == 0,
+                  "32-byte aligned arrays");
     static_assert(ldk >= ldc, "T fits over Qs");
     static_assert(2 * bytes + 2048 <= 228 * 1024, "two blocks per SM");
 };
@@ -375,7 +376,8 @@ struct WalkSmem {
     static constexpr int floats = ed_off + kChunk;
     static constexpr size_t bytes = static_cast<size_t>(floats) * sizeof(float);
     static_assert(q_off % 8 == 0 && s_off % 8 == 0 && v_off % 8 == 0 && x_off % 8 == 0 && d_off % 8 == 0 &&
-                      t_off % 8 == 0 && b_off % 8 == 0 && beta_off % 8 == 0 && eg_off % 8 == 0 && ed_off % 8 == 0,
+                      t_off % 8 == 0 && b_off % 8 == 0 && beta_off % 8 == 0 && eg_off % 8 == 0 &&
+                      ed_off % 8 == 0,
                   "32-byte aligned arrays");
     static_assert(ldk % 32 == 4 && ldc % 32 == 4 && ldv % 32 == 8, "bank-spread strides");
     static_assert(bytes <= 227 * 1024, "Hopper's shared memory per block");
@@ -443,17 +445,18 @@ __device__ __forceinline__ void load_tile(const float* sm, int off, Tile& t, int
     for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {
-            const float2 v = *reinterpret_cast<const float2*>(sm + off + tile_row(lane, e) * LD + tile_col(lane, h, e));
+            const float2 v =
+                *reinterpret_cast<const float2*>(sm + off + tile_row(lane, e) * LD + tile_col(lane, h, e));
             t.c[h][e] = v.x;
             t.c[h][e + 1] = v.y;
         }
 }
 
-// acc[ia][ib] += A_ia B_ib over `steps` k-steps of 8, in split tf32. Element (m, k) of A_ia is sm[a[ia] + m AM + k AK], element
-// (k, n) of B_ib is sm[b[ib] + k BK + n BN] (m, n < 16). The cross products go to their own
-// accumulators (independent chains of dependent mma), and each fragment loaded serves NA x NB tiles.
-// Row strides with AM or BN = ld = 4 (mod 32) and BK = ld = 8 (mod 32) keep the lanes' loads on
-// distinct banks.
+// acc[ia][ib] += A_ia B_ib over `steps` k-steps of 8, in split tf32. Element (m, k) of A_ia is
+// sm[a[ia] + m AM + k AK], element (k, n) of B_ib is sm[b[ib] + k BK + n BN] (m, n < 16). The cross
+// products go to their own accumulators (independent chains of dependent mma), and each fragment
+// loaded serves NA x NB tiles. Row strides AM or BN = 4 (mod 32) and BK = 8 (mod 32) keep the
+// lanes' loads on distinct banks.
 template <int AM, int AK, int BK, int BN, int NA, int NB>
 __device__ __forceinline__ void mma_steps(Tile (&acc)[NA][NB], const float* sm, const int (&a)[NA],
                                           const int (&b)[NB], int steps, int lane) {
@@ -509,10 +512,12 @@ __device__ __forceinline__ void mma_steps(Tile (&acc)[NA][NB], const float* sm, 
 template <int DK>
 __device__ __forceinline__ void load_chunk_rows(const DnArgs& p, int h, int64_t c0, int n, const float* q_mul,
                                                 float* Qs, float* Ks, float* Vs, int j0, int warp, int lane) {
-    constexpr int R = DK / kWarp, kRows = kChunk / kChunkWarps, ldk = WalkSmem<DK>::ldk, ldv = WalkSmem<DK>::ldv;
+    constexpr int R = DK / kWarp, kRows = kChunk / kChunkWarps, ldk = WalkSmem<DK>::ldk,
+                  ldv = WalkSmem<DK>::ldv;
     static_assert(PrepSmem<DK>::ldk == ldk, "one row stride for the q and k rows of both kernels");
     const int kh = h % p.n_k_heads;
-    const int64_t row_len = 2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(p.n_v_heads) * p.dv;
+    const int64_t row_len =
+        2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(p.n_v_heads) * p.dv;
     float qv[kRows][R], kv[kRows][R], vv[kRows], mul[kRows];
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
@@ -526,9 +531,9 @@ __device__ __forceinline__ void load_chunk_rows(const DnArgs& p, int h, int64_t 
                 qv[m][r] = q[lane + r * kWarp];
                 kv[m][r] = k[lane + r * kWarp];
             }
-            vv[m] = Vs != nullptr
-                        ? row[2 * static_cast<int64_t>(p.n_k_heads) * DK + static_cast<int64_t>(h) * p.dv + j0 + lane]
-                        : 0.0f;
+            vv[m] = Vs != nullptr ? row[2 * static_cast<int64_t>(p.n_k_heads) * DK +
+                                        static_cast<int64_t>(h) * p.dv + j0 + lane]
+                                  : 0.0f;
             mul[m] = q_mul != nullptr ? q_mul[t] : 1.0f;
         } else {
 #pragma unroll
@@ -565,8 +570,8 @@ __device__ __forceinline__ void load_chunk_rows(const DnArgs& p, int h, int64_t 
 // inside the block, row r is final once rows < r are subtracted, and is broadcast from lane r to
 // the lanes of the later rows.
 template <class Rhs>
-__device__ __forceinline__ void solve_unit_lower(const float* Ls, int ldl, Rhs rhs, float* Xs, int ldx, int warp,
-                                                 int lane) {
+__device__ __forceinline__ void solve_unit_lower(const float* Ls, int ldl, Rhs rhs, float* Xs, int ldx,
+                                                 int warp, int lane) {
     const int col = warp * 4 + lane / 8, part = lane % 8, group = lane & ~7;
     float xp[kChunk / 8];
 #pragma unroll
@@ -614,7 +619,8 @@ __device__ __forceinline__ void solve_unit_lower(const float* Ls, int ldl, Rhs r
 // WY factor: the walk's V' = T R is then a product instead of a dependent solve); the masked,
 // decayed B. Written to ws at record (chunk * Hv + h) (kPrep* offsets).
 template <int DK>
-__global__ void __launch_bounds__(kChunkThreads, 2) delta_net_chunk_prep_kernel(DnArgs p, float* __restrict__ ws) {
+__global__ void __launch_bounds__(kChunkThreads, 2)
+    delta_net_chunk_prep_kernel(DnArgs p, float* __restrict__ ws) {
     using L = PrepSmem<DK>;
     constexpr int ldk = L::ldk, ldc = L::ldc;
     extern __shared__ __align__(128) float sm[];
@@ -699,8 +705,8 @@ __global__ void __launch_bounds__(kChunkThreads, 2) delta_net_chunk_prep_kernel(
     for (int half = 0; half < kChunk / kChunkCols; ++half) {
         const int c_base = half * kChunkCols;
         solve_unit_lower(
-            As, ldc, [c_base](int row, int col) { return row == c_base + col ? 1.0f : 0.0f; }, Ts + c_base, ldc,
-            warp, lane);
+            As, ldc, [c_base](int row, int col) { return row == c_base + col ? 1.0f : 0.0f; }, Ts + c_base,
+            ldc, warp, lane);
     }
     __syncthreads();  // B4: T visible
 
@@ -758,7 +764,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
         static_assert(kPrepB == kPrepT + kChunk * kChunk, "T and B adjacent in the record");
         float4 tb[kVecs];
 #pragma unroll
-        for (int i = 0; i < kVecs; ++i) tb[i] = reinterpret_cast<const float4*>(rec + kPrepT)[tid + i * kChunkThreads];
+        for (int i = 0; i < kVecs; ++i)
+            tb[i] = reinterpret_cast<const float4*>(rec + kPrepT)[tid + i * kChunkThreads];
         if (tid < kChunk) {
             bs[tid] = rec[kPrepBeta + tid];
             egs[tid] = rec[kPrepEg + tid];
@@ -846,7 +853,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
             const int rhs[2] = {L::d_off, L::d_off + 16};
             mma_steps<1, ldk, ldv, 1>(st, sm, lhs, rhs, kChunk / 8, lane);
 #pragma unroll
-            for (int cc = 0; cc < 2; ++cc) store_tile<ldv>(sm, L::s_off + si * 16 * ldv + cc * 16, st[0][cc], lane);
+            for (int cc = 0; cc < 2; ++cc)
+                store_tile<ldv>(sm, L::s_off + si * 16 * ldv + cc * 16, st[0][cc], lane);
         }
         __syncthreads();  // B4: St visible; the chunk's arrays free
     }
@@ -894,7 +902,8 @@ void opt_in_shared(Kernel kernel, size_t bytes, std::atomic<uint64_t>& opted_in)
     MOX_CUDA_CHECK(cudaGetDevice(&device));
     const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
     if (bit != 0 && (opted_in.load(std::memory_order_acquire) & bit) != 0) return;
-    MOX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    MOX_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     opted_in.fetch_or(bit, std::memory_order_release);
 }
 
@@ -935,8 +944,8 @@ void conv_silu(float* state, const float* weight, const float* x, int64_t x_stri
     if (runs > 65535) fail("conv_silu: {} tokens in one call", n_tokens);
     const dim3 grid(static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads),
                     static_cast<unsigned>(runs));
-    launch_overlapped(conv_silu_kernel, grid, kConvThreads, 0, stream, state, weight, x, x_stride, n_tokens, channels,
-                      static_cast<int>(kernel), out);
+    launch_overlapped(conv_silu_kernel, grid, kConvThreads, 0, stream, state, weight, x, x_stride, n_tokens,
+                      channels, static_cast<int>(kernel), out);
     MOX_CUDA_CHECK_LAUNCH("conv_silu_kernel");
 }
 
@@ -982,10 +991,11 @@ void delta_net(float* S, const float* conv, const float* b, const float* alpha, 
     if (chunked) {
         const size_t need = delta_net_workspace_bytes(shape, n_tokens);
         if (workspace == nullptr || workspace_bytes < need)
-            fail("delta_net: the chunked form over {} tokens needs {} B of workspace, got {} B", n_tokens, need,
-                 workspace == nullptr ? 0 : workspace_bytes);
+            fail("delta_net: the chunked form over {} tokens needs {} B of workspace, got {} B", n_tokens,
+                 need, workspace == nullptr ? 0 : workspace_bytes);
         if (chunk_count(n_tokens) > 0x7FFFFFFF) fail("delta_net: {} tokens in one call", n_tokens);
-        if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) fail("delta_net: workspace not 16-byte aligned");
+        if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
+            fail("delta_net: workspace not 16-byte aligned");
         float* ws = static_cast<float*>(workspace);
         if (dk == 64) return launch_delta_net_chunked<64>(p, ws, stream);
         return launch_delta_net_chunked<128>(p, ws, stream);
