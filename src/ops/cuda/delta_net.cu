@@ -408,6 +408,25 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 // (g, c) is row g + 8 (e / 2), column 8 h + 2 c + e % 2 (tile_row / tile_col).
 struct Tile {
     float c[2][4];
+
+    __device__ __forceinline__ void fill(float v) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) c[h][e] = v;
+    }
+    __device__ __forceinline__ void add(const Tile& o) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) c[h][e] += o.c[h][e];
+    }
+    __device__ __forceinline__ void scale(float s) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) c[h][e] *= s;
+    }
 };
 
 __device__ __forceinline__ int tile_row(int lane, int e) {
@@ -422,11 +441,7 @@ __device__ __forceinline__ void zero_tiles(Tile (&t)[NA][NB]) {
 #pragma unroll
     for (int ia = 0; ia < NA; ++ia)
 #pragma unroll
-        for (int ib = 0; ib < NB; ++ib)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) t[ia][ib].c[h][e] = 0.0f;
+        for (int ib = 0; ib < NB; ++ib) t[ia][ib].fill(0.0f);
 }
 
 // Row-major 16 x 16 tile at sm + off (ld LD) to / from registers (pairs of columns: 8-byte accesses).
@@ -497,11 +512,7 @@ __device__ __forceinline__ void mma_steps(Tile (&acc)[NA][NB], const float* sm, 
 #pragma unroll
     for (int ia = 0; ia < NA; ++ia)
 #pragma unroll
-        for (int ib = 0; ib < NB; ++ib)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[ia][ib].c[h][e] += corr[ia][ib].c[h][e];
+        for (int ib = 0; ib < NB; ++ib) acc[ia][ib].add(corr[ia][ib]);
 }
 
 // Rows [0, kChunk) of the chunk at token c0 (n of them real; rows t >= n are zeros): q and k
@@ -843,10 +854,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
 #pragma unroll
             for (int cc = 0; cc < 2; ++cc) {
                 load_tile<ldv>(sm, L::s_off + si * 16 * ldv + cc * 16, st[0][cc], lane);
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) st[0][cc].c[hh][e] *= e_last;
+                st[0][cc].scale(e_last);
             }
             // K^T: element (i, s) = Ks[s][i].
             const int lhs[1] = {L::k_off + si * 16};
