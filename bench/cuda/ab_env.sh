@@ -5,9 +5,10 @@
 #
 #   bench/cuda/ab_env.sh MOX MODEL OUT "VAR=VALUE ..." ["VAR=VALUE ..." ...]
 #
-# Each variant is one quoted list of assignments ("" or "-" for the defaults). Environment: ROUNDS
-# (3), REPS (3 per run), TESTS (the bench flags, default "-p 0 -n 128,512"), EXTRA (more bench flags).
-# Writes OUT/runs.jsonl (every run's rows with its variant) and OUT/ab.md.
+# Each variant is one quoted list of assignments ("" or "-" for the defaults); MOX=PATH in a variant
+# runs that binary instead of MOX (builds against each other: "-" "MOX=/tmp/bin/mox_base").
+# Environment: ROUNDS (3), REPS (3 per run), TESTS (the bench flags, default "-p 0 -n 128,512"),
+# EXTRA (more bench flags). Writes OUT/runs.jsonl (every run's rows with its variant) and OUT/ab.md.
 #
 #   bench/cuda/ab_env.sh /tmp/bin/mox /tmp/q36.gguf /tmp/ab - MOX_CUDA_ATTN_SHORT_WARPS=4 \
 #       "MOX_CUDA_ATTN_SHORT=0 MOX_PDL=0"
@@ -21,8 +22,12 @@ corpus="$(dirname "$0")/../corpus/ruth_basic_english.txt"
 for round in $(seq 1 "$rounds"); do
     for variant in "$@"; do
         [ "$variant" = "-" ] && variant=""
+        bin="$mox"
+        for word in $variant; do
+            case "$word" in MOX=*) bin="${word#MOX=}" ;; esac
+        done
         # shellcheck disable=SC2086  # tests, EXTRA and the variant are word lists
-        rows=$(env $variant "$mox" bench -m "$model" -ngl 99 -r "$reps" --corpus "$corpus" $tests ${EXTRA:-} -o json)
+        rows=$(env $variant "$bin" bench -m "$model" -ngl 99 -r "$reps" --corpus "$corpus" $tests ${EXTRA:-} -o json)
         python3 -c 'import json, sys; print(json.dumps({"variant": sys.argv[1], "round": int(sys.argv[2]), "rows": json.loads(sys.argv[3])}))' \
             "${variant:-defaults}" "$round" "$rows" >> "$out/runs.jsonl"
         echo "round $round: ${variant:-defaults} done"
