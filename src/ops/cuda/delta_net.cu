@@ -32,7 +32,6 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -902,28 +901,17 @@ __global__ void __launch_bounds__(kWarp* kNormWarps) gated_norm_kernel(DnArgs p)
     }
 }
 
-// The opt-in to more than 48 KB of dynamic shared memory for `kernel`, once per device (a bit per
-// device id in `opted_in`), so a stream capture never sees the call after the first (eager) use.
-template <class Kernel>
-void opt_in_shared(Kernel kernel, size_t bytes, std::atomic<uint64_t>& opted_in) {
-    int device = 0;
-    MOX_CUDA_CHECK(cudaGetDevice(&device));
-    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-    if (bit != 0 && (opted_in.load(std::memory_order_acquire) & bit) != 0) return;
-    MOX_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    opted_in.fetch_or(bit, std::memory_order_release);
-}
-
 int64_t chunk_count(int64_t n_tokens) {
     return (n_tokens + kChunk - 1) / kChunk;
 }
 
 template <int DK>
 void launch_delta_net_chunked(const DnArgs& p, float* ws, StreamHandle stream) {
-    static std::atomic<uint64_t> prep_opted{0}, walk_opted{0};
-    opt_in_shared(delta_net_chunk_prep_kernel<DK>, PrepSmem<DK>::bytes, prep_opted);
-    opt_in_shared(delta_net_chunk_walk_kernel<DK>, WalkSmem<DK>::bytes, walk_opted);
+    // matvec.cuh: the opt-in past 48 KiB of shared memory, as every other kernel of this backend.
+    prepare_smem(reinterpret_cast<const void*>(delta_net_chunk_prep_kernel<DK>), PrepSmem<DK>::bytes,
+                 "delta rule preparation");
+    prepare_smem(reinterpret_cast<const void*>(delta_net_chunk_walk_kernel<DK>), WalkSmem<DK>::bytes,
+                 "delta rule walk");
     const dim3 prep_grid(static_cast<unsigned>(chunk_count(p.n_tokens)), static_cast<unsigned>(p.n_v_heads));
     delta_net_chunk_prep_kernel<DK><<<prep_grid, kChunkThreads, PrepSmem<DK>::bytes, stream>>>(p, ws);
     MOX_CUDA_CHECK_LAUNCH("delta_net_chunk_prep_kernel");
