@@ -1,5 +1,7 @@
 #include "models/gpu_memory.h"
 
+#include "quant/cuda_matmul.h"
+
 #include <algorithm>
 
 namespace mox::models {
@@ -20,7 +22,13 @@ uint64_t gpu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_tokens) {
     // Split-K partial sums, capped at 64 * ceil(2 * 264 / row_tiles) token rows per output column.
     const int64_t row_tiles = (n_out + 127) / 128;
     const int64_t cap_rows = 64 * ((2 * kTargetBlocks + row_tiles - 1) / row_tiles);
-    return xh + u(cap_rows) * u(n_out) * 4;
+    const uint64_t tiles = xh + u(cap_rows) * u(n_out) * 4;
+    // The cuBLAS path of large batches: fp16 activations and weight, cuBLAS's own scratch.
+    const int64_t stride = (n_in + 63) / 64 * 64;
+    if (n_tokens < cuda::kCublasMinTokens || n_out * stride > cuda::kCublasMaxWeightElems) return tiles;
+    const uint64_t blas = round_up(u(n_tokens) * u(stride) * 2, 256) + round_up(u(n_out) * u(stride) * 2, 256) +
+                          cuda::kCublasWorkspaceBytes;
+    return std::max(tiles, blas);
 }
 
 uint64_t gpu_moe_scratch(int64_t n_expert, int64_t n_embd, int64_t n_ff, int64_t n_tokens, int64_t k) {

@@ -14,7 +14,22 @@ namespace mox::cuda {
 // Whether `type` has a matmul path (at least every type matvec_supported() accepts).
 bool matmul_supported(quant::TypeId type);
 
-// Device scratch the call needs (0 if none) for these sizes.
+// Batches of at least kCublasMinTokens tokens (env MOX_CUDA_CUBLAS_MIN_TOKENS raises the threshold;
+// MOX_CUDA_CUBLAS=0 turns the path off) run through cuBLAS: the weight is decoded once per call into
+// fp16 rows in the workspace, the activations rounded to fp16 likewise, and cuBLAS multiplies them
+// with fp32 accumulation: the same operands and rounding as the tensor-core tiles, which decode each
+// weight tile again for every token tile. Not for weights of more than kCublasMaxWeightElems values
+// (their fp16 copy would outgrow the scratch; a vocabulary-sized head) nor precise mode.
+// The memory model (models/gpu_memory.cpp) reserves for these constants.
+inline constexpr int64_t kCublasMinTokens = 128;
+inline constexpr int64_t kCublasMaxWeightElems = int64_t{1} << 26;  // 128 MiB of fp16
+inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's own scratch on Hopper
+
+// Makes cuBLAS's handle for the current device now, so the device memory it takes is in place before
+// a caller measures what the CUDA context holds (cuda::set_vram_budget, `mox calibrate`).
+void matmul_init();
+
+// Device scratch the call needs (0 if none) for these sizes; it also covers every smaller batch.
 size_t matmul_workspace_bytes(quant::TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens);
 
 // y[t * n_out + r] = sum_i W[r, i] * x[t * n_in + i] for t < n_tokens, r < n_out. w: n_out rows of

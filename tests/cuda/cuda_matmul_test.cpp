@@ -1,7 +1,8 @@
 // CUDA batched matmul (tensor cores, fp16 operands, fp32 accumulation) against a double-precision
 // loop over the reference dequantizer's weights: every supported type, 1..512 tokens (partial token
-// tiles), n_out not a multiple of the 128-row tile, one and several blocks along n_in. Plus timings
-// at the model's dense sizes (printed, not asserted).
+// tiles), n_out not a multiple of the 128-row tile, one and several blocks along n_in; the tile
+// kernels with the cuBLAS path off, and the cuBLAS path (kCublasMinTokens tokens and more) on its
+// own. Plus timings at the model's dense sizes (printed, not asserted).
 #include "cuda_test_util.h"
 
 #include "quant/cuda_matmul.h"
@@ -32,6 +33,13 @@ const TypeId kTypes[] = {TypeId::f32,    TypeId::f16,   TypeId::bf16,  TypeId::q
 // dropped lo x lo term 2^-22 of the product), chunks of 64 products summed by the tensor cores
 // (<= a few ulp of fp32) and chunk sums added in fp32: |err| <= 2e-5 sum |w_i x_i| (about 5x above the
 // worst case of those terms) and relative L2 below 2e-5 (typically ~1e-6).
+// Sets an environment variable for one scope (the matmul reads its switches at every call).
+struct ScopedEnv {
+    const char* name;
+    ScopedEnv(const char* n, const char* v) : name(n) { EXPECT_EQ(setenv(n, v, 1), 0); }
+    ~ScopedEnv() { unsetenv(name); }
+};
+
 void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint32_t seed,
                 bool precise = false) {
     const auto& tr = quant::traits(type);
@@ -101,6 +109,7 @@ TEST(CudaMatmul, SupportsEveryMatvecType) {
 
 TEST(CudaMatmul, MatchesReferenceEveryType) {
     MOX_REQUIRE_CUDA_DEVICE();
+    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
     uint32_t seed = 1;
     for (TypeId type : kTypes) {
         const int64_t be = quant::traits(type).block_elems;
@@ -121,6 +130,7 @@ TEST(CudaMatmul, MatchesReferenceEveryType) {
 // one output row and odd n_out.
 TEST(CudaMatmul, SplitInnerDimension) {
     MOX_REQUIRE_CUDA_DEVICE();
+    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
     check_case(TypeId::q8_0, 544, 1, 1, 201);      // 17 segments: 9 chunks, 2 splits, padded last chunk
     check_case(TypeId::q8_0, 544, 131, 63, 202);   // 2 x 1 tiles
     check_case(TypeId::q4_k, 1792, 77, 65, 203);   // 56 segments: 28 chunks over 7 splits of 4
@@ -138,6 +148,7 @@ TEST(CudaMatmul, SplitInnerDimension) {
 // with 5), and a float type whose rows end in a partial segment.
 TEST(CudaMatmul, BigTokenTiles) {
     MOX_REQUIRE_CUDA_DEVICE();
+    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
     check_case(TypeId::q4_k, 256, 4100, 1029, 501);
     check_case(TypeId::q8_0, 512, 8200, 650, 502);
     check_case(TypeId::f16, 100, 8193, 600, 503);
@@ -148,6 +159,7 @@ TEST(CudaMatmul, BigTokenTiles) {
 // which GPUs with ~100 KB of shared memory per SM take: every quantized type, split and unsplit.
 TEST(CudaMatmul, DirectLoadTiles) {
     MOX_REQUIRE_CUDA_DEVICE();
+    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
     ASSERT_EQ(setenv("MOX_CUDA_MM_RAW", "0", 1), 0);
     uint32_t seed = 401;
     for (TypeId type : kTypes) {
@@ -187,8 +199,61 @@ TEST(CudaMatmul, PreciseEveryType) {
     check_case(TypeId::q6_k, 4096, 256, 40, seed++, true);
 }
 
+// The cuBLAS path: every type (decoded weights and permuted activations must pair up element by
+// element, with zero padding where a float row ends inside a segment or chunk), token counts from the
+// threshold up, n_out not a multiple of anything, a K-quant row of 16 super-blocks; the same bound as
+// the tiles (the same fp16 operands, fp32 sums).
+TEST(CudaMatmul, CublasEveryType) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    uint32_t seed = 601;
+    for (TypeId type : kTypes) {
+        const int64_t be = quant::traits(type).block_elems;
+        check_case(type, be == 1 ? 100 : std::max<int64_t>(be, 256), 129, kCublasMinTokens, seed++);
+        check_case(type, be == 1 ? 777 : 768, 200, kCublasMinTokens + 75, seed++);
+    }
+    check_case(TypeId::q4_k, 4096, 257, 600, seed++);
+    check_case(TypeId::q6_k, 2048, 1000, 1029, seed++);
+}
+
+// Below the threshold the tiles run, and MOX_CUDA_CUBLAS_MIN_TOKENS only raises it: both give the
+// tile kernels' results bit for bit (the cuBLAS sums come in another order).
+TEST(CudaMatmul, CublasThreshold) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const TypeId type = TypeId::q4_k;
+    const int64_t n_in = 512, n_out = 300, n = kCublasMinTokens + 10;
+    const size_t rb = quant::row_bytes(type, n_in);
+    const auto wf = test::randn(static_cast<size_t>(n_in * n_out), 7);
+    std::vector<uint8_t> wq(rb * n_out);
+    for (int64_t r = 0; r < n_out; ++r) quant::traits(type).quantize(wf.data() + r * n_in, wq.data() + r * rb, n_in);
+    ops::Weight host{.data = wq.data(), .type = type, .n_in = n_in, .n_out = n_out, .n_expert = 1, .row_bytes = rb};
+    DeviceWeight dw = upload_weight(host);
+    DeviceBuffer dx = test::to_device(test::randn(static_cast<size_t>(n_in * n), 8));
+    DeviceBuffer dy(static_cast<size_t>(n_out * n) * 4), ws(matmul_workspace_bytes(type, n_in, n_out, n));
+    const auto run = [&] {
+        matmul(type, dw.view.data, rb, n_in, n_out, dx.as<float>(), n, dy.as<float>(), ws.data());
+        return test::to_host<float>(dy, static_cast<size_t>(n_out * n));
+    };
+    const std::vector<float> with_blas = run();
+    std::vector<float> tiles, raised;
+    {
+        const ScopedEnv off("MOX_CUDA_CUBLAS", "0");
+        tiles = run();
+    }
+    {
+        const ScopedEnv up("MOX_CUDA_CUBLAS_MIN_TOKENS", "100000");
+        raised = run();
+    }
+    EXPECT_EQ(tiles, raised);
+    EXPECT_NE(tiles, with_blas);  // the path did run: another summation order moves some last bits
+    {
+        const ScopedEnv down("MOX_CUDA_CUBLAS_MIN_TOKENS", "1");  // clamped to kCublasMinTokens
+        EXPECT_EQ(run(), with_blas);
+    }
+}
+
 TEST(CudaMatmul, ModelSizes) {
     MOX_REQUIRE_CUDA_DEVICE();
+    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
     check_case(TypeId::q4_k, 2048, 513, 512, 101);
     check_case(TypeId::q6_k, 4096, 256, 65, 102);
     check_case(TypeId::q8_0, 512, 2048, 100, 103);
@@ -236,16 +301,20 @@ void bench(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, bool prec
 
 }  // namespace
 
+// Each size twice: the default (cuBLAS from kCublasMinTokens tokens) and the tile kernels alone.
 TEST(CudaBench, MatmulTflops) {
     MOX_REQUIRE_CUDA_DEVICE();
-    for (int64_t n_tokens : {512, 4096}) {
-        bench(TypeId::q4_k, 2048, 8192, n_tokens);
-        bench(TypeId::q8_0, 2048, 4096, n_tokens);
-        bench(TypeId::q6_k, 4096, 2048, n_tokens);
-        bench(TypeId::q4_k, 2048, 512, n_tokens);
-        bench(TypeId::q5_k, 512, 2048, n_tokens);
-        bench(TypeId::bf16, 2048, 8192, n_tokens);
-        bench(TypeId::q4_k, 2048, 8192, n_tokens / 4);
+    for (const char* path : {"1", "0"}) {
+        const ScopedEnv env("MOX_CUDA_CUBLAS", path);
+        std::printf("[bench] MOX_CUDA_CUBLAS=%s\n", path);
+        for (int64_t n_tokens : {128, 256, 512, 4096}) {
+            bench(TypeId::q4_k, 2048, 8192, n_tokens);
+            bench(TypeId::q8_0, 2048, 4096, n_tokens);
+            bench(TypeId::q6_k, 4096, 2048, n_tokens);
+            bench(TypeId::q4_k, 2048, 512, n_tokens);
+            bench(TypeId::q5_k, 512, 2048, n_tokens);
+            bench(TypeId::bf16, 2048, 8192, n_tokens);
+        }
     }
     bench(TypeId::q4_k, 2048, 8192, 512, true);
     bench(TypeId::q4_k, 2048, 512, 512, true);

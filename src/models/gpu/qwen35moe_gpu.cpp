@@ -92,8 +92,10 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         fail("context {} is outside 1..{} (the model's trained context)", n_ctx_max_, hp_.n_ctx_train);
     if (stream_min_tokens_ < 2) fail("--stream-min-tokens {}: at least 2 (decode always hands off)", stream_min_tokens_);
     cuda::set_device(0);
-    // Measures the context now, before any allocation of ours; with a budget, every later device
-    // allocation is checked against it.
+    // cuBLAS's handle (large-batch projections) takes its device memory first, so that it counts as
+    // part of the context, which set_vram_budget measures now, before any allocation of ours; with
+    // a budget, every later device allocation is checked against it.
+    cuda::matmul_init();
     cuda::set_vram_budget(o.vram_budget);
     const ops::CudaDeviceInfo info = ops::cuda_devices().front();
     // MOX_CUDA_DELTANET=sequential|chunked forces one DeltaNet prefill kernel (to compare them on

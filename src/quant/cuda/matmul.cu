@@ -11,10 +11,15 @@
 // Precise mode (precise = true): both operands as hi + lo fp16 parts (matmul.cuh), three MMAs per
 // product and a token tile of 32; about 1e-5 relative instead of 1e-3, at 2-3x the time.
 // Version 1 (env MOX_MATMUL_V1=1, not precise): the original single-stage kernel, kept as a fallback.
+// Large batches (cuda_matmul.h, kCublasMinTokens): the weight decoded to fp16 rows in the same
+// segment order as the permuted activations (dequant_half_kernel), then one cuBLAS product.
+#include "quant/cuda/blas.cuh"
 #include "quant/cuda/matmul.cuh"
 #include "quant/cuda_matmul.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -156,6 +161,53 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+// wh[r, 32 g + j] = fp16(value j of segment g of row r) in decode order (segments.cuh), the order
+// permute_half_kernel gives the activations; zeros from the row's last segment to the stride.
+// One thread per (row, segment slot).
+template <class T>
+__global__ void __launch_bounds__(256)
+    dequant_half_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                        int64_t stride, __half* __restrict__ wh) {
+    __shared__ float tbl[16];
+    stage_table<T>(tbl);
+    __syncthreads();
+    const int64_t slots = stride / seg::kSegElems;
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+    if (i >= n_out * slots) return;
+    const int64_t r = i / slots, g = i - r * slots;
+    __half* dst = wh + r * stride + g * seg::kSegElems;
+    if (g < n_segments<T>(n_in)) {
+        seg::Seg sg;
+        T::load(w + static_cast<size_t>(r) * row_bytes, g, n_in, sg, tbl);
+        mm::store_seg_half<T>(sg, dst);
+    } else {
+        uint4* d4 = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+        for (int v = 0; v < 4; ++v) d4[v] = make_uint4(0, 0, 0, 0);
+    }
+}
+
+size_t round256(size_t v) { return (v + 255) / 256 * 256; }
+
+// The cuBLAS path's workspace: permuted activations, the decoded weight, cuBLAS's scratch (0 when the
+// path does not apply to these sizes).
+template <class T>
+size_t cublas_bytes(int64_t n_in, int64_t n_out, int64_t n_tokens) {
+    const int64_t stride = mm::xh_stride<T>(n_in);
+    if (n_tokens < kCublasMinTokens || n_out * stride > kCublasMaxWeightElems) return 0;
+    return round256(static_cast<size_t>(n_tokens * stride) * 2) + round256(static_cast<size_t>(n_out * stride) * 2) +
+           kCublasWorkspaceBytes;
+}
+
+// Read at every call (a getenv beside a launch), so tests can run both paths in one process.
+int64_t cublas_min_tokens() {
+    const char* off = std::getenv("MOX_CUDA_CUBLAS");
+    if (off != nullptr && std::strcmp(off, "0") == 0) return INT64_MAX;
+    const char* e = std::getenv("MOX_CUDA_CUBLAS_MIN_TOKENS");
+    // Only upwards: the memory model reserves the path's workspace from kCublasMinTokens on.
+    return e != nullptr ? std::max<int64_t>(kCublasMinTokens, std::atoll(e)) : kCublasMinTokens;
+}
+
 }  // namespace
 
 namespace mm {
@@ -188,6 +240,8 @@ bool use_v1() {
 
 }  // namespace
 
+void matmul_init() { blas::init(); }
+
 bool matmul_supported(quant::TypeId type) {
     return dispatch_type(type, [](auto) {});
 }
@@ -198,8 +252,9 @@ size_t matmul_workspace_bytes(quant::TypeId type, int64_t n_in, int64_t n_out, i
     size_t bytes = 0;
     dispatch_type(type, [&](auto tag) {
         // The precise plan's permuted activations are twice as large; its partial sums are the same.
-        const Plan p = plan_for<decltype(tag)>(n_in, n_out, n_tokens, true);
-        bytes = p.xh_bytes + p.part_bytes;
+        using T = decltype(tag);
+        const Plan p = plan_for<T>(n_in, n_out, n_tokens, true);
+        bytes = std::max(p.xh_bytes + p.part_bytes, cublas_bytes<T>(n_in, n_out, n_tokens));
     });
     return bytes;
 }
@@ -230,6 +285,21 @@ void matmul(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
     MOX_CHECK(workspace != nullptr, "CUDA matmul without workspace");
     const bool ok = dispatch_type(type, [&](auto tag) {
         using T = decltype(tag);
+        if (!precise && n_tokens >= cublas_min_tokens() && cublas_bytes<T>(n_in, n_out, n_tokens) > 0) {
+            const int64_t stride = mm::xh_stride<T>(n_in);
+            auto* base = static_cast<unsigned char*>(workspace);
+            auto* xh = reinterpret_cast<__half*>(base);
+            const size_t xh_bytes = round256(static_cast<size_t>(n_tokens * stride) * 2);
+            auto* wh = reinterpret_cast<__half*>(base + xh_bytes);
+            void* blas_ws = base + xh_bytes + round256(static_cast<size_t>(n_out * stride) * 2);
+            mm::permute_half<T, false>(x, n_in, n_tokens, xh, stream);
+            const int64_t threads = n_out * (stride / seg::kSegElems);
+            dequant_half_kernel<T><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
+                static_cast<const uint8_t*>(w), row_bytes, n_in, n_out, stride, wh);
+            MOX_CUDA_CHECK_LAUNCH("dequant_half_kernel");
+            blas::gemm_f16(wh, xh, n_out, n_tokens, stride, y, blas_ws, kCublasWorkspaceBytes, stream);
+            return;
+        }
         const Plan p = plan_for<T>(n_in, n_out, n_tokens, precise);
         auto* xh = static_cast<__half*>(workspace);
         auto* part = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + p.xh_bytes);
