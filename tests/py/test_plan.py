@@ -378,11 +378,20 @@ def test_search_bad_input_is_a_one_line_error(mox_bin, full, args, message):
     assert len(lines) == 1 and message in lines[0], out.stderr
 
 
-def test_search_without_a_profile_says_calibrate(mox_bin, full, tmp_path):
+def test_search_without_a_profile_measures_a_quick_one(mox_bin, full, tmp_path):
+    # As `mox run/bench --plan auto`: no cached profile means a quick calibration, cached for the
+    # next command; a --profile that names a missing file stays an error.
     model = full[0]
     env = dict(os.environ, MOX_CACHE_DIR=str(tmp_path))
-    out = run_plan(mox_bin, model, "--vram-budget", "16GiB", env=env)
-    assert out.returncode != 0 and "mox calibrate" in out.stderr and str(tmp_path) in out.stderr
+    out = run_plan(mox_bin, model, "--vram-budget", "16GiB", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "measured a quick one" in out.stderr and str(tmp_path) in out.stderr
+    saved = list(tmp_path.glob("hardware-*.json"))
+    assert len(saved) == 1 and json.loads(out.stdout)["plan"]
+    again = run_plan(mox_bin, model, "--vram-budget", "16GiB", "--json", env=env)
+    assert again.returncode == 0 and "measured a quick one" not in again.stderr, again.stderr
+    missing = run_plan(mox_bin, model, "--vram-budget", "16GiB", "--profile", str(tmp_path / "none.json"), env=env)
+    assert missing.returncode != 0 and "none.json" in missing.stderr
 
 
 def test_manual_flags_predict_the_speed_of_their_placement(mox_bin, full, tmp_path):

@@ -11,6 +11,7 @@
 #include "models/qwen35moe_hparams.h"
 #include "place/flags.h"
 #include "place/memory.h"
+#include "plan/auto_plan.h"
 #include "plan/hardware.h"
 #include "plan/search.h"
 #include "plan/speed.h"
@@ -346,13 +347,18 @@ void register_plan(CLI::App& app) {
             return;
         }
 
+        // A profile named by --profile must exist; without one, this machine's cached profile, or a
+        // quick calibration cached now (as `mox run/bench --plan auto` do).
         const std::string profile_path = o->profile.empty() ? plan::default_profile_path() : o->profile;
-        const std::optional<plan::HardwareProfile> profile = plan::load_profile(profile_path);
-        if (!profile)
-            fail(
-                "no hardware profile at {}: run `mox calibrate` on this machine first (or pass --profile "
-                "FILE)",
-                profile_path);
+        std::optional<plan::HardwareProfile> profile;
+        if (!o->profile.empty()) {
+            profile = plan::load_profile(o->profile);
+            if (!profile) fail("no hardware profile at {} (--profile)", o->profile);
+        } else {
+            std::string note;
+            profile = plan::profile_or_calibrate(profile_path, plan::weight_types(file), &note);
+            fmt::print(stderr, "plan: {}\n", note);
+        }
         plan::PlanRequest req{
             .base = place::Placement::uniform(file, place::Tier::gpu), .hparams = hp, .profile = *profile};
         req.n_ctx = n_ctx;
