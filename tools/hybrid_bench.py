@@ -154,6 +154,14 @@ def describe_llama_log(info):
     return s
 
 
+def bench_plan_line(log):
+    """What `mox bench --plan auto` ran, from its log's "plan: ..." line (up to the predictions), or None."""
+    for line in log.splitlines():
+        if line.startswith("plan: "):
+            return line[len("plan: "):].split("; VRAM ")[0]
+    return None
+
+
 def describe_plan(plan):
     """One line about a `mox plan --json` document: a summary string if the plan has one, else the
     layers whose experts are not all on the GPU (the current schema's layers[].experts)."""
@@ -286,11 +294,18 @@ class Runner:
         return None
 
     def mox_auto(self, case):
-        plan = self.mox_plan(["--vram-budget", f"{case['budget_gib']:g}GiB", "-c", case["ctx"]], f"plan_{case['id']}")
+        # mox bench keeps its rows' KV types (f16, as llama-bench's default) and searches the rest, so
+        # `mox plan` gets the same constraint; the row's own plan is the "plan:" line of its log.
+        plan = self.mox_plan(["--vram-budget", f"{case['budget_gib']:g}GiB", "-c", case["ctx"], "-ctk", "f16",
+                              "-ctv", "f16"], f"plan_{case['id']}")
         cmd = [self.a.mox, "bench", "-m", self.a.model, "-ngl", 99, "--plan", "auto", "--vram-budget",
                f"{case['budget_gib']:g}GiB", "-c", case["ctx"], *self.common_test_args(self.a.mox_reps), "-o", "json"]
         rec = self.measure(f"mox_auto_{case['id']}", cmd, "mox_auto", case=case["id"],
                            plan_summary=describe_plan(plan), plan=plan)
+        ran = bench_plan_line((self.out / "raw" / f"mox_auto_{case['id']}.log").read_text(errors="replace"))
+        if ran:
+            rec["plan_summary"] = ran
+            self.save()
         return rec
 
     def kv_bytes(self, ctx):

@@ -128,6 +128,13 @@ def test_describe_plan_reads_the_layer_list():
     assert hb.describe_plan({"summary": "ncmoe 12"}) == "ncmoe 12"
 
 
+def test_bench_plan_line_is_what_the_bench_ran():
+    log = ("plan: experts of layers 0-4,7,10,16,39 in pinned host memory; -ub 4096; VRAM 23.34 GiB of 24.00 GiB "
+           "(predicted); decode ~231 t/s\nother\n")
+    assert hb.bench_plan_line(log) == "experts of layers 0-4,7,10,16,39 in pinned host memory; -ub 4096"
+    assert hb.bench_plan_line("no plan here\n") is None
+
+
 def run_fake(tmp_path, *args, env_extra=None):
     env = fake_gpu_tools.install(tmp_path / "bin")
     env.update(env_extra or {})
