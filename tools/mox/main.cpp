@@ -31,9 +31,11 @@ std::vector<std::string> expand_llama_style_options(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    // CUDA loads kernels lazily by default, growing the context's device memory at first use, after
-    // mox measured it for --vram-budget and the memory model: load them all when the context starts.
-    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    // CUDA's default lazy module loading stays: kernels load at first use, which grows the context
+    // by a few MiB after mox measured it for --vram-budget (inside the planner's margin; `mox
+    // calibrate` measures the context after its probes ran the kernels). Eager loading made that
+    // exact while mox was the only library, but it also loads every kernel cuBLAS has for the GPU:
+    // ~460 MiB on the H200 (session 14), VRAM a small card needs for experts.
     CLI::App app{"mox: Mixture-of-Experts inference that plans its own GPU/CPU placement"};
     app.require_subcommand(1);
     bool verbose = false;
