@@ -23,7 +23,7 @@ bool matmul_supported(quant::TypeId type);
 // The memory model (models/gpu_memory.cpp) reserves for these constants.
 inline constexpr int64_t kCublasMinTokens = 128;
 inline constexpr int64_t kCublasMaxWeightElems = int64_t{1} << 26;  // 128 MiB of fp16
-inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's own scratch on Hopper
+inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;   // cuBLAS's own scratch on Hopper
 
 // Makes cuBLAS's handle for the current device now, so the device memory it takes is in place before
 // a caller measures what the CUDA context holds (cuda::set_vram_budget, `mox calibrate`).

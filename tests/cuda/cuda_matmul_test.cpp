@@ -224,8 +224,10 @@ TEST(CudaMatmul, CublasThreshold) {
     const size_t rb = quant::row_bytes(type, n_in);
     const auto wf = test::randn(static_cast<size_t>(n_in * n_out), 7);
     std::vector<uint8_t> wq(rb * n_out);
-    for (int64_t r = 0; r < n_out; ++r) quant::traits(type).quantize(wf.data() + r * n_in, wq.data() + r * rb, n_in);
-    ops::Weight host{.data = wq.data(), .type = type, .n_in = n_in, .n_out = n_out, .n_expert = 1, .row_bytes = rb};
+    for (int64_t r = 0; r < n_out; ++r)
+        quant::traits(type).quantize(wf.data() + r * n_in, wq.data() + r * rb, n_in);
+    ops::Weight host{
+        .data = wq.data(), .type = type, .n_in = n_in, .n_out = n_out, .n_expert = 1, .row_bytes = rb};
     DeviceWeight dw = upload_weight(host);
     DeviceBuffer dx = test::to_device(test::randn(static_cast<size_t>(n_in * n), 8));
     DeviceBuffer dy(static_cast<size_t>(n_out * n) * 4), ws(matmul_workspace_bytes(type, n_in, n_out, n));

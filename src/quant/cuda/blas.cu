@@ -23,14 +23,17 @@ struct Handles {
 };
 
 Handles& handles() {
-    static Handles* h = new Handles;  // never destroyed: cuBLAS must not outlive the CUDA runtime's exit
+    // Never destroyed: a cublasDestroy among the static destructors could run after the CUDA runtime
+    // has shut down.
+    static Handles* h = new Handles;
     return *h;
 }
 
 cublasHandle_t handle_locked(Handles& h) {
     int dev = 0;
     MOX_CUDA_CHECK(cudaGetDevice(&dev));
-    if (h.by_device.size() <= static_cast<size_t>(dev)) h.by_device.resize(static_cast<size_t>(dev) + 1, nullptr);
+    if (h.by_device.size() <= static_cast<size_t>(dev))
+        h.by_device.resize(static_cast<size_t>(dev) + 1, nullptr);
     cublasHandle_t& handle = h.by_device[static_cast<size_t>(dev)];
     if (handle == nullptr) check(cublasCreate(&handle), "cublasCreate");
     return handle;
@@ -58,8 +61,8 @@ void gemm_f16(const __half* w, const __half* x, int64_t n_out, int64_t n_tokens,
     // (ldc n_out); Y = W^T X. fp32 compute: the fp16 products are exact in fp32 and sum there.
     const float one = 1.0f, zero = 0.0f;
     const int m = static_cast<int>(n_out), n = static_cast<int>(n_tokens), kk = static_cast<int>(k);
-    check(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, kk, &one, w, CUDA_R_16F, kk, x, CUDA_R_16F, kk, &zero,
-                       y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, kk, &one, w, CUDA_R_16F, kk, x, CUDA_R_16F, kk,
+                       &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
 }
 

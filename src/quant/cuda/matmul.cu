@@ -187,7 +187,9 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-size_t round256(size_t v) { return (v + 255) / 256 * 256; }
+size_t round256(size_t v) {
+    return (v + 255) / 256 * 256;
+}
 
 // The cuBLAS path's workspace: permuted activations, the decoded weight, cuBLAS's scratch (0 when the
 // path does not apply to these sizes).
@@ -195,8 +197,8 @@ template <class T>
 size_t cublas_bytes(int64_t n_in, int64_t n_out, int64_t n_tokens) {
     const int64_t stride = mm::xh_stride<T>(n_in);
     if (n_tokens < kCublasMinTokens || n_out * stride > kCublasMaxWeightElems) return 0;
-    return round256(static_cast<size_t>(n_tokens * stride) * 2) + round256(static_cast<size_t>(n_out * stride) * 2) +
-           kCublasWorkspaceBytes;
+    return round256(static_cast<size_t>(n_tokens * stride) * 2) +
+           round256(static_cast<size_t>(n_out * stride) * 2) + kCublasWorkspaceBytes;
 }
 
 // Read at every call (a getenv beside a launch), so tests can run both paths in one process.
@@ -240,7 +242,9 @@ bool use_v1() {
 
 }  // namespace
 
-void matmul_init() { blas::init(); }
+void matmul_init() {
+    blas::init();
+}
 
 bool matmul_supported(quant::TypeId type) {
     return dispatch_type(type, [](auto) {});
