@@ -7,6 +7,8 @@
 #
 #   bench/cuda/hybrid_h200.sh MOX LLAMA_BENCH MODEL OUT [BUDGETS]
 #
+# The predictions use this machine's cached hardware profile: run `mox calibrate` first (without
+# one, the first mox command measures a quick profile, with fewer repetitions).
 # BUDGETS: GiB at context CTX (default "24 16 8"). Environment (defaults): CTX (32768),
 # EXTRA ("24:262144": more BUDGET:CTX cases), LLAMA_REPS (2), MOX_REPS (2), THREADS (all CPUs),
 # GRID ("10 20 30": sweep points measured at the end while time remains), DEADLINE_S (360: no new
@@ -17,7 +19,7 @@
 # Time on the H200 (20 GB file in the page cache, ~10 s per llama-bench load): ~6-8 sweep runs
 # (~25 s) + 8 fit runs (one per test, ~15-22 s) + 4 mox runs: about 6-7 minutes; EXTRA="" saves ~1.
 set -euo pipefail
-if [ $# -lt 4 ]; then sed -n 2,18p "$0"; exit 2; fi
+if [ $# -lt 4 ]; then sed -n 2,20p "$0"; exit 2; fi
 mox="$1"; llama="$2"; model="$3"; out="$4"; budgets="${5:-24 16 8}"
 here="$(cd "$(dirname "$0")" && pwd)"
 # A llama-bench that cannot start (a missing CUDA library) would fail every run: say so first.

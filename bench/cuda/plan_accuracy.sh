@@ -10,10 +10,12 @@
 #   load; the row's vram_bytes is the driver's number for that configuration). ~3 minutes on the H200.
 # isolated: one invocation per configuration, so nvidia-smi's peak is that configuration alone too
 #   (a cross-check of the rows' numbers); ~2x longer.
+# The predictions use this machine's cached hardware profile: run `mox calibrate` first (without
+# one, the first mox command measures a quick profile, with fewer repetitions).
 # Environment: REPS (2; the one -r applies to tg128 and pp512), THREADS (all CPUs), RUN_TIMEOUT_S
 # (240: a bench invocation killed after this is recorded with exit 124).
 set -uo pipefail
-if [ $# -lt 3 ]; then sed -n 2,14p "$0"; exit 2; fi
+if [ $# -lt 3 ]; then sed -n 2,16p "$0"; exit 2; fi
 mox="$1"; model="$2"; out="$3"; mode="${4:-grouped}"
 reps="${REPS:-2}"; threads="${THREADS:-$(nproc)}"
 here="$(cd "$(dirname "$0")" && pwd)"
