@@ -95,13 +95,14 @@ uint64_t expert_bytes(TypeId type) {
 
 uint64_t auto_stack_bytes() {
     const uint64_t llc = last_level_cache_bytes();
-    // The cache figure is per socket; with several NUMA nodes count one per node (a rough upper bound).
-    // At least 1 GiB, as the DRAM probe reads: a virtual machine may report less cache than its host
-    // has. On the H200 machine (session 13's profile) 4x the reported cache gave Q6_K experts 101 GB/s
-    // and Q4_K 89 against a DRAM read of 84: the stack sat partly in cache, and the speed model
-    // over-predicted every plan with host experts (by up to 18.5%; bench/results/2026-11-30-s14-h200).
+    // Random experts must come from DRAM as in a real model, whose host experts are many GB: with the
+    // stack only 4x the last-level cache about a quarter of the picks hit it. On the H200 machine
+    // (300 MiB of L3) session 13's profile had Q6_K experts at 101 GB/s and Q4_K at 89 against a
+    // DRAM read of 84, and the speed model over-predicted every plan with host experts (up to
+    // +18.5%, bench/results/2026-11-30-s14-h200). 16x the cache (one per NUMA node, a rough upper
+    // bound) and at least 1 GiB, as the DRAM probe reads.
     constexpr uint64_t kMinBytes = uint64_t{1} << 30;
-    uint64_t bytes = std::max(kMinBytes, 4 * llc * static_cast<uint64_t>(std::max(1, topology().numa_nodes)));
+    uint64_t bytes = std::max(kMinBytes, 16 * llc * static_cast<uint64_t>(std::max(1, topology().numa_nodes)));
     const uint64_t ram = host_ram_bytes();
     if (ram) bytes = std::min(bytes, ram / 4);
     return std::min(bytes, uint64_t{8} << 30);

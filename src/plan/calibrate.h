@@ -28,7 +28,7 @@ struct CalibrateOptions {
     int dram_reps = 5;
 
     // Experts: a stack of the model's expert shape (n_embd 2048, n_ff 512) with at least this many
-    // bytes of one type, so that random experts come from DRAM, not from the caches. 0: four times
+    // bytes of one type, so that random experts come from DRAM, not from the caches. 0: 16 times
     // the last-level cache and at least 1 GiB, at most a quarter of RAM (and 8 GiB).
     uint64_t expert_stack_bytes = 0;
     int expert_k = 8;      // experts per token (the model's top-k)
