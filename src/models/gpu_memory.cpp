@@ -24,10 +24,10 @@ uint64_t gpu_matmul_scratch(int64_t n_in, int64_t n_out, int64_t n_tokens) {
     const int64_t cap_rows = 64 * ((2 * kTargetBlocks + row_tiles - 1) / row_tiles);
     const uint64_t tiles = xh + u(cap_rows) * u(n_out) * 4;
     // The cuBLAS path of large batches: fp16 activations and weight, cuBLAS's own scratch.
-    const int64_t stride = (n_in + 63) / 64 * 64;
-    if (n_tokens < cuda::kCublasMinTokens || n_out * stride > cuda::kCublasMaxWeightElems) return tiles;
-    const uint64_t blas = round_up(u(n_tokens) * u(stride) * 2, 256) +
-                          round_up(u(n_out) * u(stride) * 2, 256) + cuda::kCublasWorkspaceBytes;
+    const uint64_t stride = round_up(u(n_in), 64);
+    if (n_tokens < cuda::kCublasMinTokens || u(n_out) * stride > u(cuda::kCublasMaxWeightElems)) return tiles;
+    const uint64_t blas = round_up(u(n_tokens) * stride * 2, 256) + round_up(u(n_out) * stride * 2, 256) +
+                          cuda::kCublasWorkspaceBytes;
     return std::max(tiles, blas);
 }
 

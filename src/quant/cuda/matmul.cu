@@ -191,14 +191,24 @@ size_t round256(size_t v) {
     return (v + 255) / 256 * 256;
 }
 
-// The cuBLAS path's workspace: permuted activations, the decoded weight, cuBLAS's scratch (0 when the
-// path does not apply to these sizes).
+// The cuBLAS path's workspace: permuted activations, the decoded weight, cuBLAS's scratch, each
+// 256-byte aligned; total 0 when the path does not apply to these sizes.
+struct CublasLayout {
+    int64_t stride = 0;  // halves per row of both operands (mm::xh_stride)
+    size_t wh = 0;       // offset of the decoded weight
+    size_t blas = 0;     // offset of cuBLAS's scratch
+    size_t total = 0;
+};
+
 template <class T>
-size_t cublas_bytes(int64_t n_in, int64_t n_out, int64_t n_tokens) {
-    const int64_t stride = mm::xh_stride<T>(n_in);
-    if (n_tokens < kCublasMinTokens || n_out * stride > kCublasMaxWeightElems) return 0;
-    return round256(static_cast<size_t>(n_tokens * stride) * 2) +
-           round256(static_cast<size_t>(n_out * stride) * 2) + kCublasWorkspaceBytes;
+CublasLayout cublas_layout(int64_t n_in, int64_t n_out, int64_t n_tokens) {
+    CublasLayout l;
+    l.stride = mm::xh_stride<T>(n_in);
+    if (n_tokens < kCublasMinTokens || n_out * l.stride > kCublasMaxWeightElems) return l;
+    l.wh = round256(static_cast<size_t>(n_tokens * l.stride) * 2);
+    l.blas = l.wh + round256(static_cast<size_t>(n_out * l.stride) * 2);
+    l.total = l.blas + kCublasWorkspaceBytes;
+    return l;
 }
 
 // Read at every call (a getenv beside a launch), so tests can run both paths in one process.
@@ -258,7 +268,7 @@ size_t matmul_workspace_bytes(quant::TypeId type, int64_t n_in, int64_t n_out, i
         // The precise plan's permuted activations are twice as large; its partial sums are the same.
         using T = decltype(tag);
         const Plan p = plan_for<T>(n_in, n_out, n_tokens, true);
-        bytes = std::max(p.xh_bytes + p.part_bytes, cublas_bytes<T>(n_in, n_out, n_tokens));
+        bytes = std::max(p.xh_bytes + p.part_bytes, cublas_layout<T>(n_in, n_out, n_tokens).total);
     });
     return bytes;
 }
@@ -289,13 +299,13 @@ void matmul(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
     MOX_CHECK(workspace != nullptr, "CUDA matmul without workspace");
     const bool ok = dispatch_type(type, [&](auto tag) {
         using T = decltype(tag);
-        if (!precise && n_tokens >= cublas_min_tokens() && cublas_bytes<T>(n_in, n_out, n_tokens) > 0) {
-            const int64_t stride = mm::xh_stride<T>(n_in);
+        const CublasLayout cl = cublas_layout<T>(n_in, n_out, n_tokens);
+        if (!precise && cl.total > 0 && n_tokens >= cublas_min_tokens()) {
+            const int64_t stride = cl.stride;
             auto* base = static_cast<unsigned char*>(workspace);
             auto* xh = reinterpret_cast<__half*>(base);
-            const size_t xh_bytes = round256(static_cast<size_t>(n_tokens * stride) * 2);
-            auto* wh = reinterpret_cast<__half*>(base + xh_bytes);
-            void* blas_ws = base + xh_bytes + round256(static_cast<size_t>(n_out * stride) * 2);
+            auto* wh = reinterpret_cast<__half*>(base + cl.wh);
+            void* blas_ws = base + cl.blas;
             mm::permute_half<T, false>(x, n_in, n_tokens, xh, stream);
             const int64_t threads = n_out * (stride / seg::kSegElems);
             dequant_half_kernel<T><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
