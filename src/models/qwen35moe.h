@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -108,6 +109,9 @@ public:
     virtual std::unique_ptr<DeviceSequenceState> new_state(const StateOptions& options) = 0;
     virtual void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) = 0;
     virtual std::string summary() const = 0;
+    // The arg max of the last logit row the last forward returned (the lowest index of the largest
+    // value, as std::max_element), where the backend found it on the device; nullopt otherwise.
+    virtual std::optional<int32_t> last_argmax() const { return std::nullopt; }
 };
 
 class Qwen35Moe;
@@ -138,6 +142,9 @@ public:
     // one row (the last token) per sequence, in batch order. A sequence that would exceed its
     // context is a mox::Error and leaves every state unchanged.
     void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits);
+    // The arg max of the last row forward returned when the device computed it (the GPU path: the
+    // caller's greedy choice without a scan of the vocabulary on the host); nullopt otherwise.
+    std::optional<int32_t> last_argmax() const { return gpu_ ? gpu_->last_argmax() : std::nullopt; }
 
     // Usage histogram of routed experts since load: [n_layer][n_expert] selections.
     const std::vector<std::vector<int64_t>>& expert_usage() const { return expert_usage_; }

@@ -62,4 +62,12 @@ void shared_expert_add(float* out, const float* shared, const float* u, const fl
 void swiglu(const float* g, const float* u, int64_t n_rows, int64_t width, int64_t stride, float* y,
             StreamHandle stream = nullptr);
 
+// The arg max of x[0, n) (n < 2^32): the lowest index of the largest value, as std::max_element
+// finds it; NaN is never chosen. Writes one device uint64 (`result`), read on the host with
+// argmax_index. A memset and one kernel (~4 values per thread), so the greedy token of a decode
+// step costs the host 8 bytes instead of a scan of the vocabulary.
+void argmax(const float* x, int64_t n, uint64_t* result, StreamHandle stream = nullptr);
+// The index argmax wrote into `result`, or -1 when there was none (n was 0 or every value NaN).
+int64_t argmax_index(uint64_t result);
+
 }  // namespace mox::cuda

@@ -283,6 +283,50 @@ TEST(CudaBasic, SharedExpertAddAndSwiglu) {
         }
 }
 
+TEST(CudaBasic, ArgmaxIsTheFirstLargestValue) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    DeviceBuffer slot(sizeof(uint64_t));
+    auto device_argmax = [&](const std::vector<float>& x) {
+        DeviceBuffer dx = test::to_device(x);
+        argmax(dx.as<float>(), static_cast<int64_t>(x.size()), slot.as<uint64_t>());
+        return argmax_index(test::to_host<uint64_t>(slot, 1)[0]);
+    };
+    auto host_argmax = [](const std::vector<float>& x) {
+        return static_cast<int64_t>(std::max_element(x.begin(), x.end()) - x.begin());
+    };
+    // A vocabulary's worth of logits, and sizes around the block and thread counts.
+    for (int64_t n : {1, 31, 257, 4099, 248320}) {
+        auto x = test::randn(static_cast<size_t>(n), 40 + static_cast<uint32_t>(n), 4.0f);
+        EXPECT_EQ(device_argmax(x), host_argmax(x)) << n;
+        // Ties go to the lowest index, as std::max_element's do; so do -0 against +0.
+        if (n >= 4099) {
+            const float top = *std::max_element(x.begin(), x.end()) + 1.0f;
+            x[3000] = top, x[17] = top, x[n - 1] = top;
+            EXPECT_EQ(device_argmax(x), 17) << n;
+        }
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(device_argmax({-0.0f, 0.0f, -1.0f}), 0);
+    EXPECT_EQ(device_argmax({-inf, -inf, -5.0f, -inf}), 2);
+    EXPECT_EQ(device_argmax({nan, -3.0f, nan, -2.0f}), 3);  // NaN is never the pick
+    EXPECT_EQ(device_argmax({-inf, inf, 1e30f}), 1);
+    EXPECT_EQ(device_argmax({nan, nan}), -1);  // nothing to pick
+    // Captured in a graph (the decode step): the memset restarts the search at every replay.
+    const int64_t n = 1000;
+    DeviceBuffer dx(n * sizeof(float));
+    Stream stream;
+    Graph::begin_capture(stream.handle());
+    argmax(dx.as<float>(), n, slot.as<uint64_t>(), stream.handle());
+    Graph g = Graph::end_capture(stream.handle());
+    for (uint32_t seed : {5u, 6u, 7u}) {
+        const auto x = test::randn(n, seed);
+        dx.upload(x.data(), n * sizeof(float), 0, stream.handle());
+        g.launch(stream.handle());
+        stream.synchronize();
+        EXPECT_EQ(argmax_index(test::to_host<uint64_t>(slot, 1)[0]), host_argmax(x)) << seed;
+    }
+}
+
 TEST(CudaGraph, ReplaysCapturedLaunchesWithNewDeviceInputs) {
     MOX_REQUIRE_CUDA_DEVICE();
     // A captured add_rms_norm reads x from device memory on every replay: changing the input

@@ -121,6 +121,11 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         if (v != "0" && v != "1") fail("MOX_CUDA_NORM_FUSE={}: expected 0 or 1", v);
         fuse_norm_router_ = v == "1";
     }
+    if (const char* e = std::getenv("MOX_CUDA_ARGMAX"); e && *e) {
+        const std::string v = e;
+        if (v != "0" && v != "1") fail("MOX_CUDA_ARGMAX={}: expected 0 or 1", v);
+        device_argmax_ = v == "1";
+    }
     if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
         const std::string v = e;
         if (v == "sequential") deltanet_method_ = cuda::DeltaNetMethod::sequential;
@@ -189,9 +194,11 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     MOX_CHECK(attn_ws_bytes <= plan.attention_scratch, "memory model: attention scratch {} < the kernel's {}",
               plan.attention_scratch, attn_ws_bytes);
     attn_ws_ = DeviceBuffer(plan.attention_scratch);
-    logits_ = fbuf(kLogitRows * hp_.n_vocab);
+    // The logit rows, then the 8-byte arg max of a single row (cuda::argmax), fetched together.
+    logits_ = fbuf(kLogitRows * hp_.n_vocab + 2);
     std::string why;
-    logits_host_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(kLogitRows * hp_.n_vocab) * sizeof(float), &why);
+    logits_host_ = cuda::PinnedBuffer::try_alloc(
+        static_cast<size_t>(kLogitRows * hp_.n_vocab + 2) * sizeof(float), &why);
     staging_ids_ = cuda::PinnedBuffer::try_alloc((nb + 1) * sizeof(int32_t), &why);
     if (logits_host_.empty() || staging_ids_.empty()) fail("--device cuda: pinned host memory: {}", why);
     if (!o.token_embd_on_gpu) {
@@ -366,6 +373,7 @@ void Qwen35MoeGpu::embed_on_host(const int32_t* tokens, int64_t n) {
 
 void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
     const int64_t V = hp_.n_vocab;
+    last_argmax_.reset();
     int64_t n_rows = 0;
     for (const SequenceBatch& b : batch) n_rows += all_logits ? static_cast<int64_t>(b.tokens.size()) : 1;
     logits.resize(static_cast<size_t>(n_rows * V));
@@ -452,17 +460,32 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
 
 void Qwen35MoeGpu::logits_compute(int64_t r0, int64_t count) {
     const ops::Weight& w = output_;
-    cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * hp_.n_embd, static_cast<int>(count),
-                 logits_.as<float>(), stream_.handle());
+    float* logits = logits_.as<float>();
+    cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * hp_.n_embd,
+                 static_cast<int>(count), logits, stream_.handle());
+    // A single row (every decode step, a prompt's last token) also gets its arg max on the device.
+    if (count == 1 && device_argmax_)
+        cuda::argmax(logits, hp_.n_vocab, argmax_slot(logits), stream_.handle());
+}
+
+uint64_t* Qwen35MoeGpu::argmax_slot(void* logits_base) const {
+    return reinterpret_cast<uint64_t*>(static_cast<float*>(logits_base) + kLogitRows * hp_.n_vocab);
 }
 
 void Qwen35MoeGpu::logits_fetch(int64_t count, float* host) {
     const cuda::StreamHandle s = stream_.handle();
     const size_t bytes = static_cast<size_t>(count * hp_.n_vocab) * sizeof(float);
+    const bool with_argmax = count == 1 && device_argmax_;
     cuda::copy_to_host(logits_host_.data(), logits_.data(), bytes, s);
+    if (with_argmax) cuda::copy_to_host(argmax_slot(logits_host_.data()), argmax_slot(logits_.data()), 8, s);
     // A host hand-off that failed left garbage behind: say why instead of returning it.
     if (host_failed_) std::rethrow_exception(host_error_);
     std::memcpy(host, logits_host_.data(), bytes);
+    last_argmax_.reset();
+    if (with_argmax) {
+        const int64_t i = cuda::argmax_index(*argmax_slot(logits_host_.data()));
+        if (i >= 0) last_argmax_ = static_cast<int32_t>(i);
+    }
 }
 
 void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {

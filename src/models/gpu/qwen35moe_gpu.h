@@ -19,6 +19,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,7 @@ public:
     std::unique_ptr<DeviceSequenceState> new_state(const StateOptions& o) override;
     void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) override;
     std::string summary() const override { return summary_; }
+    std::optional<int32_t> last_argmax() const override { return last_argmax_; }
 
     // Called from a host node (qwen35moe_gpu_experts.cpp): the CPU computes the selected host experts
     // of the hand-off in hand_*; never throws (a failure is kept for forward() to rethrow).
@@ -161,8 +163,10 @@ private:
     // Every part of g for n tokens of x, into a buffer laid out for g (InputGroup::out).
     void project(const InputGroup& g, const float* x, int64_t n, float* base);
     // Logits of `count` (<= 8) consecutive rows of u_ from row r0 into logits_; then to host memory.
+    // A single row's arg max goes along (cuda::argmax, into the slot after the logit rows).
     void logits_compute(int64_t r0, int64_t count);
     void logits_fetch(int64_t count, float* host);
+    uint64_t* argmax_slot(void* logits_base) const;  // in logits_ or logits_host_
     // Embedding rows of n tokens by the CPU into hand_embd_ (token_embd on the host).
     void embed_on_host(const int32_t* tokens, int64_t n);
 
@@ -210,6 +214,9 @@ private:
     // Decode runs the MoE input norm inside the router's launch where fused_norm_router allows;
     // MOX_CUDA_NORM_FUSE=0 keeps add_rms_norm launches of their own (A/B).
     bool fuse_norm_router_ = true;
+    // The last logit row's arg max is computed on the device (last_argmax); MOX_CUDA_ARGMAX=0: not (A/B).
+    bool device_argmax_ = true;
+    std::optional<int32_t> last_argmax_;
     int64_t decode_steps_ = 0;  // decode graph launches so far
     int64_t profile_step_ = 0;  // MOX_CUDA_PROFILE_STEP; 0: none profiled
     // Activations for one micro-batch (fp32, token-major rows).

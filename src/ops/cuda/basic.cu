@@ -372,4 +372,65 @@ void swiglu(const float* g, const float* u, int64_t n_rows, int64_t width, int64
     MOX_CUDA_CHECK_LAUNCH("swiglu_kernel");
 }
 
+namespace {
+
+// argmax's key of value v at index i: the float's bits mapped to an unsigned order (negative values
+// flipped), index complemented below them, so the largest key is the largest value at its lowest
+// index. NaN maps to 0 (never chosen over a number: the smallest number's key, -inf's, is above
+// 2^54), and -0 to +0's key, since the host's comparison finds them equal.
+__device__ __forceinline__ unsigned long long argmax_key(float v, uint32_t i) {
+    if (v != v) return 0ull;
+    const uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
+    const uint32_t ord = (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
+    return (static_cast<unsigned long long>(ord) << 32) | (0xFFFFFFFFu - i);
+}
+
+inline constexpr int kArgmaxThreads = 256;
+
+// Each block reduces a strided share of x to its largest key, then one atomicMax per block.
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const float* __restrict__ x, int64_t n, unsigned long long* __restrict__ result) {
+    __shared__ unsigned long long red[kArgmaxThreads / kWarp];
+    dependency_wait();
+    allow_next_launch();
+    unsigned long long best = 0ull;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * kArgmaxThreads + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * kArgmaxThreads) {
+        const unsigned long long k = argmax_key(x[i], static_cast<uint32_t>(i));
+        best = k > best ? k : best;
+    }
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+        const unsigned long long other = __shfl_xor_sync(0xFFFFFFFFu, best, o);
+        best = other > best ? other : best;
+    }
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    if (lane == 0) red[warp] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kArgmaxThreads / kWarp; ++w) best = red[w] > best ? red[w] : best;
+        atomicMax(result, best);
+    }
+}
+
+}  // namespace
+
+void argmax(const float* x, int64_t n, uint64_t* result, StreamHandle stream) {
+    MOX_CHECK(n >= 0 && n <= INT64_C(0xFFFFFFFF), "argmax over {} values", n);
+    static_assert(sizeof(unsigned long long) == sizeof(uint64_t));
+    MOX_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(uint64_t), stream));
+    if (n == 0) return;
+    // ~4 values per thread for a 248K vocabulary: one round of loads, 2 blocks per SM.
+    const int64_t blocks = std::min<int64_t>((n + 4 * kArgmaxThreads - 1) / (4 * kArgmaxThreads),
+                                             2 * static_cast<int64_t>(launch_limits().sm_count));
+    launch_overlapped(argmax_kernel, static_cast<unsigned>(blocks), kArgmaxThreads, 0, stream, x, n,
+                      reinterpret_cast<unsigned long long*>(result));
+    MOX_CUDA_CHECK_LAUNCH("argmax_kernel");
+}
+
+int64_t argmax_index(uint64_t result) {
+    if ((result >> 32) == 0) return -1;
+    return static_cast<int64_t>(0xFFFFFFFFu - static_cast<uint32_t>(result & 0xFFFFFFFFu));
+}
+
 }  // namespace mox::cuda

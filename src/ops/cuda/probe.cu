@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace mox::cuda {
@@ -309,19 +310,28 @@ double probe_matvec_gbps(quant::TypeId type, size_t min_bytes, int reps) {
     const DeviceBuffer x = random_floats(kIn, 3, s);
     DeviceBuffer y(static_cast<size_t>(n_out) * sizeof(float));
     // Decode reads many matrices of a few MiB one after another, never one huge one: the weight is
-    // cut into 2048 -> 8192 slices (a DeltaNet input projection's shape) run back to back in a
-    // replayed graph, as a decode step runs them, so the rate includes each launch's ramp and tail.
-    constexpr int64_t kSliceRows = 8192;
-    const int64_t n_slices = std::max<int64_t>(1, n_out / kSliceRows);
-    const int64_t slice_rows = std::min(n_out, kSliceRows);
-    Graph graph = capture(s, [&] {
-        for (int64_t i = 0; i < n_slices; ++i)
-            matvec(type, w.as<uint8_t>() + static_cast<size_t>(i * slice_rows) * rb, rb, kIn, slice_rows,
-                   x.as<float>(), 1, y.as<float>() + i * slice_rows, s);
-    });
-    const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
-    const double bytes = static_cast<double>(rb) * static_cast<double>(slice_rows * n_slices);
-    return bytes / (static_cast<double>(ms) * 1e-3) / 1e9;
+    // cut into slices of a decode projection's shape run back to back in a replayed graph, as a
+    // decode step runs them. Seconds per launch of `rows`-row slices:
+    auto per_launch_s = [&](int64_t rows) {
+        const int64_t n_slices = std::max<int64_t>(1, n_out / rows);
+        const int64_t slice_rows = std::min(n_out, rows);
+        Graph graph = capture(s, [&] {
+            for (int64_t i = 0; i < n_slices; ++i)
+                matvec(type, w.as<uint8_t>() + static_cast<size_t>(i * slice_rows) * rb, rb, kIn, slice_rows,
+                       x.as<float>(), 1, y.as<float>() + i * slice_rows, s);
+        });
+        const float ms = time_ms(s, 2, reps, [&] { graph.launch(s); });
+        return std::pair{static_cast<double>(ms) * 1e-3 / static_cast<double>(n_slices),
+                         static_cast<double>(rb) * static_cast<double>(slice_rows)};
+    };
+    // The marginal rate between 2048- and 8192-row slices (an out-projection's and a DeltaNet
+    // in-projection's shapes): each launch also costs a fixed start and drain, which the speed model
+    // charges as gpu.launch_gap_s per kernel. The plain rate of 8192-row slices counted that cost
+    // twice (~0.3 ms of a ~2.7 ms Qwen3.6 step on the H200, session 15).
+    const auto [t_big, b_big] = per_launch_s(8192);
+    const auto [t_small, b_small] = per_launch_s(2048);
+    if (b_big > b_small && t_big > 1.05 * t_small) return (b_big - b_small) / (t_big - t_small) / 1e9;
+    return b_big / t_big / 1e9;  // too small a weight (or too noisy) to separate the two
 }
 
 double probe_matmul_tflops(quant::TypeId type, int64_t n_tokens, int reps) {
