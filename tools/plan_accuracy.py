@@ -159,9 +159,24 @@ def join(out):
             r["pp_predicted"] = pp.get("predicted_tps") if pp and isinstance(pp.get("predicted_tps"), (int, float)) else None
             if r["pp_predicted"] is None:
                 _, r["pp_predicted"] = bc.find_key(plan or {}, PRED_PP_KEYS)
+            # The machine's CPU time that went to other work or the hypervisor during the tg
+            # repetitions (mox bench's host_cpu_other / host_cpu_steal): host expert layers wait for
+            # every one of their threads, so a busy machine slows them beyond what the profile says.
+            busy = cpu_busy_share(tg)
+            if busy is not None and busy >= 0.10:
+                r["notes"].append(f"host busy {busy:.0%} in tg")
             score(r)
             results.append(r)
     return results
+
+
+def cpu_busy_share(row):
+    """The largest share of all cores' time that other work and the hypervisor took during one of the
+    row's repetitions, or None when the row has no such readings (older mox, no /proc)."""
+    other, steal = (row or {}).get("host_cpu_other"), (row or {}).get("host_cpu_steal")
+    if not isinstance(other, list) or not isinstance(steal, list) or len(other) != len(steal) or not other:
+        return None
+    return max(o + s for o, s in zip(other, steal))
 
 
 def score(r):

@@ -50,6 +50,10 @@ double decode_bytes_per_token(const BenchModelInfo& m, const BenchConfig& c) {
 
 namespace {
 
+// A repetition where other work and the hypervisor together took this share of all cores' time gets a
+// warning under the markdown table (a quiet machine shows a few percent: the kernel, a shell).
+constexpr double kBusyHostWarning = 0.10;
+
 // Decode roofline fraction of a pure tg row: achieved t/s x bytes per token / measured bandwidth.
 std::optional<double> roofline_fraction(const BenchResult& r, double median_ts) {
     const BenchTest& t = r.config.test;
@@ -119,6 +123,11 @@ nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta
     j["host_read_gbps"] = r.host_read_bytes_per_s > 0 ? nlohmann::ordered_json(r.host_read_bytes_per_s / 1e9)
                                                       : nlohmann::ordered_json(nullptr);
     j["host_read_source"] = meta.bandwidth_source;
+    // One share per repetition, or null (some repetition had no reading).
+    const bool cpu = !r.host_cpu_other.empty() && r.host_cpu_other.size() == r.samples_ts.size() &&
+                     r.host_cpu_steal.size() == r.samples_ts.size();
+    j["host_cpu_other"] = cpu ? nlohmann::ordered_json(r.host_cpu_other) : nlohmann::ordered_json(nullptr);
+    j["host_cpu_steal"] = cpu ? nlohmann::ordered_json(r.host_cpu_steal) : nlohmann::ordered_json(nullptr);
     j["host_read_buffer_bytes"] = meta.bandwidth_buffer;
     const double bpt = decode_bytes_per_token(r.model, c);
     j["decode_bytes_per_token"] = bpt > 0 ? nlohmann::ordered_json(bpt) : nlohmann::ordered_json(nullptr);
@@ -311,6 +320,20 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
                                  list);
     }
     if (!any([](const BenchResult& r) { return r.vram_bytes.has_value(); })) out += "VRAM: - (no GPU used)\n";
+    // Rows that shared the machine: their CPU-side numbers (and a hybrid decode's) are not this
+    // engine's alone.
+    for (const auto& r : rows) {
+        if (r.host_cpu_other.size() != r.samples_ts.size() || r.host_cpu_steal.size() != r.samples_ts.size())
+            continue;
+        double worst = 0;
+        for (size_t i = 0; i < r.host_cpu_other.size(); ++i)
+            worst = std::max(worst, r.host_cpu_other[i] + r.host_cpu_steal[i]);
+        if (worst >= kBusyHostWarning)
+            out += fmt::format(
+                "warning: {}: other work on this machine (or the hypervisor) took up to {:.0f}% of the "
+                "CPU time during a repetition (host_cpu_other, host_cpu_steal)\n",
+                r.config.test.name(), 100 * worst);
+    }
     if (meta.compare) {
         std::string commit;
         for (const auto& r : rows)

@@ -68,6 +68,11 @@ struct BenchResult {
     uint64_t host_rss_bytes = 0;     // VmRSS right after the row's last repetition
     uint64_t host_peak_bytes = 0;    // VmHWM (process peak) at that moment
     double host_read_bytes_per_s = 0;  // host read bandwidth for this row's threads; 0: not measured
+    // Per repetition, the shares of all cores' time that went to other work on the machine (other
+    // processes, the kernel) and to the hypervisor (steal) while it ran (core/cpu_times.h): a row
+    // whose host-side threads were preempted shows it here. Parallel to samples_ts; reported only
+    // when every repetition has a reading (/proc readable, at least a clock tick long).
+    std::vector<double> host_cpu_other, host_cpu_steal;
     double gpu_bytes_per_s = 0;        // GPU rows: the device's memory bandwidth (driver peak); 0: none
     // GPU and hybrid facts; empty while no GPU is used (there is no CUDA path in mox bench yet).
     std::optional<uint64_t> vram_bytes;             // from the driver, after the row's last repetition

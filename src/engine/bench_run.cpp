@@ -206,6 +206,7 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
 
     process(0, c.test.n_depth);  // untimed: the context the test runs at
 
+    const std::optional<CpuTimes> cpu0 = read_cpu_times();
     const auto t0 = std::chrono::steady_clock::now();
     if (c.test.n_prompt > 0) process(c.test.n_depth, c.test.n_prompt);
     if (c.test.n_gen > 0) {
@@ -217,9 +218,14 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
         }
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    const std::optional<CpuTimes> cpu1 = read_cpu_times();
     const double tokens = static_cast<double>(c.test.n_prompt + c.test.n_gen);
-    BenchSample sample{
-        .ns = ns, .tokens_per_s = ns > 0 ? tokens * 1e9 / ns : 0, .vram_bytes = std::nullopt, .predicted_vram_bytes = std::nullopt, .predicted_tps = std::nullopt};
+    BenchSample sample{.ns = ns,
+                       .tokens_per_s = ns > 0 ? tokens * 1e9 / ns : 0,
+                       .vram_bytes = std::nullopt,
+                       .predicted_vram_bytes = std::nullopt,
+                       .predicted_tps = std::nullopt,
+                       .cpu = cpu0 && cpu1 ? cpu_shares(*cpu0, *cpu1) : std::nullopt};
 #ifdef MOX_HAVE_CUDA
     if (device == models::Device::cuda) {
         // Everything this process holds on the device (weights, activations, this row's state)

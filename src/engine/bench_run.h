@@ -4,6 +4,7 @@
 // n_ubatch tokens; generation (tg) is greedy decoding of real tokens, one token per forward.
 #pragma once
 
+#include "core/cpu_times.h"
 #include "engine/bench_options.h"
 #include "engine/bench_report.h"
 
@@ -23,6 +24,9 @@ struct BenchSample {
     std::optional<uint64_t> predicted_vram_bytes;
     // pp or tg rows on the GPU with a hardware profile: the speed model's tokens/s (plan/speed.h).
     std::optional<double> predicted_tps;
+    // How the machine's CPU time was shared during the timed part (core/cpu_times.h); absent where
+    // /proc cannot be read or the part was shorter than a clock tick.
+    std::optional<CpuShares> cpu;
 };
 
 class BenchRunner {

@@ -356,6 +356,11 @@ TEST(BenchReport, RooflineAndNullableColumns) {
         r.model.recurrent_state_bytes = 1000;
         r.host_read_bytes_per_s = 1e9;
     }
+    // CPU shares: one per repetition (rows[1] has two), or null when a repetition had none.
+    rows[1].host_cpu_other = {0.25, 0.5};
+    rows[1].host_cpu_steal = {0.0, 0.125};
+    rows[0].host_cpu_other = {0.1};  // rows[0] has more repetitions than readings
+    rows[0].host_cpu_steal = {0.0};
     // Mean context 8 + (4 + 1) / 2 = 10.5 positions; K in q8_0 (34 bytes per 32), V in f16 (2 bytes).
     const double bytes = 1e6 + (100 * 34.0 / 32.0 + 100 * 2.0) * 10.5 + 2 * 1000;
     EXPECT_DOUBLE_EQ(decode_bytes_per_token(rows[1].model, rows[1].config), bytes);
@@ -370,9 +375,12 @@ TEST(BenchReport, RooflineAndNullableColumns) {
     EXPECT_EQ(j[1]["host_read_source"], "measured");
     EXPECT_TRUE(j[0]["roofline_fraction"].is_null());
     EXPECT_TRUE(j[0]["decode_bytes_per_token"].is_null());
-    for (const char* key : {"vram_bytes", "pcie_bytes", "expert_cache_hit_rate"}) {
+    for (const char* key :
+         {"vram_bytes", "pcie_bytes", "expert_cache_hit_rate", "host_cpu_other", "host_cpu_steal"}) {
         EXPECT_TRUE(j[0].contains(key) && j[0][key].is_null()) << key;
     }
+    EXPECT_EQ(j[1]["host_cpu_other"], nlohmann::json::parse("[0.25, 0.5]"));
+    EXPECT_EQ(j[1]["host_cpu_steal"], nlohmann::json::parse("[0.0, 0.125]"));
     EXPECT_EQ(j[0]["plan"], "manual");
     EXPECT_EQ(j[0]["vram_budget"], 0);
     EXPECT_FALSE(j[0].contains("llama_median_ts"));  // compare fields only with --compare
@@ -383,6 +391,11 @@ TEST(BenchReport, RooflineAndNullableColumns) {
     EXPECT_NE(md.find(fmt::format("{:.1f}%", 100 * 150 * bytes / 1e9)), std::string::npos);
     EXPECT_NE(md.find("VRAM: - (no GPU used)"), std::string::npos);
     EXPECT_EQ(md.find("| PCIe |"), std::string::npos);  // shown once a row has a value
+    // rows[1]'s second repetition shared the machine: 50% other + 12.5% steal; rows[0] has no full set.
+    EXPECT_NE(md.find("warning: tg4 @ d8: other work on this machine (or the hypervisor) took up to 62%"),
+              std::string::npos)
+        << md;
+    EXPECT_EQ(md.find("warning: pp"), std::string::npos);
 
     const std::string sql = format_sql(rows, m);
     EXPECT_NE(sql.find("vram_bytes REAL"), std::string::npos);

@@ -73,6 +73,7 @@ def write_fixture(out):
             row(10, 512, 0, 4000.0, 15 * GIB, 15 * GIB - 500 * MIB, None),
             row(10, 0, 128, 150.0, 15 * GIB, 15 * GIB - 500 * MIB, 140.0)]
     rows[2].pop("predicted_tps")
+    rows[3]["host_cpu_other"], rows[3]["host_cpu_steal"] = [0.02, 0.2], [0.0, 0.05]  # a busy repetition
     (out / "bench" / "ncmoe.json").write_text(json.dumps(rows))
     (out / "bench" / "ncmoe.rc").write_text("0\n")
     (out / "bench" / "ctx.0.json").write_text("")
@@ -99,6 +100,8 @@ def test_join_fixture(tmp_path):
                        "oom": 1, "oom_invocations": 1, "failed": 1, "worst_vram_err_mib": 500.0,
                        "worst_tg_err_rel": pytest.approx(0.15)}
     assert "**OOM**" in text and "| ncmoe.1 |" in text
+    assert b["notes"] == ["host busy 25% in tg"] and a["notes"] == []
+    assert pa.cpu_busy_share({"host_cpu_other": [0.1], "host_cpu_steal": []}) is None
 
 
 def test_script_with_fakes(tmp_path):
