@@ -476,8 +476,10 @@ void Qwen35MoeGpu::logits_fetch(int64_t count, float* host) {
     const cuda::StreamHandle s = stream_.handle();
     const size_t bytes = static_cast<size_t>(count * hp_.n_vocab) * sizeof(float);
     const bool with_argmax = count == 1 && device_argmax_;
+    // The arg max first, without a wait: the logits' copy after it on the same stream waits for both.
+    if (with_argmax)
+        cuda::copy_to_host_async(argmax_slot(logits_host_.data()), argmax_slot(logits_.data()), 8, s);
     cuda::copy_to_host(logits_host_.data(), logits_.data(), bytes, s);
-    if (with_argmax) cuda::copy_to_host(argmax_slot(logits_host_.data()), argmax_slot(logits_.data()), 8, s);
     // A host hand-off that failed left garbage behind: say why instead of returning it.
     if (host_failed_) std::rethrow_exception(host_error_);
     std::memcpy(host, logits_host_.data(), bytes);
