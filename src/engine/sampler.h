@@ -63,16 +63,18 @@ class Sampler {
     double next_uniform();
 
   private:
-    void apply_penalties(std::span<const int32_t> history, int32_t n_vocab);
-    // Leaves the surviving candidates in work_: sorted as candidates() documents when want_sorted,
-    // otherwise in id order or sorted order (both deterministic).
-    void run_chain(std::span<const float> logits, std::span<const int32_t> history, bool want_sorted);
+      bool penalties_active() const;
+      void apply_penalties(std::span<const int32_t> history, int32_t n_vocab);
+      // Leaves the surviving candidates in work_: sorted as candidates() documents when want_sorted,
+      // otherwise in id order or sorted order (both deterministic).
+      void run_chain(std::span<const float> logits, std::span<const int32_t> history, bool want_sorted);
 
-    SamplerParams params_;
-    std::mt19937_64 rng_;
-    std::vector<float> adj_;       // [n_vocab] penalized logits, reused between calls
-    std::vector<Candidate> work_;  // surviving candidates, reused between calls
-    std::vector<double> weights_;  // exp(logit - max) of work_, for the draw
+      SamplerParams params_;
+      std::mt19937_64 rng_;
+      std::vector<float> adj_;  // [n_vocab] penalized logits (only with penalties), reused between calls
+      std::vector<float> block_max_;  // the largest value of each kBlock values the selection reads
+      std::vector<Candidate> work_;   // surviving candidates, reused between calls
+      std::vector<double> weights_;   // exp(logit - max) of work_, for the draw
 };
 
 }  // namespace mox::engine

@@ -407,5 +407,86 @@ TEST(Sampler, FullVocabularyMatchesFullSortReference) {
     }
 }
 
+// The top-k selection reads the logits in blocks of 64 and skips blocks whose maximum cannot enter
+// the kept set. Against a plain reference (penalize a copy, sort everything, keep k): vocabularies
+// that are not a multiple of 64, ties between blocks (equal logits: the lowest ids win), -inf
+// blocks, and penalties that raise a low block's logit above every other block's maximum.
+std::vector<Candidate> reference_top_k(std::vector<float> l, const std::vector<int32_t>& history, float rep,
+                                       size_t k) {
+    std::map<int32_t, int> count;
+    for (int32_t id : history) count[id]++;
+    for (const auto& [id, c] : count) {
+        float& x = l[size_t(id)];
+        x = x > 0.0f ? x / rep : x * rep;
+    }
+    std::vector<Candidate> all;
+    for (size_t i = 0; i < l.size(); ++i)
+        if (l[i] != kNegInf) all.push_back({int32_t(i), l[i]});
+    std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+        return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+    });
+    all.resize(std::min(k, all.size()));
+    return all;
+}
+
+TEST(Sampler, BlockedSelectionEqualsTheReference) {
+    std::mt19937 rng(77);
+    for (size_t n : {1u, 63u, 64u, 65u, 1000u, 248320u}) {
+        for (int trial = 0; trial < 3; ++trial) {
+            std::vector<float> l(n);
+            std::normal_distribution<float> d(0.0f, 2.0f);
+            for (float& x : l) x = trial == 2 ? std::round(d(rng)) : d(rng);  // trial 2: many ties
+            if (n > 200) {
+                for (size_t i = 64; i < 128; ++i) l[i] = kNegInf;  // a whole block at -inf
+                l[n - 1] = l[3];                                   // a tie across blocks
+            }
+            std::vector<int32_t> history;
+            if (n > 100) history = {int32_t(n - 70), int32_t(n - 70), 5};
+            for (float rep : {1.0f, 0.25f}) {  // 0.25: positive logits of the history grow 4x
+                for (int k : {1, 40, 1024}) {
+                    SamplerParams p = plain();
+                    p.top_k = k;
+                    p.repetition_penalty = rep;
+                    if (!history.empty() && rep != 1.0f) l[size_t(n - 70)] = 3.0f;  // 12 after the penalty
+                    Sampler s(p);
+                    const std::vector<Candidate> got = s.candidates(l, history);
+                    const std::vector<Candidate> want = reference_top_k(l, history, rep, size_t(k));
+                    ASSERT_EQ(got.size(), want.size()) << n << " " << trial << " " << k << " " << rep;
+                    for (size_t i = 0; i < got.size(); ++i) {
+                        ASSERT_EQ(got[i].id, want[i].id)
+                            << n << " " << trial << " " << k << " " << rep << " " << i;
+                        ASSERT_EQ(got[i].logit, want[i].logit);
+                    }
+                    // Greedy picks the same first candidate.
+                    p.temperature = 0.0f;
+                    Sampler g(p);
+                    EXPECT_EQ(g.sample(l, history), want[0].id);
+                }
+            }
+        }
+    }
+}
+
+TEST(Sampler, FirstBadLogitIsNamedWhateverBlockItSitsIn) {
+    std::vector<float> l(1000, 0.5f);
+    l[700] = kNegInf;  // allowed; its block is checked value by value
+    l[900] = std::numeric_limits<float>::quiet_NaN();
+    l[950] = std::numeric_limits<float>::infinity();
+    Sampler s(plain());
+    try {
+        s.sample(l, {});
+        FAIL() << "NaN accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("token 900"), std::string::npos) << e.what();
+    }
+    l[900] = 0.5f;
+    EXPECT_THROW(s.sample(l, {}), Error);  // +inf at 950
+    l[950] = 0.5f;
+    l[999] = 1.0f;
+    SamplerParams p = plain(0.0f);
+    Sampler g(p);
+    EXPECT_EQ(g.sample(l, {}), 999);
+}
+
 }  // namespace
 }  // namespace mox::engine
