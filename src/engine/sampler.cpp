@@ -4,7 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace mox::engine {
 namespace {
@@ -20,41 +26,64 @@ bool is_bad(float x) {
     return std::isnan(x) || x == std::numeric_limits<float>::infinity();
 }
 
-// The chain reads a vocabulary's worth of logits per token (248K for Qwen3.6: ~0.5-1 ms a token in
-// plain per-element loops, a third of a GPU decode step). It reads them in blocks: one pass takes
+// The chain reads a vocabulary's worth of logits per token (248K for Qwen3.6: 0.5-1 ms a token in
+// plain per-element loops, a fifth to a third of a GPU decode step). It reads them in blocks: one pass takes
 // each block's maximum and finds the blocks that hold NaN or +inf, and the top-k selection then
 // skips every block whose maximum cannot enter the kept set.
 constexpr size_t kBlock = 64;
-constexpr int kLanes = 8;  // independent accumulators, so the compiler keeps them in vector registers
 
-// out[b] = the largest of v[b kBlock, (b + 1) kBlock) (-inf for none above it; NaN never counts).
-// Returns the first block that may hold NaN or +inf (any non-finite value, -inf included: the
-// caller checks its values one by one), or n_blocks when none does.
+// The largest value of v[s, e) (-inf for none above it; NaN never counts, as in `x > m ? x : m`),
+// and whether it may hold NaN or +inf (any all-ones exponent: -inf too, which the caller sorts out).
+// An all-ones exponent plus one unit of exponent carries into the sign bit; no other does.
+void scan_block_scalar(const float* v, size_t s, size_t e, float& max, bool& odd) {
+    float m = -std::numeric_limits<float>::infinity();
+    uint32_t flags = 0;
+    for (size_t i = s; i < e; ++i) {
+        m = v[i] > m ? v[i] : m;
+        uint32_t u;
+        std::memcpy(&u, &v[i], sizeof(u));
+        flags |= (u & 0x7F800000u) + 0x00800000u;
+    }
+    max = m;
+    odd = (flags & 0x80000000u) != 0;
+}
+
+// out[b] = the largest of v[b kBlock, (b + 1) kBlock). Returns the first block that may hold NaN or
+// +inf (the caller checks its values one by one), or n_blocks when none does. SSE2 (every x86-64):
+// _mm_max_ps(x, m) is `x > m ? x : m` lane by lane, so the maxima are the scalar loop's; ~5x faster
+// than it (GCC does not vectorise that reduction without -ffast-math).
 size_t block_maxima(const float* v, size_t n, float* out) {
-    const float neg_inf = -std::numeric_limits<float>::infinity();
     const size_t n_blocks = (n + kBlock - 1) / kBlock;
     size_t first_odd = n_blocks;
     for (size_t b = 0; b < n_blocks; ++b) {
         const size_t s = b * kBlock, e = std::min(n, s + kBlock);
-        float m[kLanes], z[kLanes];
-        for (int k = 0; k < kLanes; ++k) m[k] = neg_inf, z[k] = 0.0f;
+        float max = 0.0f;
+        bool odd = false;
+#if defined(__SSE2__)
         if (e - s == kBlock) {
-            for (size_t i = s; i < e; i += kLanes)
-                for (int k = 0; k < kLanes; ++k) {
-                    const float x = v[i + size_t(k)];
-                    m[k] = x > m[k] ? x : m[k];
-                    z[k] += x * 0.0f;  // NaN once any x is NaN or infinite
+            const __m128i exponent = _mm_set1_epi32(0x7F800000), carry = _mm_set1_epi32(0x00800000);
+            __m128 m[4];
+            for (__m128& x : m) x = _mm_set1_ps(-std::numeric_limits<float>::infinity());
+            __m128i flags = _mm_setzero_si128();
+            for (size_t i = s; i < e; i += 16)
+                for (int k = 0; k < 4; ++k) {
+                    const __m128 x = _mm_loadu_ps(v + i + 4 * size_t(k));
+                    m[k] = _mm_max_ps(x, m[k]);
+                    flags = _mm_or_si128(flags,
+                                         _mm_add_epi32(_mm_and_si128(_mm_castps_si128(x), exponent), carry));
                 }
+            float lanes[4];
+            _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(m[0], m[1]), _mm_max_ps(m[2], m[3])));
+            max = std::max({lanes[0], lanes[1], lanes[2], lanes[3]});
+            odd = _mm_movemask_ps(_mm_castsi128_ps(flags)) != 0;
         } else {
-            for (size_t i = s; i < e; ++i) {
-                m[0] = v[i] > m[0] ? v[i] : m[0];
-                z[0] += v[i] * 0.0f;
-            }
+            scan_block_scalar(v, s, e, max, odd);
         }
-        float r = m[0], zs = z[0];
-        for (int k = 1; k < kLanes; ++k) r = m[k] > r ? m[k] : r, zs += z[k];
-        out[b] = r;
-        if (std::isnan(zs) && first_odd == n_blocks) first_odd = b;
+#else
+        scan_block_scalar(v, s, e, max, odd);
+#endif
+        out[b] = max;
+        if (odd && first_odd == n_blocks) first_odd = b;
     }
     return first_odd;
 }
