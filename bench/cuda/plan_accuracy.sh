@@ -13,7 +13,9 @@
 # The predictions use this machine's cached hardware profile: run `mox calibrate` first (without
 # one, the first mox command measures a quick profile, with fewer repetitions).
 # Environment: REPS (2; the one -r applies to tg128 and pp512), THREADS (all CPUs), RUN_TIMEOUT_S
-# (240: a bench invocation killed after this is recorded with exit 124).
+# (240: a bench invocation killed after this is recorded with exit 124), POLL (1; 0: no nvidia-smi
+# beside the runs, so nothing else wakes up on the CPU while host expert layers decode; the table
+# then has the rows' own driver numbers only).
 set -uo pipefail
 if [ $# -lt 3 ]; then sed -n 2,16p "$0"; exit 2; fi
 mox="$1"; model="$2"; out="$3"; mode="${4:-grouped}"
@@ -39,14 +41,17 @@ bench() {
     local cmd=("$mox" bench -m "$model" -ngl 99 "$@" -p 512 -n 128 -r "$reps" -t "$threads" -o json)
     echo "${cmd[*]}" >> "$out/commands.txt"
     gpu_used > "$out/bench/$name.idle" || true
-    nvidia-smi --id=0 --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
-        > "$out/bench/$name.vram.csv" 2>/dev/null &
-    local poller=$!
+    local poller=""
+    if [ "${POLL:-1}" != 0 ]; then
+        nvidia-smi --id=0 --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
+            > "$out/bench/$name.vram.csv" 2>/dev/null &
+        poller=$!
+    fi
     local t0=$SECONDS
     timeout "${RUN_TIMEOUT_S:-240}" "${cmd[@]}" > "$out/bench/$name.json" 2> "$out/bench/$name.err"
     echo $? > "$out/bench/$name.rc"
     sleep 0.3
-    kill "$poller" 2>/dev/null; wait "$poller" 2>/dev/null
+    if [ -n "$poller" ]; then kill "$poller" 2>/dev/null; wait "$poller" 2>/dev/null; fi
     echo "  $name: exit $(cat "$out/bench/$name.rc") in $((SECONDS - t0)) s"
 }
 

@@ -124,3 +124,17 @@ def test_script_with_fakes(tmp_path):
     assert json.loads((out / "plan" / "ub4k.1.json").read_text())["n_layer"] == 40
     assert (out / "accuracy.md").read_text().startswith("# Planner accuracy")
     assert "--moe-cpu-layers" in (out / "commands.txt").read_text()
+    assert list((out / "bench").glob("*.vram.csv"))
+
+
+def test_script_without_polling(tmp_path):
+    # POLL=0: no nvidia-smi beside the runs; the table keeps the rows' own driver numbers.
+    env = fake_gpu_tools.install(tmp_path / "bin")
+    env["POLL"] = "0"
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(ROOT / "bench" / "cuda" / "plan_accuracy.sh"), "mox", "/fake/model.gguf", str(out)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not list((out / "bench").glob("*.vram.csv"))
+    cfgs = json.loads((out / "accuracy.json").read_text())["configurations"]
+    assert all(c["vram_measured"] is not None and c["vram_poll"] is None for c in cfgs)
