@@ -187,7 +187,8 @@ for ub in values("-ub", None, "512"):
                                  "vram_budget": int(gib(budget) * 2**20) if budget else 0,
                                  "plan": "auto" if budget else "manual", "samples_ts": [ts] * reps, "median_ts": ts,
                                  "vram_bytes": used_bytes, "predicted_vram_bytes": pred,
-                                 "predicted_tps": ts * float(os.environ.get("FAKE_MOX_TPS_FACTOR", "1.05"))})
+                                 "predicted_tps": ts * float(os.environ.get("FAKE_MOX_TPS_FACTOR", "1.05")),
+                                 "host_cpu_other": [0.02] * reps, "host_cpu_steal": [0.01] * reps})
 print(json.dumps(rows, indent=2))
 '''
 

@@ -178,7 +178,9 @@ def test_run_with_fakes(tmp_path):
         # The fake mox bench reports exactly its prediction: 0 error.
         assert s["checks"]["vram_err"] == 0 and s["checks"]["vram_pass"]
         assert s["checks"]["tg_err"] == pytest.approx(0.05)
+        assert s["checks"]["tg_host_busy"] == pytest.approx(0.03)  # the fake rows' 2% other + 1% steal
     md = (out / "results.md").read_text()
+    assert "other work on the CPU up to 3%" in md
     for title in ("## Budget 16 GiB, context 32768", "## Budget 8 GiB, context 32768",
                   "## Budget 24 GiB, context 262144", "## llama.cpp --n-cpu-moe sweep"):
         assert title in md
