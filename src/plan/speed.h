@@ -39,12 +39,13 @@ namespace mox::plan {
 // add + the next layer's norm; an attention layer: q/gate, k and v projections, q/k norm + RoPE (+ the
 // KV cache store), attention, out-projection, the norm with the router, MoE gate/up and down, the next
 // norm. A layer whose experts stay on the host keeps the MoE input norm as a launch of its own
-// (kDecodeKernelsHostNorm). Output: the first norm and the head. (ncu of one all-GPU step of
-// Qwen3.6-35B-A3B, session 11: 312 launches = 30 x 7 + 10 x 10 + 2.)
+// (kDecodeKernelsHostNorm). Output: the first norm, the head, and (since session 15) the greedy
+// token's arg max, a memset and a kernel. (ncu of one all-GPU step of Qwen3.6-35B-A3B, session 11:
+// 312 launches = 30 x 7 + 10 x 10 + 2, before the arg max.)
 inline constexpr int64_t kDecodeKernelsRecurrent = 8;
 inline constexpr int64_t kDecodeKernelsAttention = 10;
 inline constexpr int64_t kDecodeKernelsHostNorm = 1;
-inline constexpr int64_t kDecodeKernelsOutput = 2;
+inline constexpr int64_t kDecodeKernelsOutput = 4;
 // Launches of one prefill micro-batch per trunk layer and for the output (a rough count: prefill
 // is dominated by its matrix products).
 inline constexpr int64_t kKernelsPerLayer = 10;
