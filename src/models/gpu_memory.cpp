@@ -87,7 +87,7 @@ GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape
                     + floats(nb * E + 1) + u(nb * K) * 4 + floats(nb * K)  // router, ids, weights
                     + floats(K * hp.n_ff_exp + hp.n_ff_shexp)              // decode MoE rows
                     + floats(nb * 2 * ffs) + floats(nb * ffs)              // shared expert
-                    + floats(8 * hp.n_vocab + 2);  // logits (8 rows), then the decode arg max (8 B)
+                    + floats(8 * hp.n_vocab + kArgmaxSlotFloats);          // logits (8 rows), arg max
     // Scratch: the largest matmul of a micro-batch (every projection's shape), batched MoE or chunked
     // delta rule.
     uint64_t work = 16;
@@ -100,7 +100,8 @@ GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape
     b.matmul_scratch = work;
     b.attention_scratch = std::max<uint64_t>(16, gpu_attention_scratch(H, Hkv, hd, std::min(nb, ctx), ctx));
     b.staging = 2 * s.largest_streamed_layer;
-    b.pinned_host = floats(8 * hp.n_vocab + 2) + u(nb + 1) * 4;  // logits + arg max, token ids + position
+    b.pinned_host =
+        floats(8 * hp.n_vocab + kArgmaxSlotFloats) + u(nb + 1) * 4;  // logits, token ids, position
     if (!s.token_embd_on_gpu) b.pinned_host += floats(nb * d);
     if (s.any_host_experts) b.pinned_host += 2 * floats(nb * d) + 2 * u(nb * K) * 4;
     return b;

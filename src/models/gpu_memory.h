@@ -14,6 +14,10 @@
 
 namespace mox::models {
 
+// Floats after the logit rows (device and pinned host) that hold one row's arg max (cuda::argmax's
+// 8-byte result), fetched with the logits.
+inline constexpr int64_t kArgmaxSlotFloats = 2;
+
 struct GpuBufferBytes {
     uint64_t activations = 0;  // fp32 rows of one micro-batch, token ids, logits
     uint64_t matmul_scratch = 0;  // the larger of the tensor-core matmul and batched-MoE workspaces

@@ -30,6 +30,8 @@ using cuda::DeviceBuffer;
 
 // Logit rows computed per matvec launch (its column limit).
 constexpr int64_t kLogitRows = cuda::kMaxMatvecCols;
+static_assert(kArgmaxSlotFloats * sizeof(float) == sizeof(uint64_t),
+              "the arg max slot holds cuda::argmax's result");
 // Smallest attention grid of a decode graph; it doubles as the context grows.
 constexpr int64_t kMinKeysBucket = 256;
 
@@ -195,10 +197,10 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
               plan.attention_scratch, attn_ws_bytes);
     attn_ws_ = DeviceBuffer(plan.attention_scratch);
     // The logit rows, then the 8-byte arg max of a single row (cuda::argmax), fetched together.
-    logits_ = fbuf(kLogitRows * hp_.n_vocab + 2);
+    logits_ = fbuf(kLogitRows * hp_.n_vocab + kArgmaxSlotFloats);
     std::string why;
     logits_host_ = cuda::PinnedBuffer::try_alloc(
-        static_cast<size_t>(kLogitRows * hp_.n_vocab + 2) * sizeof(float), &why);
+        static_cast<size_t>(kLogitRows * hp_.n_vocab + kArgmaxSlotFloats) * sizeof(float), &why);
     staging_ids_ = cuda::PinnedBuffer::try_alloc((nb + 1) * sizeof(int32_t), &why);
     if (logits_host_.empty() || staging_ids_.empty()) fail("--device cuda: pinned host memory: {}", why);
     if (!o.token_embd_on_gpu) {
@@ -478,7 +480,8 @@ void Qwen35MoeGpu::logits_fetch(int64_t count, float* host) {
     const bool with_argmax = count == 1 && device_argmax_;
     // The arg max first, without a wait: the logits' copy after it on the same stream waits for both.
     if (with_argmax)
-        cuda::copy_to_host_async(argmax_slot(logits_host_.data()), argmax_slot(logits_.data()), 8, s);
+        cuda::copy_to_host_async(argmax_slot(logits_host_.data()), argmax_slot(logits_.data()),
+                                 sizeof(uint64_t), s);
     cuda::copy_to_host(logits_host_.data(), logits_.data(), bytes, s);
     // A host hand-off that failed left garbage behind: say why instead of returning it.
     if (host_failed_) std::rethrow_exception(host_error_);
