@@ -206,6 +206,16 @@ def row_median_ts(row):
     return float(v) if isinstance(v, (int, float)) else None
 
 
+def row_cpu_busy(row):
+    """The largest share of all cores' time that other work and the hypervisor took during one of a mox
+    row's repetitions (host_cpu_other + host_cpu_steal), or None without such readings (llama-bench
+    rows, older mox, no /proc)."""
+    other, steal = (row or {}).get("host_cpu_other"), (row or {}).get("host_cpu_steal")
+    if not isinstance(other, list) or not isinstance(steal, list) or len(other) != len(steal) or not other:
+        return None
+    return max(o + s for o, s in zip(other, steal))
+
+
 def row_spread(row):
     """(min, max) of a row's samples, or None."""
     s = row.get("samples_ts")

@@ -462,10 +462,9 @@ def case_summary(case, runs, test_pp, test_tg, search_done=True):
         ch["tg_pred_pass"] = abs(ch["tg_err"]) <= 0.10
     # The machine's CPU time that other work and the hypervisor took during mox's tg repetitions
     # (its rows' host_cpu_other / host_cpu_steal): host expert layers wait for their slowest thread.
-    if tg is not None and isinstance(tg.get("host_cpu_other"), list) and isinstance(tg.get("host_cpu_steal"), list):
-        shares = [o + s for o, s in zip(tg["host_cpu_other"], tg["host_cpu_steal"])]
-        if shares:
-            ch["tg_host_busy"] = max(shares)
+    busy = bc.row_cpu_busy(tg)
+    if busy is not None:
+        ch["tg_host_busy"] = busy
     pp = rows.get(test_pp)
     if pp is not None and isinstance(pp.get("predicted_tps"), (int, float)) and mox.get("pp_ts"):
         ch["predicted_pp"] = pp["predicted_tps"]

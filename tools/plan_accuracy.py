@@ -162,21 +162,12 @@ def join(out):
             # The machine's CPU time that went to other work or the hypervisor during the tg
             # repetitions (mox bench's host_cpu_other / host_cpu_steal): host expert layers wait for
             # every one of their threads, so a busy machine slows them beyond what the profile says.
-            busy = cpu_busy_share(tg)
+            busy = bc.row_cpu_busy(tg)
             if busy is not None and busy >= 0.10:
                 r["notes"].append(f"host busy {busy:.0%} in tg")
             score(r)
             results.append(r)
     return results
-
-
-def cpu_busy_share(row):
-    """The largest share of all cores' time that other work and the hypervisor took during one of the
-    row's repetitions, or None when the row has no such readings (older mox, no /proc)."""
-    other, steal = (row or {}).get("host_cpu_other"), (row or {}).get("host_cpu_steal")
-    if not isinstance(other, list) or not isinstance(steal, list) or len(other) != len(steal) or not other:
-        return None
-    return max(o + s for o, s in zip(other, steal))
 
 
 def score(r):

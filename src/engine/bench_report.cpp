@@ -54,6 +54,12 @@ namespace {
 // warning under the markdown table (a quiet machine shows a few percent: the kernel, a shell).
 constexpr double kBusyHostWarning = 0.10;
 
+// Whether every repetition of the row has its CPU shares (host_cpu_other / host_cpu_steal).
+bool has_cpu_shares(const BenchResult& r) {
+    return !r.samples_ts.empty() && r.host_cpu_other.size() == r.samples_ts.size() &&
+           r.host_cpu_steal.size() == r.samples_ts.size();
+}
+
 // Decode roofline fraction of a pure tg row: achieved t/s x bytes per token / measured bandwidth.
 std::optional<double> roofline_fraction(const BenchResult& r, double median_ts) {
     const BenchTest& t = r.config.test;
@@ -124,8 +130,7 @@ nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta
                                                       : nlohmann::ordered_json(nullptr);
     j["host_read_source"] = meta.bandwidth_source;
     // One share per repetition, or null (some repetition had no reading).
-    const bool cpu = !r.host_cpu_other.empty() && r.host_cpu_other.size() == r.samples_ts.size() &&
-                     r.host_cpu_steal.size() == r.samples_ts.size();
+    const bool cpu = has_cpu_shares(r);
     j["host_cpu_other"] = cpu ? nlohmann::ordered_json(r.host_cpu_other) : nlohmann::ordered_json(nullptr);
     j["host_cpu_steal"] = cpu ? nlohmann::ordered_json(r.host_cpu_steal) : nlohmann::ordered_json(nullptr);
     j["host_read_buffer_bytes"] = meta.bandwidth_buffer;
@@ -323,8 +328,7 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
     // Rows that shared the machine: their CPU-side numbers (and a hybrid decode's) are not this
     // engine's alone.
     for (const auto& r : rows) {
-        if (r.host_cpu_other.size() != r.samples_ts.size() || r.host_cpu_steal.size() != r.samples_ts.size())
-            continue;
+        if (!has_cpu_shares(r)) continue;
         double worst = 0;
         for (size_t i = 0; i < r.host_cpu_other.size(); ++i)
             worst = std::max(worst, r.host_cpu_other[i] + r.host_cpu_steal[i]);

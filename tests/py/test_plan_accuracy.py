@@ -101,7 +101,7 @@ def test_join_fixture(tmp_path):
                        "worst_tg_err_rel": pytest.approx(0.15)}
     assert "**OOM**" in text and "| ncmoe.1 |" in text
     assert b["notes"] == ["host busy 25% in tg"] and a["notes"] == []
-    assert pa.cpu_busy_share({"host_cpu_other": [0.1], "host_cpu_steal": []}) is None
+    assert pa.bc.row_cpu_busy({"host_cpu_other": [0.1], "host_cpu_steal": []}) is None
 
 
 def test_script_with_fakes(tmp_path):

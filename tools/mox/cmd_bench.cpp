@@ -268,8 +268,8 @@ void run_bench(const BenchFlags& f) {
         r.samples_ns.push_back(s.ns);
         r.samples_ts.push_back(s.tokens_per_s);
         r.run_slots.push_back(static_cast<int64_t>(k));
-        if (s.cpu &&
-            r.host_cpu_other.size() + 1 == r.samples_ts.size()) {  // parallel to the samples, or stops
+        // The shares stay parallel to the samples: once a repetition has none, the row stops recording.
+        if (s.cpu && r.host_cpu_other.size() + 1 == r.samples_ts.size()) {
             r.host_cpu_other.push_back(s.cpu->other);
             r.host_cpu_steal.push_back(s.cpu->steal);
         }
