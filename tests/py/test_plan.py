@@ -291,10 +291,10 @@ def test_search_memory_and_decode_recount(mox_bin, full):
                         for n, t in tensors.items() if layer(n) == L and is_exps(n))
         overlap += min(shexp, rt + cpu_layer)
     # 8 launches per DeltaNet layer, 10 per attention layer (the MoE input norm inside the router's
-    # launch; the conv counted, as the DeltaNet probe times it), 2 for the first norm and the head,
-    # 5 more per host layer (its own MoE input norm, top-k, publish, collect, gated add); this profile
-    # has no decode probes.
-    launch = (n_rec * 8 + (n_layer - n_rec) * 10 + 2 + 5 * len(host)) * gpu["launch_gap_s"]
+    # launch; the conv counted, as the DeltaNet probe times it), 4 for the first norm, the head and the
+    # greedy token's arg max (a memset and a kernel), 5 more per host layer (its own MoE input norm,
+    # top-k, publish, collect, gated add); this profile has no decode probes.
+    launch = (n_rec * 8 + (n_layer - n_rec) * 10 + 4 + 5 * len(host)) * gpu["launch_gap_s"]
     d = plan_["decode"]
     assert d["gpu_weight_bytes"] == pytest.approx(gpu_bytes, rel=1e-12)
     assert d["cpu_bytes"] == pytest.approx(cpu_bytes, rel=1e-12)
