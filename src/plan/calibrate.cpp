@@ -120,9 +120,11 @@ class ExpertBench {
 public:
     ExpertBench(ThreadPool& pool, const CalibrateOptions& o) : pool_(pool), o_(o) {
         if (o.expert_k < 1) fail("calibration: {} experts per token", o.expert_k);
-        if (o.decode_reps < 1 || o.prefill_reps < 1 || o.prefill_tokens < 1)
-            fail("calibration: decode reps {}, prefill reps {} and tokens {} must be >= 1", o.decode_reps,
-                 o.prefill_reps, o.prefill_tokens);
+        if (o.decode_reps < 1 || o.prefill_reps < 1 || o.prefill_tokens < 1 || !(o.decode_min_seconds >= 0))
+            fail(
+                "calibration: decode reps {}, prefill reps {} and tokens {} must be >= 1 and the decode "
+                "probe's seconds ({}) >= 0",
+                o.decode_reps, o.prefill_reps, o.prefill_tokens, o.decode_min_seconds);
         stack_bytes_ = o.expert_stack_bytes ? o.expert_stack_bytes : auto_stack_bytes();
     }
 
@@ -218,11 +220,16 @@ private:
         std::vector<float> out(kEmbd);
         std::vector<double> secs;
         constexpr int kWarmup = 2;
-        for (int i = 0; i < kWarmup + o_.decode_reps; ++i) {
+        constexpr size_t kMaxCalls = 100000;
+        const auto start = Clock::now();
+        for (int i = 0; i < kWarmup; ++i)
+            ops::moe_ffn(ctx, s, route(1, all, n_expert, rng), x.data(), out.data());
+        while (secs.size() < static_cast<size_t>(o_.decode_reps) ||
+               (seconds_since(start) < o_.decode_min_seconds && secs.size() < kMaxCalls)) {
             const ops::Routing r = route(1, all, n_expert, rng);
             const auto t0 = Clock::now();
             ops::moe_ffn(ctx, s, r, x.data(), out.data());
-            if (i >= kWarmup) secs.push_back(seconds_since(t0));
+            secs.push_back(seconds_since(t0));
         }
         return static_cast<double>(o_.expert_k) * static_cast<double>(expert_bytes(s.gate.type)) /
                median(secs);
@@ -279,6 +286,7 @@ CalibrateOptions quick_calibrate_options() {
     o.dram_reps = 3;
     o.expert_stack_bytes = 0;  // the full size: a stack that fits a cache measures the cache
     o.decode_reps = 10;
+    o.decode_min_seconds = 0;
     o.prefill_tokens = 128;
     o.prefill_reps = 1;
     o.gpu_copy_bytes = uint64_t{64} << 20;

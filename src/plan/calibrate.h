@@ -32,7 +32,10 @@ struct CalibrateOptions {
     // the last-level cache and at least 1 GiB, at most a quarter of RAM (and 8 GiB).
     uint64_t expert_stack_bytes = 0;
     int expert_k = 8;      // experts per token (the model's top-k)
-    int decode_reps = 40;  // batch-1 calls, each with k fresh random experts
+    int decode_reps = 40;  // batch-1 calls, each with k fresh random experts (at least)
+    // ... and calls until this much time has passed: 40 Q4_K calls are ~6 ms on the H200 host, a
+    // glimpse of a shared machine's momentary state (session 16: 85 vs 92 GB/s ten minutes apart).
+    double decode_min_seconds = 0.25;
     int64_t prefill_tokens = 256;
     int prefill_reps = 3;
 

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -115,6 +116,20 @@ TEST(Calibrate, CpuTimesFromProcStat) {
         EXPECT_GE(*busy, 0.0);
         EXPECT_LE(*busy, 1.0);
     }
+}
+
+// The batch-1 expert probe runs for its minimum time however few calls that takes: a fixed call count
+// was ~6 ms on the H200 host, too short to average out a shared machine's momentary state.
+TEST(Calibrate, ExpertDecodeProbeRunsForItsMinimumTime) {
+    CalibrateOptions o = small_options();
+    o.decode_min_seconds = 0.3;
+    const auto t0 = std::chrono::steady_clock::now();
+    const ExpertRates r = measure_expert_rates(quant::TypeId::q4_k, o);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(s, 0.3);
+    EXPECT_GT(r.gbps, 0.0);
+    o.decode_min_seconds = -1;
+    EXPECT_THROW(measure_expert_rates(quant::TypeId::q4_k, o), Error);
 }
 
 TEST(Calibrate, RefusesTypesThatCannotBeExperts) {
