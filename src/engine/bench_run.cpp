@@ -115,6 +115,10 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     if (c.n_ctx > 0 && c.n_ctx < needed) fail("-c {}: the test {} needs {} tokens of context", c.n_ctx, c.test.name(), needed);
     const int64_t n_ctx = c.n_ctx > 0 ? c.n_ctx : needed;
     auto kv_type = [](const std::string& name) {
+        if (name == "auto")
+            fail(
+                "-ctk/-ctv auto: mox bench measures the KV types it is given (a list such as f16,q8_0); "
+                "`mox plan` shows what the planner would choose");
         auto t = quant::type_from_name(name);
         if (!t) fail("unknown KV cache type '{}'", name);
         return *t;

@@ -86,10 +86,15 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
                                   ? std::string("every expert on the GPU")
                                   : fmt::format("experts of layers {} in {} memory", place::format_layer_list(r.host_layers),
                                                 r.host_tier == place::Tier::pinned_host ? "pinned host" : "mapped host");
-    out.summary = fmt::format("plan: {}; -ub {}; VRAM {} of {} (predicted); decode ~{:.0f} t/s, prefill ~{:.0f} t/s "
-                              "(predicted; {})",
-                              where, r.run.n_ubatch, format_bytes(r.memory.gpu_total()), format_bytes(r.vram_budget),
-                              r.speed.decode.tokens_per_s, r.speed.prefill.tokens_per_s, note);
+    const std::string kv =
+        in.k_type && in.v_type
+            ? std::string()
+            : fmt::format("; KV {}/{}", quant::type_name(r.cache.k_type), quant::type_name(r.cache.v_type));
+    out.summary = fmt::format(
+        "plan: {}; -ub {}{}; VRAM {} of {} (predicted); decode ~{:.0f} t/s, prefill ~{:.0f} t/s "
+        "(predicted; {})",
+        where, r.run.n_ubatch, kv, format_bytes(r.memory.gpu_total()), format_bytes(r.vram_budget),
+        r.speed.decode.tokens_per_s, r.speed.prefill.tokens_per_s, note);
     return out;
 }
 

@@ -22,7 +22,9 @@ namespace mox::plan {
 struct AutoPlanInputs {
     place::PlacementFlags flags;          // -ngl (0 or -1 only) and the override rules: constraints
     int64_t n_ctx = 4096;                 // the context the command needs (fixed)
-    quant::TypeId k_type = quant::TypeId::f16, v_type = quant::TypeId::f16;  // fixed
+    // Fixed KV types; nullopt: searched with the rest (-ctk/-ctv auto), the plan's choice in
+    // result.cache. The commands default to f16: a lossy cache is chosen only when asked for.
+    std::optional<quant::TypeId> k_type = quant::TypeId::f16, v_type = quant::TypeId::f16;
     std::optional<int64_t> n_ubatch;      // fixed when given
     uint64_t vram_budget = 0;             // 0: what the GPU has free now, plus the context's share
     std::string profile_path;             // "": default_profile_path()

@@ -88,6 +88,21 @@ def test_missing_file_and_bad_flags(mox_bin, tmp_path):
     assert r.returncode == 1 and "fast" in r.stderr
 
 
+def test_kv_type_auto(mox_bin):
+    # On the CPU, auto is the exact f16 cache: the same text as -ctk f16.
+    common = ["run", "-m", TINY_MODEL, "-p", "Hello", "-n", "8", "--temp", "0"]
+    auto = run(mox_bin, *common, "-ctk", "auto", "-ctv", "auto")
+    f16 = run(mox_bin, *common, "-ctk", "f16", "-ctv", "f16")
+    assert auto.returncode == 0 and f16.returncode == 0, auto.stderr + f16.stderr
+    assert "auto on the CPU: f16" in auto.stderr
+    assert auto.stdout == f16.stdout
+    # mox bench measures given types; mox plan searches only when planning.
+    r = run(mox_bin, "bench", "-m", TINY_MODEL, "-p", "8", "-n", "2", "-r", "1", "-ctk", "auto")
+    assert r.returncode == 1 and "measures the KV types it is given" in r.stderr
+    r = run(mox_bin, "plan", "-m", TINY_MODEL, "-ctk", "auto")
+    assert r.returncode == 1 and "searched when planning" in r.stderr
+
+
 def test_prompt_longer_than_context(mox_bin):
     r = run(mox_bin, "run", "-m", TINY_MODEL, "-p", "word " * 200, "-n", "4", "-c", "64")
     assert r.returncode == 1 and "context" in r.stderr

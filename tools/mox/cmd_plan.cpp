@@ -52,6 +52,8 @@ struct PlanOptions {
 };
 
 quant::TypeId cache_type(const char* flag, const std::string& name) {
+    if (name == "auto")
+        fail("{} auto: KV types are searched when planning (--vram-budget, --goal, -c max)", flag);
     const auto t = quant::type_from_name(name);
     if (!t) fail("{} {}: unknown type (use f32, f16, bf16, q8_0 or q4_0)", flag, name);
     return *t;
@@ -254,13 +256,13 @@ void register_plan(CLI::App& app) {
     cmd->add_option("-c,--ctx-size", o->n_ctx,
                     "Context size in tokens (default 4096 or the trained context if smaller; 0: the trained "
                     "context; max: the largest that fits, which searches)");
-    cmd->add_option(
-           "--cache-type-k", o->cache_type_k,
-           "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (searched when not given and searching)")
+    cmd->add_option("--cache-type-k", o->cache_type_k,
+                    "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (searched when not given or auto "
+                    "and searching)")
         ->capture_default_str();
-    cmd->add_option(
-           "--cache-type-v", o->cache_type_v,
-           "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0 (searched when not given and searching)")
+    cmd->add_option("--cache-type-v", o->cache_type_v,
+                    "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0 (searched when not given or auto "
+                    "and searching)")
         ->capture_default_str();
     cmd->add_flag("--json", o->json, "Machine-readable output");
     cmd->add_option("--plan", o->plan,
@@ -376,8 +378,10 @@ void register_plan(CLI::App& app) {
         const std::optional<plan::Goal> goal = plan::goal_from_name(o->goal);
         if (!goal) fail("--goal {}: expected decode, prefill or context", o->goal);
         req.goal = *goal;
-        if (cmd->count("--cache-type-k") > 0) req.constraints.k_type = cache_type("-ctk", o->cache_type_k);
-        if (cmd->count("--cache-type-v") > 0) req.constraints.v_type = cache_type("-ctv", o->cache_type_v);
+        if (cmd->count("--cache-type-k") > 0 && o->cache_type_k != "auto")
+            req.constraints.k_type = cache_type("-ctk", o->cache_type_k);
+        if (cmd->count("--cache-type-v") > 0 && o->cache_type_v != "auto")
+            req.constraints.v_type = cache_type("-ctv", o->cache_type_v);
         if (cmd->count("--ubatch-size") > 0) req.constraints.n_ubatch = o->n_ubatch;
         if (o->prompt_tokens < 0) fail("--prompt-tokens {}: at least 1", o->prompt_tokens);
         const plan::PlanResult result = plan::plan_auto(req);

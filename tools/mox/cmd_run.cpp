@@ -70,7 +70,7 @@ struct LoadedModel {
     std::unique_ptr<text::Tokenizer> tokenizer;
 };
 
-LoadedModel load(const ModelOptions& o) {
+LoadedModel load(ModelOptions& o) {
     LoadedModel m;
     m.file = std::make_unique<gguf::File>(gguf::File::open(o.path));
     m.model = o.load(*m.file);

@@ -1,10 +1,13 @@
 #include "common_options.h"
 
 #include "core/error.h"
+#include "core/log.h"
 
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <optional>
 
 namespace mox::cli {
 
@@ -20,9 +23,12 @@ void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
                     "Layers on the GPU (-ngl, as llama.cpp): 0 = CPU, all layers (or -1, 99...) = --device cuda");
     cmd->add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (default: what the job needs)");
     add_placement_options(cmd, o.placement);
-    cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0")
+    cmd->add_option(
+           "--cache-type-k", o.cache_type_k,
+           "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0, or auto (on the GPU: the planner's "
+           "choice for the fastest decode that fits; on the CPU: f16)")
         ->capture_default_str();
-    cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V (-ctv): f32, f16, bf16, q8_0, q4_0")
+    cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V (-ctv): as -ctk")
         ->capture_default_str();
 }
 
@@ -51,29 +57,48 @@ models::Device ModelOptions::resolve_device(int64_t n_layer) const {
     return models::Device::cuda;
 }
 
-std::unique_ptr<models::Qwen35Moe> ModelOptions::load(const gguf::File& file) const {
+namespace {
+
+// A -ctk/-ctv value: a type, or nullopt for auto.
+std::optional<quant::TypeId> kv_type(const std::string& name) {
+    if (name == "auto") return std::nullopt;
+    auto t = quant::type_from_name(name);
+    if (!t) fail("unknown KV cache type '{}'", name);
+    return *t;
+}
+
+std::string kv_name(quant::TypeId t) {
+    std::string s(quant::type_name(t));
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+}
+
+}  // namespace
+
+std::unique_ptr<models::Qwen35Moe> ModelOptions::load(const gguf::File& file) {
     const models::Device d = resolve_device(models::read_qwen35moe_hparams(file).n_layer);
+    std::optional<quant::TypeId> k = kv_type(cache_type_k), v = kv_type(cache_type_v);
     models::GpuOptions g;
     if (d == models::Device::cuda) {
         // The context planned for: -c, else 8192 (mox chat's default; a job that needs more says so
         // and asks for -c).
         const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
         const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(8192, hp.n_ctx_train);
-        auto type = [](const std::string& name) {
-            auto t = quant::type_from_name(name);
-            if (!t) fail("unknown KV cache type '{}'", name);
-            return *t;
-        };
         // -ngl not given with --device cuda: all of it (llama.cpp's -ngl all), then the plan.
-        g = gpu_options(file, placement, n_gpu_layers == -2 ? -1 : n_gpu_layers, ctx, type(cache_type_k),
-                        type(cache_type_v));
+        g = gpu_options(file, placement, n_gpu_layers == -2 ? -1 : n_gpu_layers, ctx, k, v);
+    } else if (!k || !v) {
+        // Host RAM is not what a quantized cache saves on the CPU path: keep the exact one.
+        log::info("-ctk/-ctv auto on the CPU: f16");
     }
+    cache_type_k = kv_name(k.value_or(quant::TypeId::f16));
+    cache_type_v = kv_name(v.value_or(quant::TypeId::f16));
     return std::make_unique<models::Qwen35Moe>(file, threads, cpu_isa(), !no_pin, d, g);
 }
 
 models::StateOptions state_options(const ModelOptions& o, const models::Qwen35MoeHparams& hp, int64_t n_needed) {
     models::StateOptions so;
     auto type = [](const std::string& name) {
+        if (name == "auto") fail("-ctk/-ctv auto is resolved when the model loads");
         auto t = quant::type_from_name(name);
         if (!t) fail("unknown KV cache type '{}'", name);
         return *t;

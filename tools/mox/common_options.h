@@ -31,7 +31,9 @@ struct ModelOptions {
     // between is a partial offload of whole layers, which the GPU forward refuses (place/execute.h).
     models::Device resolve_device(int64_t n_layer) const;
 
-    std::unique_ptr<models::Qwen35Moe> load(const gguf::File& file) const;
+    // Loads the model where the flags say (planning its placement on the GPU). -ctk/-ctv auto are
+    // resolved here: cache_type_k/v hold the planned types afterwards, for state_options.
+    std::unique_ptr<models::Qwen35Moe> load(const gguf::File& file);
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required = true);

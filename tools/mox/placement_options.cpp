@@ -62,8 +62,9 @@ std::vector<place::OverrideRule> PlacementOptions::rules(int64_t n_layer) const 
     return out;
 }
 
-models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers, int64_t n_ctx,
-                               quant::TypeId k_type, quant::TypeId v_type) {
+models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers,
+                               int64_t n_ctx, std::optional<quant::TypeId>& k_type,
+                               std::optional<quant::TypeId>& v_type) {
 #ifndef MOX_HAVE_CUDA
     // Nothing to plan for (and no calibration to run): say so before anything else.
     fail("this mox was built without CUDA: rebuild with -DMOX_CUDA=ON to run on the GPU");
@@ -86,8 +87,12 @@ models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o
         plan::AutoPlan p = plan::auto_plan(file, in);
         if (o.stream_min_tokens > 0) p.gpu.stream_min_tokens = o.stream_min_tokens;
         log::info("{}", p.summary);
+        k_type = p.result.cache.k_type;
+        v_type = p.result.cache.v_type;
         return p.gpu;
     }
+    if (!k_type || !v_type)
+        fail("-ctk/-ctv auto: the planner chooses the KV types, which --plan manual turns off");
     models::GpuOptions g = place::gpu_options_for(place::place_from_flags(file, flags), hp);
     g.vram_budget = o.vram_budget_bytes();
     g.n_ubatch = o.n_ubatch > 0 ? o.n_ubatch : 512;

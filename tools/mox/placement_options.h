@@ -8,6 +8,7 @@
 #include "place/flags.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,11 @@ void add_placement_options(CLI::App* cmd, PlacementOptions& o);
 // GpuOptions for a model on the GPU. --plan manual: the placement from -ngl (n_gpu_layers: -1 all)
 // and the rules, made executable (place/execute.h). --plan auto (the default): the planner's
 // placement within the budget, the flags as constraints, for a context of n_ctx tokens with these
-// KV types (plan/auto_plan.h); it prints a one-line summary of the plan on stderr.
-models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers, int64_t n_ctx,
-                               quant::TypeId k_type, quant::TypeId v_type);
+// KV types (plan/auto_plan.h); it prints a one-line summary of the plan on stderr. A KV type that
+// is nullopt (-ctk/-ctv auto) is searched too, and set to the plan's choice on return; --plan
+// manual refuses it.
+models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers,
+                               int64_t n_ctx, std::optional<quant::TypeId>& k_type,
+                               std::optional<quant::TypeId>& v_type);
 
 }  // namespace mox::cli
