@@ -6,6 +6,7 @@
 #include "engine/generate.h"
 #include "engine/routing_stats.h"
 #include "gguf/reader.h"
+#include "loaded_model.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "text/vocab_io.h"
@@ -20,10 +21,6 @@
 #include <memory>
 #include <sstream>
 #include <unistd.h>
-
-#ifndef MOX_DEFAULT_MODEL
-#define MOX_DEFAULT_MODEL ""
-#endif
 
 namespace mox::cli {
 
@@ -40,46 +37,6 @@ struct RunOptions {
     engine::SamplerParams sampling;
 };
 
-void add_sampling_options(CLI::App* cmd, engine::SamplerParams& s) {
-    s.seed = 42;
-    cmd->add_option("--temp", s.temperature, "Temperature (0 = greedy)")->capture_default_str();
-    cmd->add_option("--top-k", s.top_k, "Top-k (0 = off)")->capture_default_str();
-    cmd->add_option("--top-p", s.top_p, "Top-p (1 = off)")->capture_default_str();
-    cmd->add_option("--min-p", s.min_p, "Min-p (0 = off)")->capture_default_str();
-    cmd->add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
-    cmd->add_option("--repeat-last-n", s.penalty_last_n, "Tokens the penalties look back (-1 = all)")
-        ->capture_default_str();
-    cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty")->capture_default_str();
-    cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty")->capture_default_str();
-    cmd->add_option("-s,--seed", s.seed, "Sampling seed; same seed, same tokens")->capture_default_str();
-}
-
-// The model every command falls back to: the small MoE trained for mox (assets/mox-tiny).
-std::string resolve_model_path(const std::string& given) {
-    if (!given.empty()) return given;
-    if (const char* env = std::getenv("MOX_DEFAULT_MODEL"); env && *env) return env;
-    const std::string builtin = MOX_DEFAULT_MODEL;
-    if (builtin.empty() || access(builtin.c_str(), R_OK) != 0)
-        fail("no model given (-m) and the default model '{}' is not readable", builtin);
-    return builtin;
-}
-
-struct LoadedModel {
-    std::unique_ptr<gguf::File> file;
-    std::unique_ptr<models::Qwen35Moe> model;
-    std::unique_ptr<text::Tokenizer> tokenizer;
-};
-
-LoadedModel load(ModelOptions& o) {
-    LoadedModel m;
-    m.file = std::make_unique<gguf::File>(gguf::File::open(o.path));
-    m.model = o.load(*m.file);
-    if (m.model->device() == models::Device::cpu) fmt::print(stderr, "mox: cpu: {}\n", m.model->cpu_summary());
-    else fmt::print(stderr, "mox: {}\n", m.model->device_summary());
-    m.tokenizer = std::make_unique<text::Tokenizer>(text::vocab_from_gguf(*m.file));
-    return m;
-}
-
 std::string read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) fail("cannot read prompt file '{}'", path);
@@ -92,21 +49,6 @@ void print_stats(const engine::GenerationStats& s) {
     fmt::print(stderr, "\nmox: prompt {} tokens in {:.2f} s ({:.1f} t/s); generated {} tokens in {:.2f} s ({:.2f} t/s){}\n",
                s.prompt_tokens, s.prompt_seconds, s.prompt_tokens_per_s(), s.generated_tokens, s.generate_seconds,
                s.generate_tokens_per_s(), s.stopped_by_eog ? ", stopped at end of generation" : "");
-}
-
-text::ChatOptions chat_options(const LoadedModel& m, bool no_think) {
-    text::ChatOptions co;
-    co.add_generation_prompt = true;
-    if (no_think) co.enable_thinking = false;
-    const text::Vocab& v = m.tokenizer->vocab();
-    if (v.bos) co.bos_token = m.tokenizer->token_piece(*v.bos);
-    if (v.eos) co.eos_token = m.tokenizer->token_piece(*v.eos);
-    return co;
-}
-
-std::string chat_template_of(const LoadedModel& m) {
-    const std::string& t = m.tokenizer->vocab().chat_template;
-    return t.empty() ? std::string(text::chatml_template()) : t;
 }
 
 text::ChatMessage message(const std::string& role, const std::string& content) {
@@ -148,7 +90,8 @@ void register_run(CLI::App& app) {
             std::vector<text::ChatMessage> msgs;
             if (!o->system.empty()) msgs.push_back(message("system", o->system));
             msgs.push_back(message("user", prompt));
-            prompt = text::apply_chat_template(chat_template_of(m), msgs, chat_options(m, o->no_think));
+            prompt = text::apply_chat_template(chat_template_of(*m.tokenizer), msgs,
+                                               chat_options(*m.tokenizer, o->no_think));
         }
         const std::vector<int32_t> ids = m.tokenizer->encode(prompt);
         const auto so = state_options(o->model, m.model->hparams(), static_cast<int64_t>(ids.size()) + o->n_predict);
@@ -190,8 +133,8 @@ void register_chat(CLI::App& app) {
     cmd->callback([o] {
         o->model.path = resolve_model_path(o->model.path);
         LoadedModel m = load(o->model);
-        const std::string tmpl = chat_template_of(m);
-        const text::ChatOptions co = chat_options(m, o->no_think);
+        const std::string tmpl = chat_template_of(*m.tokenizer);
+        const text::ChatOptions co = chat_options(*m.tokenizer, o->no_think);
         const int64_t n_ctx = o->model.n_ctx > 0 ? o->model.n_ctx : std::min<int64_t>(m.model->hparams().n_ctx_train, 8192);
         ModelOptions mo = o->model;
         mo.n_ctx = n_ctx;

@@ -18,5 +18,6 @@ void register_convert(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_calibrate(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace mox::cli

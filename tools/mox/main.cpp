@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
     mox::cli::register_bench(app);
     mox::cli::register_plan(app);
     mox::cli::register_calibrate(app);
+    mox::cli::register_serve(app);
     try {
         std::vector<std::string> args = expand_llama_style_options(argc, argv);
         std::vector<char*> ptrs;
