@@ -14,18 +14,6 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
-const char* finish_reason_name(FinishReason r) {
-    switch (r) {
-        case FinishReason::stop:
-            return "stop";
-        case FinishReason::length:
-            return "length";
-        case FinishReason::cancelled:
-            return "cancelled";
-    }
-    return "?";
-}
-
 CompletionSlot::CompletionSlot(models::Qwen35Moe& model, const text::Tokenizer& tokenizer,
                                const models::StateOptions& state)
     : model_(model), tokenizer_(tokenizer), state_(model.new_state(state)) {

@@ -25,7 +25,18 @@ struct CompletionParams {
 };
 
 enum class FinishReason { stop, length, cancelled };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled"
+// OpenAI's names: "stop", "length"; and "cancelled" (the client went away).
+inline const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::stop:
+            return "stop";
+        case FinishReason::length:
+            return "length";
+        case FinishReason::cancelled:
+            return "cancelled";
+    }
+    return "?";
+}
 
 struct CompletionResult {
     std::string text;               // everything sent (stop string and end-of-generation token excluded)

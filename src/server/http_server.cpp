@@ -28,7 +28,7 @@ struct HttpServer::Impl {
 
     static void send_json(httplib::Response& res, int status, const json& body) {
         res.status = status;
-        res.set_content(body.dump(), "application/json");
+        res.set_content(dump_json(body), "application/json");
     }
 
     static void send_error(httplib::Response& res, const ApiError& e) {
@@ -93,7 +93,7 @@ struct HttpServer::Impl {
             try {
                 std::lock_guard lock(slot_mutex);
                 out = slot.complete(ids, r.params, nullptr);
-            } catch (const Error& e) {
+            } catch (const std::exception& e) {
                 return send_error(res, ApiError(500, e.what(), "", "server_error"));
             }
             log_request(r, out);
@@ -119,9 +119,11 @@ struct HttpServer::Impl {
                         if (r.include_usage) write(stream_usage(r, id, created, model_name, out));
                         write(std::string(kStreamDone));
                     }
-                } catch (const Error& e) {
+                } catch (const std::exception& e) {
                     // The status line has gone out: the error travels as an event, as OpenAI's do.
-                    write("data: " + error_body(ApiError(500, e.what(), "", "server_error")).dump() + "\n\n");
+                    // Nothing may escape into httplib's connection thread.
+                    write("data: " + dump_json(error_body(ApiError(500, e.what(), "", "server_error"))) +
+                          "\n\n");
                 }
                 sink.done();
                 return true;

@@ -148,7 +148,7 @@ json timings_json(const engine::CompletionResult& r) {
 }
 
 std::string event(const json& j) {
-    return "data: " + j.dump() + "\n\n";
+    return "data: " + dump_json(j) + "\n\n";
 }
 
 const char* object_name(const ApiRequest& req, bool chunk) {
@@ -158,12 +158,16 @@ const char* object_name(const ApiRequest& req, bool chunk) {
 
 }  // namespace
 
+std::string dump_json(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 ApiRequest parse_request(std::string_view body_text, Endpoint endpoint,
                          const engine::CompletionParams& defaults) {
     json body;
     try {
         body = json::parse(body_text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // malformed, invalid UTF-8, a number out of range
         bad("", fmt::format("the body is not valid JSON: {}", e.what()));
     }
     if (!body.is_object()) bad("", "the body must be a JSON object");

@@ -45,6 +45,10 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const engine:
 
 nlohmann::json error_body(const ApiError& e);
 
+// JSON text for the wire; invalid UTF-8 in a string (never expected: requests are validated and
+// generated text is decoded whole) becomes U+FFFD instead of an exception.
+std::string dump_json(const nlohmann::json& j);
+
 // The non-streamed response. id: "chatcmpl-..." or "cmpl-..."; created: unix seconds.
 nlohmann::json response_body(const ApiRequest& req, const engine::CompletionResult& r, const std::string& id,
                              int64_t created, const std::string& model);

@@ -114,6 +114,9 @@ TEST(OpenAiRequest, BadBodiesNameTheField) {
     EXPECT_EQ(error_of("{not json", Endpoint::completion).status, 400);
     EXPECT_EQ(error_of("[1, 2]", Endpoint::completion).status, 400);
     EXPECT_EQ(error_of("", Endpoint::completion).status, 400);
+    // Found by fuzz/openai_fuzz: a number too large for a double was json's out_of_range, not 400.
+    EXPECT_EQ(error_of(R"({"prompt": "x", "top_p": 6e6666})", Endpoint::completion).status, 400);
+    EXPECT_EQ(error_of("{\"prompt\": \"\xff\"}", Endpoint::completion).status, 400);  // not UTF-8
 }
 
 TEST(OpenAiResponse, ShapesFollowOpenAi) {
