@@ -1,4 +1,4 @@
-// `--plan auto` for the commands that load a model (run, chat, logits, perplexity, bench): the
+// `--plan auto` for the commands that load a model (run, chat, serve, logits, perplexity, bench): the
 // planner's search (plan/search.h) with what the command already fixes (context, KV types, the
 // user's placement flags, -ub), turned into what the GPU forward executes (models::GpuOptions).
 // The hardware profile is the one `mox calibrate` cached for this machine; when there is none, a

@@ -1,5 +1,5 @@
 // The placement flags llama.cpp users know, shared by every command that loads a model on the GPU
-// (run, chat, logits, perplexity, plan): -ot, --n-cpu-moe, --cpu-moe, --moe-cpu-layers (one rule
+// (run, chat, serve, logits, perplexity, plan): -ot, --n-cpu-moe, --cpu-moe, --moe-cpu-layers (one rule
 // list in command-line order, place/flags.h), plus --vram-budget, -ub and --stream-min-tokens.
 #pragma once
 
