@@ -22,7 +22,7 @@ for isa in avx2 scalar; do
         --gtest_filter='*DotKernel*:*FastOp*:*Attention*:*Delta*:*Moe*:Qwen35MoeBatch.*'
 done
 
-echo "== fuzz (GGUF reader, ${MOX_FUZZ_SECONDS:-60}s)"
+echo "== fuzz (GGUF reader ${MOX_FUZZ_SECONDS:-60}s, then mox serve's request parser for half that)"
 scripts/fuzz.sh "${MOX_FUZZ_SECONDS:-60}"
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
