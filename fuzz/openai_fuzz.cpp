@@ -18,8 +18,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const ApiRequest r = parse_request(body, endpoint, mox::engine::CompletionParams{});
         mox::engine::CompletionResult res;
         res.text = r.prompt.substr(0, 16);
-        (void)dump_json(response_body(r, res, "id", 0, r.model));
-        (void)stream_chunk(r, "id", 0, r.model, res.text, true, &res);
+        const SplitText text{res.text, res.text};
+        (void)dump_json(response_body(r, res, "id", 0, r.model, text));
+        (void)stream_chunk(r, "id", 0, r.model, text, true, &res);
     } catch (const ApiError& e) {
         if (e.status < 400 || e.status >= 500) std::abort();
     }

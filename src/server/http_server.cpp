@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "server/openai.h"
+#include "server/reasoning.h"
 
 #include <httplib.h>
 
@@ -44,7 +45,8 @@ struct HttpServer::Impl {
     }
 
     // The request's prompt as tokens: the chat template for chat, the text as it is otherwise.
-    std::vector<int32_t> prompt_tokens(const ApiRequest& r) const {
+    // think: whether the answer starts inside a think block the template opened.
+    std::vector<int32_t> prompt_tokens(const ApiRequest& r, bool* think) const {
         std::string text = r.prompt;
         if (r.endpoint == Endpoint::chat) {
             text::ChatOptions co = options.chat;
@@ -56,6 +58,7 @@ struct HttpServer::Impl {
                                "messages");
             }
         }
+        *think = r.endpoint == Endpoint::chat && prompt_opens_think(text);
         std::vector<int32_t> ids = tokenizer.encode(text);
         if (ids.empty())
             throw ApiError(400, "the prompt is empty", r.endpoint == Endpoint::chat ? "messages" : "prompt");
@@ -73,9 +76,10 @@ struct HttpServer::Impl {
         if (!authorized(hreq, res)) return;
         ApiRequest r;
         std::vector<int32_t> ids;
+        bool think = false;
         try {
             r = parse_request(hreq.body, endpoint, options.defaults);
-            ids = prompt_tokens(r);
+            ids = prompt_tokens(r, &think);
             engine::Sampler check(r.params.sampling);  // parameters the sampler refuses: 400, not 500
         } catch (const ApiError& e) {
             return send_error(res, e);
@@ -88,6 +92,8 @@ struct HttpServer::Impl {
                                     std::chrono::system_clock::now().time_since_epoch())
                                     .count();
         const std::string model_name = options.model_name;
+        // Chat answers of a thinking model: <think>...</think> to reasoning_content (reasoning.h).
+        const bool split = endpoint == Endpoint::chat && options.split_reasoning;
         if (!r.stream) {
             engine::CompletionResult out;
             try {
@@ -97,37 +103,50 @@ struct HttpServer::Impl {
                 return send_error(res, ApiError(500, e.what(), "", "server_error"));
             }
             log_request(r, out);
-            return send_json(res, 200, response_body(r, out, id, created, model_name));
+            SplitText text{"", out.text};
+            if (split) {
+                ReasoningSplit splitter(think);
+                text = splitter.push(out.text);
+                const SplitText rest = splitter.finish();
+                text.reasoning += rest.reasoning;
+                text.content += rest.content;
+            }
+            return send_json(res, 200, response_body(r, out, id, created, model_name, text));
         }
         // Streaming: the generation runs inside the content provider, on this connection's thread.
-        res.set_chunked_content_provider(
-            "text/event-stream", [this, r, ids, id, created, model_name](size_t, httplib::DataSink& sink) {
-                auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-                bool first = true;
-                std::lock_guard lock(slot_mutex);
-                try {
-                    const engine::CompletionResult out =
-                        slot.complete(ids, r.params, [&](const std::string& piece) {
-                            const bool ok =
-                                write(stream_chunk(r, id, created, model_name, piece, first, nullptr));
-                            first = false;
-                            return ok;
-                        });
-                    log_request(r, out);
-                    if (out.finish != engine::FinishReason::cancelled) {
-                        write(stream_chunk(r, id, created, model_name, "", first, &out));
-                        if (r.include_usage) write(stream_usage(r, id, created, model_name, out));
-                        write(std::string(kStreamDone));
-                    }
-                } catch (const std::exception& e) {
-                    // The status line has gone out: the error travels as an event, as OpenAI's do.
-                    // Nothing may escape into httplib's connection thread.
-                    write("data: " + dump_json(error_body(ApiError(500, e.what(), "", "server_error"))) +
-                          "\n\n");
+        res.set_chunked_content_provider("text/event-stream", [this, r, ids, id, created, model_name, split,
+                                                               think](size_t, httplib::DataSink& sink) {
+            auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+            bool first = true;
+            ReasoningSplit splitter(think);
+            // A delta goes out when it holds something (a tag being held back sends nothing yet).
+            auto send = [&](const SplitText& t) {
+                if (t.reasoning.empty() && t.content.empty()) return true;
+                const bool ok = write(stream_chunk(r, id, created, model_name, t, first, nullptr));
+                first = false;
+                return ok;
+            };
+            std::lock_guard lock(slot_mutex);
+            try {
+                const engine::CompletionResult out =
+                    slot.complete(ids, r.params, [&](const std::string& piece) {
+                        return send(split ? splitter.push(piece) : SplitText{"", piece});
+                    });
+                log_request(r, out);
+                if (out.finish != engine::FinishReason::cancelled) {
+                    if (split) send(splitter.finish());
+                    write(stream_chunk(r, id, created, model_name, {}, first, &out));
+                    if (r.include_usage) write(stream_usage(r, id, created, model_name, out));
+                    write(std::string(kStreamDone));
                 }
-                sink.done();
-                return true;
-            });
+            } catch (const std::exception& e) {
+                // The status line has gone out: the error travels as an event, as OpenAI's do.
+                // Nothing may escape into httplib's connection thread.
+                write("data: " + dump_json(error_body(ApiError(500, e.what(), "", "server_error"))) + "\n\n");
+            }
+            sink.done();
+            return true;
+        });
     }
 
     void log_request(const ApiRequest& r, const engine::CompletionResult& out) const {

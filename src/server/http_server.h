@@ -29,6 +29,7 @@ struct ServerOptions {
     engine::CompletionParams defaults;  // sampling and token limit where a request does not say
     std::string chat_template;          // Jinja source
     text::ChatOptions chat;             // bos/eos tokens and template switches for every request
+    bool split_reasoning = true;        // chat: <think>...</think> to reasoning_content (server/reasoning.h)
     size_t max_body_bytes = size_t{16} << 20;
 };
 

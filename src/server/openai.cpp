@@ -228,12 +228,13 @@ json error_body(const ApiError& e) {
 }
 
 json response_body(const ApiRequest& req, const engine::CompletionResult& r, const std::string& id,
-                   int64_t created, const std::string& model) {
+                   int64_t created, const std::string& model, const SplitText& text) {
     json choice = {{"index", 0}, {"finish_reason", engine::finish_reason_name(r.finish)}};
     if (req.endpoint == Endpoint::chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+        choice["message"] = {{"role", "assistant"}, {"content", text.content}};
+        if (!text.reasoning.empty()) choice["message"]["reasoning_content"] = text.reasoning;
     } else {
-        choice["text"] = r.text;
+        choice["text"] = text.content;
         choice["logprobs"] = nullptr;
     }
     return {{"id", id},
@@ -246,17 +247,19 @@ json response_body(const ApiRequest& req, const engine::CompletionResult& r, con
 }
 
 std::string stream_chunk(const ApiRequest& req, const std::string& id, int64_t created,
-                         const std::string& model, const std::string& text, bool first,
+                         const std::string& model, const SplitText& text, bool first,
                          const engine::CompletionResult* finish) {
     json choice = {{"index", 0},
                    {"finish_reason", finish ? json(engine::finish_reason_name(finish->finish)) : json()}};
     if (req.endpoint == Endpoint::chat) {
         json delta = json::object();
         if (first) delta["role"] = "assistant";
-        if (!text.empty() || (first && !finish)) delta["content"] = text;
+        if (!text.reasoning.empty()) delta["reasoning_content"] = text.reasoning;
+        if (!text.content.empty() || (first && !finish && text.reasoning.empty()))
+            delta["content"] = text.content;
         choice["delta"] = std::move(delta);
     } else {
-        choice["text"] = text;
+        choice["text"] = text.content;
         choice["logprobs"] = nullptr;
     }
     json j = {{"id", id},

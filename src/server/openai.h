@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/completion.h"
+#include "server/reasoning.h"
 
 #include <nlohmann/json.hpp>
 
@@ -49,14 +50,17 @@ nlohmann::json error_body(const ApiError& e);
 // generated text is decoded whole) becomes U+FFFD instead of an exception.
 std::string dump_json(const nlohmann::json& j);
 
-// The non-streamed response. id: "chatcmpl-..." or "cmpl-..."; created: unix seconds.
+// The non-streamed response. id: "chatcmpl-..." or "cmpl-..."; created: unix seconds. text: the
+// answer (r.text, or its content part when the reasoning was split off); reasoning: the chat
+// message's reasoning_content ("" : none).
 nlohmann::json response_body(const ApiRequest& req, const engine::CompletionResult& r, const std::string& id,
-                             int64_t created, const std::string& model);
+                             int64_t created, const std::string& model, const SplitText& text);
 
-// One server-sent event "data: {...}\n\n" of a streamed response: a text delta (the first chat
-// chunk also carries the role), or with finish set, the last chunk of the choice.
+// One server-sent event "data: {...}\n\n" of a streamed response: a delta (content and/or
+// reasoning_content; the first chat chunk also carries the role), or with finish set, the last
+// chunk of the choice.
 std::string stream_chunk(const ApiRequest& req, const std::string& id, int64_t created,
-                         const std::string& model, const std::string& text, bool first,
+                         const std::string& model, const SplitText& text, bool first,
                          const engine::CompletionResult* finish);
 // The usage chunk (stream_options.include_usage): no choices, the token counts.
 std::string stream_usage(const ApiRequest& req, const std::string& id, int64_t created,

@@ -183,3 +183,29 @@ def test_api_key(mox_bin):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_reasoning_goes_to_its_own_field(mox_bin, tmp_path):
+    # A template whose generation prompt opens a think block, as Qwen3.6's does: mox-tiny never
+    # closes it, so its whole answer is reasoning (deepseek format) or content (none).
+    tmpl = tmp_path / "think.jinja"
+    tmpl.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                    "<|im_start|>assistant\n<think>\n")
+    answers = {}
+    for fmt in ("deepseek", "none"):
+        proc, port = start_server(mox_bin, "-c", "256", "--chat-template-file", tmpl, "--reasoning-format", fmt)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _, body = call(base, "/v1/chat/completions", chat("Who was Ruth?", max_tokens=12))
+            answers[fmt] = json.loads(body)["choices"][0]["message"]
+            _, text = call(base, "/v1/chat/completions", chat("Who was Ruth?", max_tokens=12, stream=True))
+            ev = events(text)
+            streamed = "".join(e["choices"][0]["delta"].get("reasoning_content", "") for e in ev if e["choices"])
+            if fmt == "deepseek":
+                assert streamed == answers[fmt]["reasoning_content"]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert answers["deepseek"]["content"] == ""
+    assert answers["deepseek"]["reasoning_content"] == answers["none"]["content"] != ""
+    assert "reasoning_content" not in answers["none"]

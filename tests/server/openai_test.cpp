@@ -128,7 +128,7 @@ TEST(OpenAiResponse, ShapesFollowOpenAi) {
     r.finish = engine::FinishReason::length;
     ApiRequest chat;
     chat.endpoint = Endpoint::chat;
-    const json c = response_body(chat, r, "chatcmpl-1", 1700000000, "mox-tiny");
+    const json c = response_body(chat, r, "chatcmpl-1", 1700000000, "mox-tiny", {"", r.text});
     EXPECT_EQ(c["object"], "chat.completion");
     EXPECT_EQ(c["choices"][0]["message"]["role"], "assistant");
     EXPECT_EQ(c["choices"][0]["message"]["content"], "Hello");
@@ -137,12 +137,12 @@ TEST(OpenAiResponse, ShapesFollowOpenAi) {
     EXPECT_EQ(c["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
     ApiRequest text;
     text.endpoint = Endpoint::completion;
-    const json t = response_body(text, r, "cmpl-1", 1700000000, "mox-tiny");
+    const json t = response_body(text, r, "cmpl-1", 1700000000, "mox-tiny", {"", r.text});
     EXPECT_EQ(t["object"], "text_completion");
     EXPECT_EQ(t["choices"][0]["text"], "Hello");
 
     // Streamed: "data: {json}\n\n" events; the first chat delta carries the role, the last the reason.
-    const std::string first = stream_chunk(chat, "chatcmpl-1", 1, "m", "He", true, nullptr);
+    const std::string first = stream_chunk(chat, "chatcmpl-1", 1, "m", {"", "He"}, true, nullptr);
     ASSERT_EQ(first.rfind("data: ", 0), 0u);
     ASSERT_EQ(first.substr(first.size() - 2), "\n\n");
     const json f = json::parse(first.substr(6));
@@ -150,7 +150,7 @@ TEST(OpenAiResponse, ShapesFollowOpenAi) {
     EXPECT_EQ(f["choices"][0]["delta"]["role"], "assistant");
     EXPECT_EQ(f["choices"][0]["delta"]["content"], "He");
     EXPECT_TRUE(f["choices"][0]["finish_reason"].is_null());
-    const json last = json::parse(stream_chunk(chat, "chatcmpl-1", 1, "m", "", false, &r).substr(6));
+    const json last = json::parse(stream_chunk(chat, "chatcmpl-1", 1, "m", {}, false, &r).substr(6));
     EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
     EXPECT_FALSE(last["choices"][0]["delta"].contains("content"));
     const json usage = json::parse(stream_usage(chat, "chatcmpl-1", 1, "m", r).substr(6));

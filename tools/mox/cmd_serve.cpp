@@ -14,6 +14,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -29,6 +31,8 @@ struct ServeOptions {
     std::string alias;
     int64_t n_predict = -1;
     bool no_think = false;
+    std::string reasoning_format = "deepseek";
+    std::string chat_template_file;
     engine::SamplerParams sampling;
 };
 
@@ -61,6 +65,13 @@ void register_serve(CLI::App& app) {
            "Most tokens per answer when a request gives no max_tokens (-1: until the context is full)")
         ->capture_default_str();
     cmd->add_flag("--no-think", o->no_think, "Chat template with thinking off unless a request asks for it");
+    cmd->add_option(
+           "--reasoning-format", o->reasoning_format,
+           "deepseek: a chat answer's <think>...</think> goes to message.reasoning_content; none: all "
+           "of it stays in content")
+        ->capture_default_str();
+    cmd->add_option("--chat-template-file", o->chat_template_file,
+                    "A Jinja chat template to use instead of the model's own");
     add_sampling_options(cmd, o->sampling);
     cmd->callback([o] {
         // SIGINT/SIGTERM go to the waiting thread only: blocked here, before the model's thread pool
@@ -73,6 +84,8 @@ void register_serve(CLI::App& app) {
         std::thread(wait_for_signal_then_stop, set).detach();
         o->model.path = resolve_model_path(o->model.path);
         if (o->n_predict < -1 || o->n_predict == 0) fail("-n {}: at least 1, or -1", o->n_predict);
+        if (o->reasoning_format != "deepseek" && o->reasoning_format != "none")
+            fail("--reasoning-format {}: expected deepseek or none", o->reasoning_format);
         // The context of the one sequence slot: -c, else 8192 or the trained context if smaller.
         auto file = std::make_unique<gguf::File>(gguf::File::open(o->model.path));
         const int64_t trained = models::read_qwen35moe_hparams(*file).n_ctx_train;
@@ -89,7 +102,13 @@ void register_serve(CLI::App& app) {
         so.defaults.sampling = o->sampling;
         so.defaults.max_tokens = o->n_predict;
         so.chat_template = chat_template_of(*m.tokenizer);
+        if (!o->chat_template_file.empty()) {
+            std::ifstream in(o->chat_template_file, std::ios::binary);
+            if (!in) fail("cannot read the chat template '{}'", o->chat_template_file);
+            so.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
         so.chat = chat_options(*m.tokenizer, o->no_think);
+        so.split_reasoning = o->reasoning_format == "deepseek";
         const models::StateOptions state = state_options(o->model, m.model->hparams(), 1);
 
         server::HttpServer http(*m.model, *m.tokenizer, state, so);
