@@ -41,7 +41,7 @@ CompletionResult CompletionSlot::complete(std::span<const int32_t> prompt, const
         fed_.clear();
     }
     res.cached_tokens = static_cast<int64_t>(fed_.size());
-    const std::span<const int32_t> todo = prompt.subspan(fed_.size());
+    const std::span<const int32_t> new_tokens = prompt.subspan(fed_.size());  // what the state lacks
 
     std::vector<float> logits;
     std::vector<int32_t> history(prompt.begin(), prompt.end());  // the penalties' window
@@ -55,9 +55,9 @@ CompletionResult CompletionSlot::complete(std::span<const int32_t> prompt, const
     };
     try {
         auto t0 = std::chrono::steady_clock::now();
-        models::SequenceBatch batch{state_.get(), todo};
+        models::SequenceBatch batch{state_.get(), new_tokens};
         model_.forward(std::span(&batch, 1), false, logits);
-        fed_.insert(fed_.end(), todo.begin(), todo.end());
+        fed_.insert(fed_.end(), new_tokens.begin(), new_tokens.end());
         res.prompt_seconds = seconds_since(t0);
 
         t0 = std::chrono::steady_clock::now();

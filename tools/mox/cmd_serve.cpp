@@ -86,12 +86,10 @@ void register_serve(CLI::App& app) {
         if (o->n_predict < -1 || o->n_predict == 0) fail("-n {}: at least 1, or -1", o->n_predict);
         if (o->reasoning_format != "deepseek" && o->reasoning_format != "none")
             fail("--reasoning-format {}: expected deepseek or none", o->reasoning_format);
-        // The context of the one sequence slot: -c, else 8192 or the trained context if smaller.
-        auto file = std::make_unique<gguf::File>(gguf::File::open(o->model.path));
-        const int64_t trained = models::read_qwen35moe_hparams(*file).n_ctx_train;
-        if (o->model.n_ctx <= 0) o->model.n_ctx = std::min<int64_t>(8192, trained);
-        file.reset();
         LoadedModel m = load(o->model);
+        // The context of the one sequence slot: -c, else 8192 or the trained context if smaller (what
+        // load planned the GPU placement for).
+        if (o->model.n_ctx <= 0) o->model.n_ctx = std::min<int64_t>(8192, m.model->hparams().n_ctx_train);
 
         server::ServerOptions so;
         so.host = o->host;
