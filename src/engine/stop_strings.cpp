@@ -4,6 +4,13 @@
 
 namespace mox::engine {
 
+size_t partial_match_tail(std::string_view text, std::string_view tag) {
+    if (tag.empty()) return 0;
+    for (size_t n = std::min(tag.size() - 1, text.size()); n > 0; --n)
+        if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+    return 0;
+}
+
 StopStrings::StopStrings(std::vector<std::string> stops) {
     for (std::string& s : stops)
         if (!s.empty()) stops_.push_back(std::move(s));
@@ -25,14 +32,7 @@ std::string StopStrings::push(std::string_view text) {
     // Hold back the longest tail of held_ that is a proper prefix of some stop string. Stop
     // strings are valid UTF-8 starting with a lead byte, so the cut is at a character boundary.
     size_t keep = 0;
-    for (const std::string& s : stops_) {
-        const size_t most = std::min(s.size() - 1, held_.size());
-        for (size_t n = most; n > keep; --n)
-            if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
-                keep = n;
-                break;
-            }
-    }
+    for (const std::string& s : stops_) keep = std::max(keep, partial_match_tail(held_, s));
     std::string out = held_.substr(0, held_.size() - keep);
     held_.erase(0, held_.size() - keep);
     return out;

@@ -4,11 +4,16 @@
 // may be completing); everything else goes out as soon as it is generated.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace mox::engine {
+
+// The length of the longest tail of `text` that is a proper prefix of `tag`: how much of the text
+// must be held back while `tag` may still be completing (0 when none could).
+size_t partial_match_tail(std::string_view text, std::string_view tag);
 
 class StopStrings {
 public:

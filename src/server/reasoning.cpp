@@ -1,5 +1,7 @@
 #include "server/reasoning.h"
 
+#include "engine/stop_strings.h"
+
 #include <algorithm>
 
 namespace mox::server {
@@ -11,13 +13,6 @@ constexpr std::string_view kClose = "</think>";
 
 bool is_space(char c) {
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
-// The length of the longest tail of s that is a proper prefix of tag.
-size_t partial_tail(std::string_view s, std::string_view tag) {
-    for (size_t n = std::min(tag.size() - 1, s.size()); n > 0; --n)
-        if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-    return 0;
 }
 
 }  // namespace
@@ -61,7 +56,7 @@ SplitText ReasoningSplit::push(std::string_view text) {
                 trim_content_ = true;
                 continue;
             }
-            const size_t keep = partial_tail(held_, kClose);
+            const size_t keep = engine::partial_match_tail(held_, kClose);
             route(std::string_view(held_).substr(0, held_.size() - keep), out);
             held_.erase(0, held_.size() - keep);
             return out;

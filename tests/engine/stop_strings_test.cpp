@@ -16,6 +16,16 @@ std::string run(StopStrings& s, const std::vector<std::string>& pieces) {
     return out;
 }
 
+TEST(StopStrings, PartialMatchTail) {
+    EXPECT_EQ(partial_match_tail("abc </th", "</think>"), 4u);
+    EXPECT_EQ(partial_match_tail("abc <", "</think>"), 1u);
+    EXPECT_EQ(partial_match_tail("abc", "</think>"), 0u);
+    EXPECT_EQ(partial_match_tail("x</think>", "</think>"), 0u);  // whole tags are the caller's to find
+    EXPECT_EQ(partial_match_tail("aa", "aab"), 2u);
+    EXPECT_EQ(partial_match_tail("", "ab"), 0u);
+    EXPECT_EQ(partial_match_tail("ab", ""), 0u);
+}
+
 TEST(StopStrings, NoStopsPassEverythingAtOnce) {
     StopStrings s({});
     EXPECT_EQ(s.push("Hello"), "Hello");
