@@ -217,8 +217,12 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
         int32_t next = have_logits ? greedy() : corpus[static_cast<size_t>(c.test.n_depth) % corpus.size()];
         for (int64_t i = 0; i < c.test.n_gen; ++i) {
             models::SequenceBatch b{state.get(), std::span<const int32_t>(&next, 1)};
-            model->forward(std::span(&b, 1), false, logits);
-            next = greedy();
+            // Only the arg max comes back where the device finds it (the GPU path: 8 bytes, not the 1
+            // MB logit row and the host's copy of it while the GPU waits).
+            const std::optional<int32_t> a = model->forward_argmax(std::span(&b, 1), n_text, logits);
+            next = a ? *a
+                     : static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + n_text) -
+                                            logits.begin());
         }
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();

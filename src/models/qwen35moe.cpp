@@ -201,8 +201,7 @@ Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool
 // ---------------------------------------------------------------------------------------------
 // Forward
 
-void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
-    int64_t n_tokens = 0;
+void Qwen35Moe::check_batch(std::span<const SequenceBatch> batch) const {
     for (const SequenceBatch& b : batch) {
         MOX_CHECK(b.state != nullptr);
         if (b.tokens.empty()) fail("empty sequence in batch");
@@ -212,9 +211,28 @@ void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, s
             fail("sequence of {} tokens after {} already in context exceeds the context size {}", b.tokens.size(),
                  b.state->n_past_, b.state->n_ctx());
         for (int32_t tok : b.tokens)
-            if (tok < 0 || tok >= hp_.n_vocab) fail("token id {} outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
-        n_tokens += static_cast<int64_t>(b.tokens.size());
+            if (tok < 0 || tok >= hp_.n_vocab)
+                fail("token id {} outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
     }
+}
+
+std::optional<int32_t> Qwen35Moe::forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
+                                                 std::vector<float>& logits) {
+    if (!gpu_) {
+        forward(batch, false, logits);
+        return std::nullopt;
+    }
+    check_batch(batch);
+    if (trace_routing_) fail("routing statistics are collected on the CPU path only (drop --device cuda)");
+    const std::optional<int32_t> a = gpu_->forward_argmax(batch, n_candidates, logits);
+    for (const SequenceBatch& b : batch) b.state->n_past_ += static_cast<int64_t>(b.tokens.size());
+    return a;
+}
+
+void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
+    check_batch(batch);
+    int64_t n_tokens = 0;
+    for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
     if (gpu_) {
         if (trace_routing_) fail("routing statistics are collected on the CPU path only (drop --device cuda)");
         gpu_->forward(batch, all_logits, logits);

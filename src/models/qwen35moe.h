@@ -112,6 +112,13 @@ public:
     // The arg max of the last logit row the last forward returned (the lowest index of the largest
     // value, as std::max_element), where the backend found it on the device; nullopt otherwise.
     virtual std::optional<int32_t> last_argmax() const { return std::nullopt; }
+    // Qwen35Moe::forward_argmax's work (the batch already validated).
+    virtual std::optional<int32_t> forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
+                                                  std::vector<float>& logits) {
+        forward(batch, false, logits);
+        const std::optional<int32_t> a = last_argmax();
+        return a && *a < n_candidates ? a : std::nullopt;
+    }
 };
 
 class Qwen35Moe;
@@ -145,6 +152,12 @@ public:
     // The arg max of the last row forward returned when the device computed it (the GPU path: the
     // caller's greedy choice without a scan of the vocabulary on the host); nullopt otherwise.
     std::optional<int32_t> last_argmax() const { return gpu_ ? gpu_->last_argmax() : std::nullopt; }
+    // forward for a caller that wants only the arg max of the last row over ids [0, n_candidates)
+    // (greedy decoding): where the device finds it (the GPU path) only it is copied back, logits is
+    // left empty and the result is it. Otherwise (the CPU path, or the device's pick was not below
+    // n_candidates) logits holds the last row as forward's and the result is nullopt.
+    std::optional<int32_t> forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
+                                          std::vector<float>& logits);
 
     // Usage histogram of routed experts since load: [n_layer][n_expert] selections.
     const std::vector<std::vector<int64_t>>& expert_usage() const { return expert_usage_; }
@@ -160,6 +173,8 @@ public:
 
 private:
     friend class Qwen35MoeGpu;
+    // forward's checks of a batch (states, context, token ids), before anything runs.
+    void check_batch(std::span<const SequenceBatch> batch) const;
     void deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
     void attention(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
     void moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t n_tokens, float* out);

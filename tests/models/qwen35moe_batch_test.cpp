@@ -107,4 +107,24 @@ TEST(Qwen35MoeBatch, UnsupportedKvSettingsAreErrors) {
     EXPECT_THROW(model.new_state({.n_ctx = 1 << 20, .k_type = quant::TypeId::f16, .v_type = quant::TypeId::f16}), Error);
 }
 
+TEST(Qwen35MoeBatch, ForwardArgmaxOnTheCpuReturnsTheLogits) {
+    // The CPU path has no device arg max: forward_argmax is forward, and the caller scans the row.
+    const gguf::File file = gguf::File::open(tiny_model_path());
+    Qwen35Moe model(file, 2);
+    const StateOptions so{.n_ctx = 64};
+    auto s1 = model.new_state(so), s2 = model.new_state(so);
+    const auto tokens = iota_tokens(5, 40);
+    std::vector<float> want, got;
+    SequenceBatch a{s1.get(), tokens}, b{s2.get(), tokens};
+    model.forward(std::span(&a, 1), false, want);
+    EXPECT_FALSE(model.forward_argmax(std::span(&b, 1), model.n_vocab(), got).has_value());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(s2->n_past(), 5);
+    // Checked like forward: a token outside the vocabulary leaves the state as it was.
+    const int32_t bad = static_cast<int32_t>(model.n_vocab());
+    SequenceBatch c{s2.get(), std::span<const int32_t>(&bad, 1)};
+    EXPECT_THROW(model.forward_argmax(std::span(&c, 1), model.n_vocab(), got), Error);
+    EXPECT_EQ(s2->n_past(), 5);
+}
+
 }  // namespace mox::models

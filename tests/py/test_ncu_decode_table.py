@@ -50,6 +50,23 @@ def test_steps_splits_passes_at_the_norms_and_groups_the_last(tmp_path):
     assert lines[1].startswith("| add_rms_norm_kernel | (1, 1, 1) | 2 | 7.0 | 3.50 | 3.0 | 4.0 |")
 
 
+def test_steps_with_dram_bytes_reports_megabytes_and_rate(tmp_path):
+    header = ["ID", "Kernel Name", "Grid Size", "dram__bytes_read.sum", "dram__bytes_write.sum",
+              "gpu__time_duration.sum"]
+    rows = [["", "", "", "Mbyte", "Kbyte", "ns"]]
+    # One kernel twice: 2 us moving 10 MB, 8 us moving 2.5 MB + 500 KB: 13 MB in 10 us = 1300 GB/s.
+    rows.append(["0", "void (anonymous namespace)::gate_up_kernel<seg::Q4_K, 1>(GateUpArgs)", "(288, 1, 1)",
+                 "10.00", "0.00", "2,000"])
+    rows.append(["1", "void (anonymous namespace)::gate_up_kernel<seg::Q4_K, 1>(GateUpArgs)", "(288, 1, 1)",
+                 "2.50", "500.00", "8,000"])
+    f = tmp_path / "raw.csv"
+    write_csv(f, header, rows)
+    out = run("steps", str(f))
+    assert "| 0 | 2 | 10.0 | 13.00 | 1300 |" in out
+    line = next(l for l in out.splitlines() if l.startswith("| gate_up"))
+    assert line == "| gate_up_kernel<Q4_K, 1> | (288, 1, 1) | 2 | 10.0 | 5.00 | 2.0 | 8.0 | 13.00 | 1300 |"
+
+
 def test_details_one_line_per_kernel_with_units_converted(tmp_path):
     header = ["ID", "Kernel Name", "Grid Size", "Block Size", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
     k = "void (anonymous namespace)::gate_up_kernel<seg::Q4_K>(GateUpArgs)"

@@ -128,6 +128,11 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
         if (v != "0" && v != "1") fail("MOX_CUDA_ARGMAX={}: expected 0 or 1", v);
         device_argmax_ = v == "1";
     }
+    if (const char* e = std::getenv("MOX_CUDA_ARGMAX_ONLY"); e && *e) {
+        const std::string v = e;
+        if (v != "0" && v != "1") fail("MOX_CUDA_ARGMAX_ONLY={}: expected 0 or 1", v);
+        argmax_only_ = v == "1";
+    }
     if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
         const std::string v = e;
         if (v == "sequential") deltanet_method_ = cuda::DeltaNetMethod::sequential;
@@ -378,7 +383,11 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
     last_argmax_.reset();
     int64_t n_rows = 0;
     for (const SequenceBatch& b : batch) n_rows += all_logits ? static_cast<int64_t>(b.tokens.size()) : 1;
-    logits.resize(static_cast<size_t>(n_rows * V));
+    // forward_argmax: the rows are sized only if the device's pick is refused (logits_fetch).
+    if (argmax_limit_ > 0)
+        logits.clear();
+    else
+        logits.resize(static_cast<size_t>(n_rows * V));
     const cuda::StreamHandle s = stream_.handle();
     int64_t row_out = 0;
     for (const SequenceBatch& b : batch)  // before anything runs, so no state is left half-updated
@@ -439,7 +448,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                     stream_.synchronize();
                     cuda::profiler_stop();
                 }
-                logits_fetch(1, logits.data() + row_out * V);  // the graph computed them
+                logits_fetch(1, logits, row_out);  // the graph computed them
                 if (poll) check_handoff();  // the stream is done: a GPU-side failure is final now
                 ++row_out;
                 continue;
@@ -451,7 +460,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
             for (int64_t r = r_first; r < n; r += kLogitRows) {
                 const int64_t cnt = std::min(kLogitRows, n - r);
                 logits_compute(r, cnt);
-                logits_fetch(cnt, logits.data() + row_out * V);
+                logits_fetch(cnt, logits, row_out);
                 row_out += cnt;
             }
         }
@@ -474,10 +483,43 @@ uint64_t* Qwen35MoeGpu::argmax_slot(void* logits_base) const {
     return reinterpret_cast<uint64_t*>(static_cast<float*>(logits_base) + kLogitRows * hp_.n_vocab);
 }
 
-void Qwen35MoeGpu::logits_fetch(int64_t count, float* host) {
+std::optional<int32_t> Qwen35MoeGpu::forward_argmax(std::span<const SequenceBatch> batch,
+                                                    int64_t n_candidates, std::vector<float>& logits) {
+    MOX_CHECK(n_candidates > 0 && n_candidates <= hp_.n_vocab, "{} arg max candidates", n_candidates);
+    if (batch.size() != 1 || !device_argmax_ || !argmax_only_) {
+        forward(batch, false, logits);
+        if (last_argmax_ && *last_argmax_ < n_candidates) return last_argmax_;
+        return std::nullopt;
+    }
+    argmax_limit_ = n_candidates;
+    try {
+        forward(batch, false, logits);
+    } catch (...) {
+        argmax_limit_ = 0;
+        throw;
+    }
+    argmax_limit_ = 0;
+    return logits.empty() ? last_argmax_ : std::nullopt;
+}
+
+void Qwen35MoeGpu::logits_fetch(int64_t count, std::vector<float>& logits, int64_t row_out) {
     const cuda::StreamHandle s = stream_.handle();
     const size_t bytes = static_cast<size_t>(count * hp_.n_vocab) * sizeof(float);
     const bool with_argmax = count == 1 && device_argmax_;
+    last_argmax_.reset();
+    if (with_argmax && argmax_limit_ > 0) {
+        // Greedy: 8 bytes instead of the 1 MB row and the host's copy of it, while the GPU waits.
+        cuda::copy_to_host(argmax_slot(logits_host_.data()), argmax_slot(logits_.data()), sizeof(uint64_t),
+                           s);
+        if (host_failed_) std::rethrow_exception(host_error_);
+        const int64_t i = cuda::argmax_index(*argmax_slot(logits_host_.data()));
+        if (i >= 0 && i < argmax_limit_) {
+            last_argmax_ = static_cast<int32_t>(i);
+            return;
+        }
+        logits.resize(static_cast<size_t>((row_out + count) * hp_.n_vocab));  // refused: the rows after all
+    }
+    float* host = logits.data() + row_out * hp_.n_vocab;
     // The arg max first, without a wait: the logits' copy after it on the same stream waits for both.
     if (with_argmax)
         cuda::copy_to_host_async(argmax_slot(logits_host_.data()), argmax_slot(logits_.data()),
@@ -486,7 +528,6 @@ void Qwen35MoeGpu::logits_fetch(int64_t count, float* host) {
     // A host hand-off that failed left garbage behind: say why instead of returning it.
     if (host_failed_) std::rethrow_exception(host_error_);
     std::memcpy(host, logits_host_.data(), bytes);
-    last_argmax_.reset();
     if (with_argmax) {
         const int64_t i = cuda::argmax_index(*argmax_slot(logits_host_.data()));
         if (i >= 0) last_argmax_ = static_cast<int32_t>(i);

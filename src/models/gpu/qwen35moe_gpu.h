@@ -121,6 +121,8 @@ public:
     void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) override;
     std::string summary() const override { return summary_; }
     std::optional<int32_t> last_argmax() const override { return last_argmax_; }
+    std::optional<int32_t> forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
+                                          std::vector<float>& logits) override;
 
     // Called from a host node (qwen35moe_gpu_experts.cpp): the CPU computes the selected host experts
     // of the hand-off in hand_*; never throws (a failure is kept for forward() to rethrow).
@@ -165,7 +167,9 @@ private:
     // Logits of `count` (<= 8) consecutive rows of u_ from row r0 into logits_; then to host memory.
     // A single row's arg max goes along (cuda::argmax, into the slot after the logit rows).
     void logits_compute(int64_t r0, int64_t count);
-    void logits_fetch(int64_t count, float* host);
+    // Into logits rows [row_out, row_out + count) (sized by the caller), or, during forward_argmax,
+    // a single row's arg max alone when it is below argmax_limit_ (logits stays empty then).
+    void logits_fetch(int64_t count, std::vector<float>& logits, int64_t row_out);
     uint64_t* argmax_slot(void* logits_base) const;  // in logits_ or logits_host_
     // Embedding rows of n tokens by the CPU into hand_embd_ (token_embd on the host).
     void embed_on_host(const int32_t* tokens, int64_t n);
@@ -217,6 +221,10 @@ private:
     // The last logit row's arg max is computed on the device (last_argmax); MOX_CUDA_ARGMAX=0: not (A/B).
     bool device_argmax_ = true;
     std::optional<int32_t> last_argmax_;
+    // While forward_argmax runs: its n_candidates (0 otherwise). MOX_CUDA_ARGMAX_ONLY=0: forward_argmax
+    // copies the logits back too (A/B: the 1 MB copy and the host's copy of it, in every greedy step).
+    int64_t argmax_limit_ = 0;
+    bool argmax_only_ = true;
     int64_t decode_steps_ = 0;  // decode graph launches so far
     int64_t profile_step_ = 0;  // MOX_CUDA_PROFILE_STEP; 0: none profiled
     // Activations for one micro-batch (fp32, token-major rows).
