@@ -202,10 +202,13 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     // 248K vocabulary took ~0.33 ms of each ~2.9 ms decode step on the H200 machine, session 15;
     // llama-bench samples nothing); the host scans when the device's pick is a padding row or there
     // is none.
-    auto greedy = [&] {
-        if (const std::optional<int32_t> a = model->last_argmax(); a && *a < n_text) return *a;
+    auto host_pick = [&] {
         return static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + n_text) -
                                     logits.begin());
+    };
+    auto greedy = [&] {
+        if (const std::optional<int32_t> a = model->last_argmax(); a && *a < n_text) return *a;
+        return host_pick();
     };
 
     process(0, c.test.n_depth);  // untimed: the context the test runs at
@@ -220,9 +223,7 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
             // Only the arg max comes back where the device finds it (the GPU path: 8 bytes, not the 1
             // MB logit row and the host's copy of it while the GPU waits).
             const std::optional<int32_t> a = model->forward_argmax(std::span(&b, 1), n_text, logits);
-            next = a ? *a
-                     : static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + n_text) -
-                                            logits.begin());
+            next = a ? *a : host_pick();
         }
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
