@@ -5,8 +5,8 @@
 #include "core/units.h"
 #include "engine/bench_machine.h"
 #include "gguf/reader.h"
-#include "models/qwen35moe.h"
-#include "models/qwen35moe_hparams.h"
+#include "models/model.h"
+#include "models/hparams.h"
 #include "models/summary.h"
 #include "place/execute.h"
 #include "place/flags.h"
@@ -39,7 +39,7 @@ struct BenchRunner::Loaded {
     // Loaded once per setup (threads, device, placement...: what is fixed at load), keyed by a text
     // naming it. At most one GPU setup is alive at a time (they would share the device's memory).
     struct Setup {
-        std::unique_ptr<models::Qwen35Moe> model;
+        std::unique_ptr<models::Model> model;
         std::optional<place::Placement> placement;  // GPU setups: what runs (the flags' or the plan's)
         models::GpuOptions gpu;
     };
@@ -96,7 +96,7 @@ BenchRunner::Loaded& BenchRunner::load(const std::string& path) {
     const models::ModelSummary summary = models::summarize(m->file);
     info.weight_bytes_per_token = summary.bytes_per_token;
     info.recurrent_state_bytes = summary.recurrent_state_bytes;
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(m->file);
+    const models::Hparams hp = models::read_hparams(m->file);
     const double kv_heads = static_cast<double>(hp.n_attention_layers() * hp.n_head_kv);
     info.kv_k_elems_per_token = kv_heads * static_cast<double>(hp.head_dim_k);
     info.kv_v_elems_per_token = kv_heads * static_cast<double>(hp.head_dim_v);
@@ -109,7 +109,7 @@ const BenchModelInfo& BenchRunner::model_info(const std::string& path) {
 
 BenchSample BenchRunner::run(const BenchConfig& c) {
     Loaded& m = load(c.model);
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(m.file);
+    const models::Hparams hp = models::read_hparams(m.file);
     const models::Device device = c.n_gpu_layers == 0 ? models::Device::cpu : models::Device::cuda;
     const int64_t needed = std::max<int64_t>(1, c.test.n_depth + c.test.n_prompt + c.test.n_gen);
     if (c.n_ctx > 0 && c.n_ctx < needed) fail("-c {}: the test {} needs {} tokens of context", c.n_ctx, c.test.name(), needed);
@@ -167,9 +167,9 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
                 su.gpu.n_ctx_max = n_ctx;
             }
         }
-        su.model = std::make_unique<models::Qwen35Moe>(m.file, c.threads, quant::host_isa(), true, device, su.gpu);
+        su.model = std::make_unique<models::Model>(m.file, c.threads, quant::host_isa(), true, device, su.gpu);
     }
-    const std::unique_ptr<models::Qwen35Moe>& model = su.model;
+    const std::unique_ptr<models::Model>& model = su.model;
 
     models::StateOptions so;
     so.k_type = kv_type(c.type_k);

@@ -14,7 +14,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
-CompletionSlot::CompletionSlot(models::Qwen35Moe& model, const text::Tokenizer& tokenizer,
+CompletionSlot::CompletionSlot(models::Model& model, const text::Tokenizer& tokenizer,
                                const models::StateOptions& state)
     : model_(model), tokenizer_(tokenizer), state_(model.new_state(state)) {
     if (tokenizer.n_tokens() > model.n_vocab())

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "engine/sampler.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "text/tokenizer.h"
 
 #include <cstdint>
@@ -49,7 +49,7 @@ struct CompletionResult {
 
 class CompletionSlot {
 public:
-    CompletionSlot(models::Qwen35Moe& model, const text::Tokenizer& tokenizer,
+    CompletionSlot(models::Model& model, const text::Tokenizer& tokenizer,
                    const models::StateOptions& state);
 
     // Runs one request. on_text receives each piece of text as soon as it is complete UTF-8 and
@@ -62,9 +62,9 @@ public:
     int64_t n_ctx() const { return state_->n_ctx(); }
 
 private:
-    models::Qwen35Moe& model_;
+    models::Model& model_;
     const text::Tokenizer& tokenizer_;
-    std::unique_ptr<models::Qwen35MoeState> state_;
+    std::unique_ptr<models::SequenceState> state_;
     std::vector<int32_t> fed_;  // exactly the tokens the state has processed, in order
 };
 

@@ -12,7 +12,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
-Generator::Generator(models::Qwen35Moe& model, const text::Tokenizer& tokenizer, const models::StateOptions& state,
+Generator::Generator(models::Model& model, const text::Tokenizer& tokenizer, const models::StateOptions& state,
                      const SamplerParams& sampling)
     : model_(model), tokenizer_(tokenizer), state_(model.new_state(state)), sampler_(sampling) {
     if (tokenizer.n_tokens() > model.n_vocab())

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "engine/sampler.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "text/tokenizer.h"
 
 #include <cstdint>
@@ -31,7 +31,7 @@ struct GenerationStats {
 
 class Generator {
 public:
-    Generator(models::Qwen35Moe& model, const text::Tokenizer& tokenizer, const models::StateOptions& state,
+    Generator(models::Model& model, const text::Tokenizer& tokenizer, const models::StateOptions& state,
               const SamplerParams& sampling);
 
     // Appends `tokens` to the context (one prefill batch) and generates up to n_predict tokens,
@@ -43,15 +43,15 @@ public:
                                   GenerationStats* stats = nullptr);
 
     int64_t n_past() const { return state_->n_past(); }
-    models::Qwen35MoeState& state() { return *state_; }
+    models::SequenceState& state() { return *state_; }
     int64_t n_ctx() const { return state_->n_ctx(); }
     const std::vector<int32_t>& history() const { return history_; }
     void reset();
 
 private:
-    models::Qwen35Moe& model_;
+    models::Model& model_;
     const text::Tokenizer& tokenizer_;
-    std::unique_ptr<models::Qwen35MoeState> state_;
+    std::unique_ptr<models::SequenceState> state_;
     Sampler sampler_;
     std::vector<int32_t> history_;  // every token of the sequence, the pending one included
     std::optional<int32_t> pending_;  // sampled last but not yet run through the model

@@ -72,18 +72,18 @@ uint64_t gpu_staging_bytes(uint64_t gate, uint64_t up, uint64_t down) {
     return down_at + down + 16;
 }
 
-GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape& s) {
+GpuBufferBytes gpu_buffer_bytes(const Hparams& hp, const GpuBufferShape& s) {
     GpuBufferBytes b;
     const int64_t nb = s.n_ubatch, d = hp.n_embd;
     const int64_t ctx = s.n_ctx_max > 0 ? s.n_ctx_max : hp.n_ctx_train;
     const int64_t C = hp.conv_channels(), inner = hp.ssm_inner, Hv = hp.ssm_v_heads;
     const int64_t H = hp.n_head, Hkv = hp.n_head_kv, hd = hp.head_dim_k;
     const int64_t E = hp.n_expert, K = hp.n_expert_used, ffs = std::max<int64_t>(hp.n_ff_shexp, 1);
-    // The buffers of models/gpu/qwen35moe_gpu.cpp, in its order.
+    // The buffers of models/gpu/gpu_forward.cpp, in its order.
     b.activations = u(nb) * 4 + 4                     // token ids, position
                     + 4 * floats(nb * d) + floats(d)  // x, u, mix, shared, mixer_out
                     + floats(nb * (C + inner + 2 * Hv)) + floats(nb * C) + floats(nb * inner)  // DeltaNet
-                    + floats(nb * (2 * H * hd + 2 * Hkv * hd)) + 2 * floats(nb * H * hd)       // attention
+                    + floats(nb * (hp.q_proj_rows() + 2 * Hkv * hd)) + 2 * floats(nb * H * hd)  // attention
                     + floats(nb * E + 1) + u(nb * K) * 4 + floats(nb * K)  // router, ids, weights
                     + floats(K * hp.n_ff_exp + hp.n_ff_shexp)              // decode MoE rows
                     + floats(nb * 2 * ffs) + floats(nb * ffs)              // shared expert
@@ -92,11 +92,11 @@ GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape
     // delta rule.
     uint64_t work = 16;
     const int64_t shapes[][2] = {{d, C},     {d, inner},   {d, Hv},          {inner, d},
-                                 {d, 2 * H * hd}, {d, Hkv * hd}, {H * hd, d},  {d, E},
+                                 {d, hp.q_proj_rows()}, {d, Hkv * hd}, {H * hd, d},  {d, E},
                                  {d, 2 * ffs}, {ffs, d}};
     for (const auto& sh : shapes) work = std::max(work, gpu_matmul_scratch(sh[0], sh[1], nb));
     work = std::max(work, gpu_moe_scratch(E, d, hp.n_ff_exp, nb, K));
-    work = std::max(work, gpu_delta_net_scratch(Hv, nb));
+    if (Hv > 0) work = std::max(work, gpu_delta_net_scratch(Hv, nb));
     b.matmul_scratch = work;
     b.attention_scratch = std::max<uint64_t>(16, gpu_attention_scratch(H, Hkv, hd, std::min(nb, ctx), ctx));
     b.staging = 2 * s.largest_streamed_layer;

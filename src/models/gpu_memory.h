@@ -8,7 +8,7 @@
 // ops/cuda/moe_batch.cu layout, ops/cuda/attention.cu make_plan) as upper bounds over every type.
 #pragma once
 
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 
 #include <cstdint>
 
@@ -50,6 +50,6 @@ uint64_t gpu_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_d
 // 256-aligned starts).
 uint64_t gpu_staging_bytes(uint64_t gate, uint64_t up, uint64_t down);
 
-GpuBufferBytes gpu_buffer_bytes(const Qwen35MoeHparams& hp, const GpuBufferShape& shape);
+GpuBufferBytes gpu_buffer_bytes(const Hparams& hp, const GpuBufferShape& shape);
 
 }  // namespace mox::models

@@ -1,7 +1,7 @@
 #include "models/summary.h"
 
 #include "core/error.h"
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 
 #include <cctype>
 
@@ -109,14 +109,14 @@ ModelSummary summarize(const gguf::File& file) {
     if (n_expert == 0 && s.classes[static_cast<int>(TensorClass::routed_experts)].n_tensors > 0)
         s.notes.push_back("expert_count missing: routed experts counted as fully active");
 
-    if (arch == "qwen35moe") {
-        const Qwen35MoeHparams hp = read_qwen35moe_hparams(file);
+    if (find_arch(arch)) {
+        const Hparams hp = read_hparams(file);
         s.n_ctx_train = hp.n_ctx_train;
         auto add = [&](const char* k, auto v) { s.hparams.emplace_back(k, fmt::format("{}", v)); };
         add("layers (trunk)", hp.n_trunk());
         add("MTP layers", hp.n_nextn);
         add("full-attention layers", hp.n_attention_layers());
-        add("DeltaNet layers", hp.n_recurrent_layers());
+        if (hp.recipe().has_deltanet) add("DeltaNet layers", hp.n_recurrent_layers());
         add("embedding", hp.n_embd);
         add("vocabulary", hp.n_vocab);
         add("attention heads q/kv", fmt::format("{}/{}", hp.n_head, hp.n_head_kv));
@@ -124,8 +124,10 @@ ModelSummary summarize(const gguf::File& file) {
         add("rope dims / theta", fmt::format("{} / {:g}", hp.n_rot, hp.rope_theta));
         add("experts used/total", fmt::format("{}/{}", hp.n_expert_used, hp.n_expert));
         add("expert FFN / shared FFN", fmt::format("{}/{}", hp.n_ff_exp, hp.n_ff_shexp));
-        add("DeltaNet heads k/v x dim", fmt::format("{}/{} x {}", hp.ssm_k_heads, hp.ssm_v_heads, hp.ssm_state));
-        add("conv kernel", hp.ssm_conv_kernel);
+        if (hp.recipe().has_deltanet) {
+            add("DeltaNet heads k/v x dim", fmt::format("{}/{} x {}", hp.ssm_k_heads, hp.ssm_v_heads, hp.ssm_state));
+            add("conv kernel", hp.ssm_conv_kernel);
+        }
         add("context (trained)", hp.n_ctx_train);
         add("rms eps", fmt::format("{:g}", hp.rms_eps));
         for (auto [name, type] : {std::pair{"f16", quant::TypeId::f16}, std::pair{"q8_0", quant::TypeId::q8_0},

@@ -83,7 +83,7 @@ TypeId fallback_type(TypeId t, int64_t ne0) {
 
 }  // namespace
 
-quant::TypeId choose_tensor_type(const TensorSpec& spec, QuantMix mix, const Qwen35MoeHparams& hp) {
+quant::TypeId choose_tensor_type(const TensorSpec& spec, QuantMix mix, const Hparams& hp) {
     const std::string& n = spec.name;
     // Never quantized: 1-D tensors, non-".weight" tensors, norms, the routers, the conv kernel.
     if (!spec.is_2d_weight() || !ends_with(n, "weight") || ends_with(n, "_norm.weight") || has(n, "ffn_gate_inp") ||
@@ -121,8 +121,8 @@ quant::TypeId choose_tensor_type(const TensorSpec& spec, QuantMix mix, const Qwe
 // ---------------------------------------------------------------------------------------------
 // Presets
 
-Qwen35MoeHparams synth_preset(const std::string& name) {
-    Qwen35MoeHparams hp;  // defaults are Qwen3.6-35B-A3B (shared/spec/qwen35moe.md §1)
+Hparams synth_preset(const std::string& name) {
+    Hparams hp;  // defaults are Qwen3.6-35B-A3B (shared/spec/qwen35moe.md §1)
     if (name == "qwen3.6-35b-a3b" || name == "qwen3.5-35b-a3b") return hp;
     if (name == "tiny") {
         // Same structure at toy size: 8 layers at the 3:1 pattern, rows a multiple of 256 so the
@@ -146,7 +146,46 @@ Qwen35MoeHparams synth_preset(const std::string& name) {
         hp.rope_sections = {4, 2, 2, 0};
         return hp;
     }
-    fail("unknown preset '{}' (expected qwen3.6-35b-a3b or tiny)", name);
+    if (name == "qwen3-30b-a3b" || name == "qwen3-235b-a22b" || name == "qwen3moe-tiny") {
+        // Qwen3-MoE (shared/spec/archs.md §2.1): attention in every layer, no shared expert.
+        hp.arch = Arch::qwen3moe;
+        hp.full_attn_interval = 1;
+        hp.ssm_conv_kernel = hp.ssm_inner = hp.ssm_state = hp.ssm_v_heads = hp.ssm_k_heads = 0;
+        hp.rope_sections.clear();
+        hp.n_ff_shexp = 0;
+        hp.n_ctx_train = 40960;
+        hp.n_vocab = 151936;
+        hp.n_head_kv = 4;
+        hp.head_dim_k = hp.head_dim_v = hp.n_rot = 128;
+        hp.rope_theta = 1e6;
+        hp.n_expert = 128;
+        hp.n_expert_used = 8;
+        if (name == "qwen3-30b-a3b") {
+            hp.n_layer = 48;
+            hp.n_embd = 2048;
+            hp.n_head = 32;
+            hp.n_ff_exp = 768;
+        } else if (name == "qwen3-235b-a22b") {
+            hp.n_layer = 94;
+            hp.n_embd = 4096;
+            hp.n_head = 64;
+            hp.n_ff_exp = 1536;
+        } else {  // the same structure at toy size, rows a multiple of 256 for the K-quant recipe
+            hp.n_layer = 4;
+            hp.n_ctx_train = 4096;
+            hp.n_embd = 256;
+            hp.n_vocab = 2048;
+            hp.n_head = 4;
+            hp.n_head_kv = 2;
+            hp.head_dim_k = hp.head_dim_v = hp.n_rot = 64;
+            hp.n_expert = 16;
+            hp.n_expert_used = 4;
+            hp.n_ff_exp = 256;
+        }
+        return hp;
+    }
+    fail("unknown preset '{}' (expected qwen3.6-35b-a3b, tiny, qwen3-30b-a3b, qwen3-235b-a22b or qwen3moe-tiny)",
+         name);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -307,14 +346,14 @@ std::vector<float> unit_direction(int64_t n, uint64_t seed) {
 
 void write_synthetic_model(const std::string& path, const SynthOptions& o,
                            const std::function<void(const SynthProgress&)>& on_progress) {
-    const Qwen35MoeHparams& hp = o.hparams;
+    const Hparams& hp = o.hparams;
     hp.validate();
-    const std::vector<TensorSpec> specs = qwen35moe_tensors(hp);
+    const std::vector<TensorSpec> specs = model_tensors(hp);
 
     gguf::Writer w(path);
     w.set("general.name", gguf::Value::string(o.name));
     w.set("general.type", gguf::Value::string("model"));
-    write_qwen35moe_hparams(w, hp);
+    write_hparams(w, hp);
     w.set("general.file_type", gguf::Value::u32(llama_ftype_of(o.mix)));
     w.set("general.quantization_version", gguf::Value::u32(2));
     w.set("mox.synthetic.seed", gguf::Value::u64(o.seed));

@@ -2,7 +2,7 @@
 // benchmarks of full-size shapes that cannot be downloaded here (`mox synth`).
 #pragma once
 
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 #include "quant/types.h"
 
 #include <cstdint>
@@ -21,10 +21,10 @@ uint32_t llama_ftype_of(QuantMix mix);                     // general.file_type 
 
 // The type llama-quantize would give `spec` under `mix` (F32 for the tensors it never quantizes),
 // after the row-length fallback when ne0 is not a multiple of the block size.
-quant::TypeId choose_tensor_type(const TensorSpec& spec, QuantMix mix, const Qwen35MoeHparams& hp);
+quant::TypeId choose_tensor_type(const TensorSpec& spec, QuantMix mix, const Hparams& hp);
 
 struct SynthOptions {
-    Qwen35MoeHparams hparams;
+    Hparams hparams;
     QuantMix mix = QuantMix::q4_k_m;
     uint64_t seed = 42;
     int threads = 0;            // 0: all hardware threads
@@ -34,8 +34,9 @@ struct SynthOptions {
     std::string chat_template;  // template text to store (tokenizer.chat_template); empty: the vocab's
 };
 
-// Named presets: "qwen3.6-35b-a3b" (full size) and "tiny" (a few MB, same structure).
-Qwen35MoeHparams synth_preset(const std::string& name);
+// Named presets: qwen35moe "qwen3.6-35b-a3b" (full size) and "tiny" (a few MB, same structure);
+// qwen3moe "qwen3-30b-a3b", "qwen3-235b-a22b" (full size) and "qwen3moe-tiny".
+Hparams synth_preset(const std::string& name);
 
 struct SynthProgress {
     uint64_t bytes_done = 0;

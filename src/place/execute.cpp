@@ -20,7 +20,7 @@ models::ExpertHome home_of(Tier t) {
 
 }  // namespace
 
-models::GpuOptions gpu_options_for(const Placement& p, const models::Qwen35MoeHparams& hp) {
+models::GpuOptions gpu_options_for(const Placement& p, const models::Hparams& hp) {
     if (p.n_layer() != hp.n_layer) fail("placement has {} layers, the model {}", p.n_layer(), hp.n_layer);
     models::GpuOptions o;
     o.experts.assign(static_cast<size_t>(hp.n_trunk()), models::ExpertHome::gpu);

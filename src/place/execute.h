@@ -10,13 +10,13 @@
 // MTP blocks are not run by the trunk and may live anywhere.
 #pragma once
 
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "place/placement.h"
 
 namespace mox::place {
 
 // What the placement alone decides; n_ubatch, the budget etc. keep their defaults for the caller.
-models::GpuOptions gpu_options_for(const Placement& p, const models::Qwen35MoeHparams& hp);
+models::GpuOptions gpu_options_for(const Placement& p, const models::Hparams& hp);
 
 // A placement with everything on the GPU but token_embd (llama.cpp's -ngl all) for a file.
 Placement all_on_gpu(const gguf::File& file);

@@ -6,7 +6,7 @@
 
 namespace mox::place {
 
-void validate_cache_options(const models::Qwen35MoeHparams& hp, const CacheOptions& o) {
+void validate_cache_options(const models::Hparams& hp, const CacheOptions& o) {
     if (o.n_ctx < 1) fail("-c {}: the context must be at least 1 token", o.n_ctx);
     if (o.n_ctx > hp.n_ctx_train)
         fail("-c {}: exceeds the model's trained context {}", o.n_ctx, hp.n_ctx_train);
@@ -40,7 +40,7 @@ bool mixer_on_gpu(const Placement& p, int64_t layer) {
     return any;
 }
 
-MemoryPrediction predict_memory(const Placement& p, const models::Qwen35MoeHparams& hp,
+MemoryPrediction predict_memory(const Placement& p, const models::Hparams& hp,
                                 const CacheOptions& cache, const Allowance& allowance, const RunShape& run) {
     validate_cache_options(hp, cache);
     if (p.n_layer() != hp.n_layer)

@@ -20,7 +20,7 @@
 #pragma once
 
 #include "models/gpu_memory.h"
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 #include "place/placement.h"
 #include "quant/types.h"
 
@@ -47,9 +47,9 @@ struct CacheOptions {
 
 // Checks what mox's forward can hold (the types it quantizes to, whole blocks per row, the trained
 // context); throws mox::Error naming the flag.
-void validate_cache_options(const models::Qwen35MoeHparams& hp, const CacheOptions& o);
+void validate_cache_options(const models::Hparams& hp, const CacheOptions& o);
 
-// How the GPU forward runs, as far as its buffers depend on it (models/gpu/qwen35moe_gpu.cpp):
+// How the GPU forward runs, as far as its buffers depend on it (models/gpu/gpu_forward.cpp):
 // activations are sized for n_ubatch tokens; a prefill that streams the experts of CPU-resident
 // layers to the GPU double-buffers them in two staging areas the size of the largest such layer.
 struct RunShape {
@@ -82,7 +82,7 @@ struct MemoryPrediction {
     uint64_t host_total() const { return host_page_cache() + host_locked() + host_ram(); }
 };
 
-MemoryPrediction predict_memory(const Placement& p, const models::Qwen35MoeHparams& hp,
+MemoryPrediction predict_memory(const Placement& p, const models::Hparams& hp,
                                 const CacheOptions& cache, const Allowance& allowance = {},
                                 const RunShape& run = {});
 

@@ -56,7 +56,7 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
     std::string note;
     const HardwareProfile profile = profile_or_calibrate(path, weight_types(file), &note);
     if (!profile.gpu) fail("--plan auto on the GPU: the hardware profile {} has no GPU (run `mox calibrate` again)", path);
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
+    const models::Hparams hp = models::read_hparams(file);
     PlanRequest req{.base = place::Placement::uniform(file, place::Tier::gpu), .hparams = hp, .profile = profile};
     req.n_ctx = in.n_ctx;
     req.prompt_tokens = std::min<int64_t>(in.n_ctx, 4096);

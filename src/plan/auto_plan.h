@@ -7,7 +7,7 @@
 #pragma once
 
 #include "gguf/reader.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "place/flags.h"
 #include "plan/search.h"
 #include "quant/types.h"

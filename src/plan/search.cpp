@@ -155,7 +155,7 @@ std::vector<int64_t> spread_rank(int64_t n) {
 // The searcher's state: the request with its defaults resolved.
 struct Search {
     const PlanRequest& req;
-    const models::Qwen35MoeHparams& hp;
+    const models::Hparams& hp;
     bool has_gpu = false;
     uint64_t vram_budget = 0, vram_margin = 0, ram_budget = 0, ram_margin = 0;
     place::Allowance allowance;
@@ -415,7 +415,7 @@ size_t choose(Goal g, const std::vector<PlanCandidate>& rows) {
 }  // namespace
 
 PlanResult plan_auto(const PlanRequest& req) {
-    const models::Qwen35MoeHparams& hp = req.hparams;
+    const models::Hparams& hp = req.hparams;
     if (req.n_seq < 1) fail("{} sequences: at least 1", req.n_seq);
     Search s(req);
     s.resolve_budgets();

@@ -81,7 +81,7 @@ PlanConstraints constraints_from_flags(const gguf::File& file, const place::Plac
 
 struct PlanRequest {
     place::Placement base;  // the file's tensors (Placement::uniform(file, Tier::gpu)); tiers are reset
-    models::Qwen35MoeHparams hparams;
+    models::Hparams hparams;
     HardwareProfile profile;
     std::optional<uint64_t> vram_budget{};  // default: the profile's GPU memory (a larger one is clipped)
     std::optional<uint64_t> ram_budget{};   // default: the profile's host RAM (0 there: not checked)

@@ -145,7 +145,7 @@ public:
     // same latency chain for every type, and beyond it only f16 has the tensor-core kernel. Charged by
     // bytes alone, q8_0 came out ~5% faster than f16, so the planner chose it at 24 GiB, and it
     // measured 4% slower (session 11: tg128 324.5 vs 338.3 t/s in one run).
-    std::optional<double> gpu_attention_decode(const models::Qwen35MoeHparams& hp, int64_t depth) const {
+    std::optional<double> gpu_attention_decode(const models::Hparams& hp, int64_t depth) const {
         if (!has_gpu()) return std::nullopt;
         const auto& pts = gpu().attention_decode_f16;
         if (pts.empty()) return std::nullopt;
@@ -263,7 +263,7 @@ struct Model {
 };
 
 // The placement as per-layer work lists; refuses what the runtime refuses.
-Model analyse(const place::Placement& p, const models::Qwen35MoeHparams& hp) {
+Model analyse(const place::Placement& p, const models::Hparams& hp) {
     if (p.n_layer() != hp.n_layer)
         fail("placement has {} layers but the hyper-parameters {}", p.n_layer(), hp.n_layer);
     Model m;
@@ -323,7 +323,7 @@ Model analyse(const place::Placement& p, const models::Qwen35MoeHparams& hp) {
     return m;
 }
 
-uint64_t state_layer_bytes(const models::Qwen35MoeHparams& hp) {
+uint64_t state_layer_bytes(const models::Hparams& hp) {
     return static_cast<uint64_t>((hp.ssm_conv_kernel - 1) * hp.conv_channels() +
                                  hp.ssm_v_heads * hp.ssm_state * hp.ssm_state) *
            sizeof(float);
@@ -347,7 +347,7 @@ double distinct_experts(double tokens, double k, double n) {
 }
 
 // The selected experts of one layer for `tokens` tokens (1: decode, k experts read once each).
-double experts_gpu_s(Rates& r, const Layer& L, const models::Qwen35MoeHparams& hp, double tokens) {
+double experts_gpu_s(Rates& r, const Layer& L, const models::Hparams& hp, double tokens) {
     const auto k = static_cast<double>(hp.n_expert_used);
     double s = 0;
     for (const Matrix& x : L.expert) {
@@ -371,7 +371,7 @@ struct CpuExperts {
     double bytes = 0;  // expert weight bytes the CPU reads
 };
 
-CpuExperts experts_cpu(Rates& r, const Layer& L, const models::Qwen35MoeHparams& hp, double tokens) {
+CpuExperts experts_cpu(Rates& r, const Layer& L, const models::Hparams& hp, double tokens) {
     const auto k = static_cast<double>(hp.n_expert_used);
     CpuExperts c;
     for (const Matrix& x : L.expert) {
@@ -398,7 +398,7 @@ double shexp_gpu_s(Rates& r, const Layer& L) {
 // experts' and the shared expert's matrices at Rates::gpu_moe_decode of their types (a shared
 // matrix of a type without one at its matvec rate). nullopt when a routed part's type was not
 // measured: the caller charges bytes at the matvec rate and a launch gap per kernel instead.
-std::optional<double> moe_decode_s(Rates& r, const Layer& L, const models::Qwen35MoeHparams& hp) {
+std::optional<double> moe_decode_s(Rates& r, const Layer& L, const models::Hparams& hp) {
     const auto k = static_cast<double>(hp.n_expert_used);
     double s = 0;
     for (const Matrix& x : L.expert) {
@@ -419,7 +419,7 @@ std::optional<double> moe_decode_s(Rates& r, const Layer& L, const models::Qwen3
     return s;
 }
 
-DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHparams& hp,
+DecodePrediction decode_at(Rates& r, const Model& m, const models::Hparams& hp,
                            const place::CacheOptions& cache, int64_t depth) {
     DecodePrediction d;
     d.depth = depth;
@@ -508,13 +508,13 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Qwen35MoeHpar
 }
 
 // Attention flops of `tokens` queries after `past` cached tokens (causal: query i sees past + i + 1 keys).
-double attention_flops(const models::Qwen35MoeHparams& hp, double tokens, double past) {
+double attention_flops(const models::Hparams& hp, double tokens, double past) {
     const double pairs = tokens * past + tokens * (tokens + 1) / 2;
     return 2.0 * pairs * static_cast<double>(hp.n_head) * static_cast<double>(hp.head_dim_k + hp.head_dim_v);
 }
 
 // The prompt through the runtime's micro-batch loop, as a timeline of the GPU and the copy engine.
-PrefillPrediction prefill_run(Rates& r, const Model& m, const models::Qwen35MoeHparams& hp, int64_t prompt,
+PrefillPrediction prefill_run(Rates& r, const Model& m, const models::Hparams& hp, int64_t prompt,
                               int64_t n_ubatch, bool streaming, int64_t stream_min) {
     PrefillPrediction p;
     p.prompt_tokens = prompt;
@@ -607,7 +607,7 @@ bool any_host_layer(const Model& m) {
                        [](const Layer& L) { return L.has_experts && L.tier != place::Tier::gpu; });
 }
 
-int64_t crossover(Rates& r, const Model& m, const models::Qwen35MoeHparams& hp, int64_t n_ubatch) {
+int64_t crossover(Rates& r, const Model& m, const models::Hparams& hp, int64_t n_ubatch) {
     if (m.cpu_only || !any_host_layer(m)) return kDefaultStreamMinTokens;
     // Streaming pays from T tokens when one micro-batch of T with every host layer streamed takes no
     // longer than with every host layer computed by the CPU; the difference falls as T grows (the
@@ -626,7 +626,7 @@ int64_t crossover(Rates& r, const Model& m, const models::Qwen35MoeHparams& hp, 
 
 }  // namespace
 
-SpeedPrediction predict_speed(const place::Placement& p, const models::Qwen35MoeHparams& hp,
+SpeedPrediction predict_speed(const place::Placement& p, const models::Hparams& hp,
                               const place::CacheOptions& cache, const SpeedOptions& options,
                               const HardwareProfile& profile) {
     place::validate_cache_options(hp, cache);
@@ -651,7 +651,7 @@ SpeedPrediction predict_speed(const place::Placement& p, const models::Qwen35Moe
     return s;
 }
 
-DecodePrediction predict_decode(const place::Placement& p, const models::Qwen35MoeHparams& hp,
+DecodePrediction predict_decode(const place::Placement& p, const models::Hparams& hp,
                                 const place::CacheOptions& cache, int64_t depth, const HardwareProfile& profile) {
     if (depth < 0) fail("decode depth {}: at least 0", depth);
     std::vector<std::string> notes;
@@ -665,7 +665,7 @@ DecodePrediction predict_decode(const place::Placement& p, const models::Qwen35M
     return d;
 }
 
-int64_t best_stream_min(const place::Placement& p, const models::Qwen35MoeHparams& hp, int64_t n_ubatch,
+int64_t best_stream_min(const place::Placement& p, const models::Hparams& hp, int64_t n_ubatch,
                         const HardwareProfile& profile) {
     std::vector<std::string> notes;
     Rates r(profile, notes);
@@ -675,7 +675,7 @@ int64_t best_stream_min(const place::Placement& p, const models::Qwen35MoeHparam
     return t;
 }
 
-double host_layer_decode_cost(const place::Placement& p, const models::Qwen35MoeHparams& hp, int64_t layer,
+double host_layer_decode_cost(const place::Placement& p, const models::Hparams& hp, int64_t layer,
                               const HardwareProfile& profile) {
     if (!profile.gpu || !p.has_experts(layer)) return 0;
     std::vector<std::string> notes;

@@ -51,7 +51,7 @@ inline constexpr int64_t kDecodeKernelsOutput = 4;
 inline constexpr int64_t kKernelsPerLayer = 10;
 inline constexpr int64_t kKernelsOutput = 4;
 // The launches a host layer's decode adds to the GPU's critical path (models/gpu/
-// qwen35moe_gpu_experts.cpp: host_moe_handoff): the separate top-k kernel, publish, collect and the
+// gpu_forward_experts.cpp: host_moe_handoff): the separate top-k kernel, publish, collect and the
 // shared expert's gated add, each costed as a launch gap; publish and collect are not when the
 // profile's hand-off probe (gpu.handoff_roundtrip_s) measured them with the round trip.
 inline constexpr int64_t kExtraLaunchesPerHandoff = 4;
@@ -113,27 +113,27 @@ struct SpeedPrediction {
 // tiers, a non-expert trunk weight or the output head off the GPU while something is on it), or
 // when the profile lacks a rate the placement needs: the message names every missing type and
 // the `mox calibrate --types` command that measures them.
-SpeedPrediction predict_speed(const place::Placement& p, const models::Qwen35MoeHparams& hp,
+SpeedPrediction predict_speed(const place::Placement& p, const models::Hparams& hp,
                               const place::CacheOptions& cache, const SpeedOptions& options,
                               const HardwareProfile& profile);
 
 // One generated token at `depth` tokens of context (predict_speed's decode and decode_half are this at
 // 0 and n_ctx / 2): what `mox bench` compares a tgN row at depth d with, at d + N / 2, the mean
 // context of its tokens. Throws as predict_speed does.
-DecodePrediction predict_decode(const place::Placement& p, const models::Qwen35MoeHparams& hp,
+DecodePrediction predict_decode(const place::Placement& p, const models::Hparams& hp,
                                 const place::CacheOptions& cache, int64_t depth, const HardwareProfile& profile);
 
 // The smallest micro-batch (1..n_ubatch) from which streaming the host layers' experts costs no
 // more than computing them on the CPU; n_ubatch + 1 when streaming never pays within a
 // micro-batch; kDefaultStreamMinTokens when no layer is on the host.
-int64_t best_stream_min(const place::Placement& p, const models::Qwen35MoeHparams& hp, int64_t n_ubatch,
+int64_t best_stream_min(const place::Placement& p, const models::Hparams& hp, int64_t n_ubatch,
                         const HardwareProfile& profile);
 
 // Per-token decode seconds that moving layer `layer`'s experts from the GPU to the host adds
 // (hand-off + CPU experts - GPU experts - shared-expert overlap, launches): the difference of the
 // two decode predictions at depth 0, with the layer's current types.
 // The search orders layers by this cost per byte of VRAM freed.
-double host_layer_decode_cost(const place::Placement& p, const models::Qwen35MoeHparams& hp, int64_t layer,
+double host_layer_decode_cost(const place::Placement& p, const models::Hparams& hp, int64_t layer,
                               const HardwareProfile& profile);
 
 }  // namespace mox::plan

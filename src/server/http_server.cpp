@@ -16,7 +16,7 @@ namespace mox::server {
 using json = nlohmann::json;
 
 struct HttpServer::Impl {
-    models::Qwen35Moe& model;
+    models::Model& model;
     const text::Tokenizer& tokenizer;
     ServerOptions options;
     engine::CompletionSlot slot;
@@ -24,7 +24,7 @@ struct HttpServer::Impl {
     std::atomic<uint64_t> next_id{1};
     httplib::Server http;
 
-    Impl(models::Qwen35Moe& m, const text::Tokenizer& t, const models::StateOptions& s, ServerOptions o)
+    Impl(models::Model& m, const text::Tokenizer& t, const models::StateOptions& s, ServerOptions o)
         : model(m), tokenizer(t), options(std::move(o)), slot(m, t, s) {}
 
     static void send_json(httplib::Response& res, int status, const json& body) {
@@ -205,7 +205,7 @@ struct HttpServer::Impl {
     }
 };
 
-HttpServer::HttpServer(models::Qwen35Moe& model, const text::Tokenizer& tokenizer,
+HttpServer::HttpServer(models::Model& model, const text::Tokenizer& tokenizer,
                        const models::StateOptions& state, ServerOptions options)
     : impl_(std::make_unique<Impl>(model, tokenizer, state, std::move(options))) {
     impl_->routes();

@@ -11,7 +11,7 @@
 #pragma once
 
 #include "engine/completion.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -35,7 +35,7 @@ struct ServerOptions {
 
 class HttpServer {
 public:
-    HttpServer(models::Qwen35Moe& model, const text::Tokenizer& tokenizer, const models::StateOptions& state,
+    HttpServer(models::Model& model, const text::Tokenizer& tokenizer, const models::StateOptions& state,
                ServerOptions options);
     ~HttpServer();
     HttpServer(const HttpServer&) = delete;

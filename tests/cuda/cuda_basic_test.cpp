@@ -172,17 +172,20 @@ TEST(CudaBasic, QkNormRopeMatchesReference) {
         float theta;
         int32_t pos0;
         int64_t n;
+        bool gated = true;  // q rows [query | gate] per head (Qwen3.5), else the query alone (Qwen3)
     };
     for (const Case c : {Case{16, 2, 256, 64, 1e7f, 0, 5}, Case{16, 2, 256, 64, 1e7f, 262100, 3},
-                         Case{4, 2, 64, 16, 1e4f, 77, 12}, Case{2, 2, 32, 32, 1e4f, 3, 2}}) {
-        SCOPED_TRACE(fmt::format("H={} hd={} n_rot={} pos0={}", c.H, c.hd, c.n_rot, c.pos0));
-        const auto qg = test::randn(static_cast<size_t>(c.n * c.H * 2 * c.hd), 7, 3.0f);
+                         Case{4, 2, 64, 16, 1e4f, 77, 12}, Case{2, 2, 32, 32, 1e4f, 3, 2},
+                         Case{32, 4, 128, 128, 1e6f, 40000, 9, false}}) {
+        SCOPED_TRACE(fmt::format("H={} hd={} n_rot={} pos0={} gated={}", c.H, c.hd, c.n_rot, c.pos0, c.gated));
+        const int64_t stride = c.gated ? 2 * c.hd : c.hd;
+        const auto qg = test::randn(static_cast<size_t>(c.n * c.H * stride), 7, 3.0f);
         auto k = test::randn(static_cast<size_t>(c.n * c.Hkv * c.hd), 8, 2.0f);
         const auto qn = test::randn(static_cast<size_t>(c.hd), 9), kn = test::randn(static_cast<size_t>(c.hd), 10);
         DeviceBuffer dqg = test::to_device(qg), dk = test::to_device(k), dqn = test::to_device(qn), dkn = test::to_device(kn);
         DeviceBuffer dpos = test::to_device(std::vector<int32_t>{c.pos0});
         DeviceBuffer dq = poisoned(static_cast<size_t>(c.n * c.H * c.hd));
-        const QkPrepShape sh{c.H, c.Hkv, c.hd, c.n_rot, 1e-6f, c.theta};
+        const QkPrepShape sh{c.H, c.Hkv, c.hd, c.n_rot, 1e-6f, c.theta, stride};
         qk_norm_rope(dqg.as<float>(), dqn.as<float>(), dk.as<float>(), dkn.as<float>(), dpos.as<int32_t>(), c.n, sh,
                      dq.as<float>());
         const auto q = test::to_host<float>(dq, static_cast<size_t>(c.n * c.H * c.hd));
@@ -191,7 +194,7 @@ TEST(CudaBasic, QkNormRopeMatchesReference) {
         for (int64_t t = 0; t < c.n; ++t) {
             for (int64_t h = 0; h < c.H; ++h) {
                 float* qh = &qref[(t * c.H + h) * c.hd];
-                std::memcpy(qh, &qg[(t * c.H + h) * 2 * c.hd], c.hd * sizeof(float));
+                std::memcpy(qh, &qg[(t * c.H + h) * stride], c.hd * sizeof(float));
                 ops::rms_norm(qh, qn.data(), c.hd, 1e-6f, qh);
                 ops::rope_neox(qh, c.n_rot, c.pos0 + t, c.theta);
             }
@@ -211,7 +214,7 @@ TEST(CudaBasic, QkNormRopeMatchesReference) {
 TEST(CudaBasic, QkNormRopeStoresIntoTheCache) {
     MOX_REQUIRE_CUDA_DEVICE();
     const int64_t H = 16, Hkv = 2, hd = 256, n = 5, row = Hkv * hd, capacity = 40;
-    const QkPrepShape sh{H, Hkv, hd, 64, 1e-6f, 1e7f};
+    const QkPrepShape sh{H, Hkv, hd, 64, 1e-6f, 1e7f, 2 * hd};
     for (const quant::TypeId kt : {quant::TypeId::f16, quant::TypeId::bf16, quant::TypeId::f32})
         for (const int32_t pos0 : {0, 17, 37}) {  // 37: the last two rows fall past the capacity
             const quant::TypeId vt = kt == quant::TypeId::f32 ? quant::TypeId::f16 : kt;

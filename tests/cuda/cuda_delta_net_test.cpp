@@ -1,5 +1,5 @@
 // CUDA Gated DeltaNet (conv_silu + delta_net) against the CPU composition the model uses
-// (models/qwen35moe.cpp, Qwen35Moe::deltanet) built here from the CPU ops: causal_conv_sequence +
+// (models/qwen35moe.cpp, Model::deltanet) built here from the CPU ops: causal_conv_sequence +
 // silu, l2_norm of q and k per head, q * 1/sqrt(dk), sigmoid / softplus gates, value head h reading
 // q/k head h % Hk, delta_rule_step_reference, then rms_norm(o) * norm * silu(z).
 // Conv and delta-rule states carry over between calls on both sides and are compared after each

@@ -1,9 +1,9 @@
-// The GPU forward's greedy entry (Qwen35Moe::forward_argmax) against the full logits of forward: the
+// The GPU forward's greedy entry (Model::forward_argmax) against the full logits of forward: the
 // same tokens, only the arg max copied back, and the logits after all when the pick is refused.
 #include "cuda_test_util.h"
 
 #include "gguf/reader.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "models/synth.h"
 
 #include <unistd.h>
@@ -39,7 +39,7 @@ TEST(CudaModel, ForwardArgmaxFollowsTheLogitsGreedyPath) {
     const std::string path = tiny_model();
     {
         const gguf::File file = gguf::File::open(path);
-        Qwen35Moe model(file, 2, quant::host_isa(), false, Device::cuda);
+        Model model(file, 2, quant::host_isa(), false, Device::cuda);
         const StateOptions so{.n_ctx = 64};
         auto ref = model.new_state(so), fast = model.new_state(so);
         const int64_t V = model.n_vocab();

@@ -217,7 +217,7 @@ struct SharedCase {
 
 // Router (logits row with the shared gate logit appended) -> gate/up -> down with the shared
 // expert fused, all on the device; returns out [n_embd] and checks it against the CPU composition of
-// Qwen35Moe::moe: routed experts + the shared expert weighted by sigmoid(g . x).
+// Model::moe: routed experts + the shared expert weighted by sigmoid(g . x).
 std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check, bool fused_route = false) {
     SCOPED_TRACE(
         fmt::format("routed {}/{} shared {}/{} n_embd={} n_ff={} n_ff_s={} experts={} k={} fused route={}",

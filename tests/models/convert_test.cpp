@@ -3,7 +3,7 @@
 // script in torch from the HF model, shared/spec/qwen35moe.md §2.6) without numpy.
 #include "core/error.h"
 #include "gguf/reader.h"
-#include "models/convert_qwen35moe.h"
+#include "models/convert.h"
 #include "models/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -261,8 +261,8 @@ TEST(SafetensorsCheckpoint, RejectsInconsistentIndexes) {
 
 TEST(ConvertConfig, GoldenConfigGivesSpecHparams) {
     const nlohmann::json c = read_json(kGolden / "hf" / "config.json");
-    const HfTextConfig h = qwen35moe_hparams_from_hf_config(c);
-    const Qwen35MoeHparams& hp = h.hparams;
+    const HfTextConfig h = hparams_from_hf_config(c);
+    const Hparams& hp = h.hparams;
     EXPECT_EQ(hp.n_layer, c["num_hidden_layers"].get<int64_t>());
     EXPECT_EQ(hp.n_embd, c["hidden_size"].get<int64_t>());
     EXPECT_EQ(hp.ssm_inner,
@@ -278,11 +278,47 @@ TEST(ConvertConfig, GoldenConfigGivesSpecHparams) {
 
     // The multimodal wrapper's nested text_config gives the same numbers.
     const HfTextConfig mm =
-        qwen35moe_hparams_from_hf_config(read_json(kGolden / "hf_multimodal_config.json"));
+        hparams_from_hf_config(read_json(kGolden / "hf_multimodal_config.json"));
     EXPECT_EQ(mm.hparams.n_layer, hp.n_layer);
     EXPECT_EQ(mm.hparams.n_rot, hp.n_rot);
     EXPECT_EQ(mm.hparams.ssm_v_heads, hp.ssm_v_heads);
     EXPECT_EQ(mm.hparams.rope_sections, hp.rope_sections);
+}
+
+TEST(ConvertConfig, Qwen3MoeGoldenConfigGivesSpecHparams) {
+    const nlohmann::json c = read_json(kGolden.parent_path() / "qwen3moe" / "hf" / "config.json");
+    const Hparams hp = hparams_from_hf_config(c).hparams;
+    EXPECT_EQ(hp.arch, Arch::qwen3moe);
+    EXPECT_EQ(hp.n_layer, 4);
+    EXPECT_EQ(hp.n_attention_layers(), 4);  // no DeltaNet layers
+    EXPECT_EQ(hp.n_head, 4);
+    EXPECT_EQ(hp.n_head_kv, 2);
+    EXPECT_EQ(hp.head_dim_k, 64);  // head_dim, not hidden_size / heads
+    EXPECT_EQ(hp.n_rot, 64);       // rotary over the whole head
+    EXPECT_EQ(hp.q_proj_rows(), 4 * 64);
+    EXPECT_EQ(hp.rope_theta, 1e6);
+    EXPECT_EQ(hp.n_expert, 16);  // the config names it num_local_experts
+    EXPECT_EQ(hp.n_expert_used, 4);
+    EXPECT_EQ(hp.n_ff_exp, 32);
+    EXPECT_FALSE(hp.has_shared_expert());
+    EXPECT_EQ(hp.recurrent_state_bytes(), 0u);
+    EXPECT_FALSE(hparams_from_hf_config(c).tie_word_embeddings);
+
+    auto error = [&](auto&& edit) {
+        nlohmann::json e = c;
+        edit(e);
+        try {
+            hparams_from_hf_config(e);
+        } catch (const Error& err) {
+            return std::string(err.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(error([](auto& e) { e["norm_topk_prob"] = false; }).find("norm_topk_prob"), std::string::npos);
+    EXPECT_NE(error([](auto& e) { e["mlp_only_layers"] = {1}; }).find("mlp_only_layers"), std::string::npos);
+    EXPECT_NE(error([](auto& e) { e["decoder_sparse_step"] = 2; }).find("decoder_sparse_step"), std::string::npos);
+    EXPECT_NE(error([](auto& e) { e["rope_parameters"]["rope_type"] = "yarn"; }).find("yarn"), std::string::npos);
+    EXPECT_NE(error([](auto& e) { e.erase("num_local_experts"); }).find("num_local_experts"), std::string::npos);
 }
 
 TEST(ConvertConfig, RejectsWhatGgufCannotHold) {
@@ -291,13 +327,13 @@ TEST(ConvertConfig, RejectsWhatGgufCannotHold) {
         nlohmann::json c = base;
         edit(c);
         try {
-            qwen35moe_hparams_from_hf_config(c);
+            hparams_from_hf_config(c);
         } catch (const Error& e) {
             return std::string(e.what());
         }
         return std::string();
     };
-    EXPECT_NE(error([](auto& c) { c["model_type"] = "qwen3_moe"; }).find("qwen3_moe"), std::string::npos);
+    EXPECT_NE(error([](auto& c) { c["model_type"] = "llama4_text"; }).find("llama4_text"), std::string::npos);
     EXPECT_NE(error([](auto& c) { c.erase("hidden_size"); }).find("hidden_size"), std::string::npos);
     EXPECT_NE(error([](auto& c) { c["num_experts"] = -3; }).find("num_experts"), std::string::npos);
     EXPECT_NE(error([](auto& c) { c["linear_key_head_dim"] = 16; }).find("linear_key_head_dim"),
@@ -323,7 +359,7 @@ class ConvertGolden : public ::testing::Test {
         o.output = (dir_->path() / "golden-f32.gguf").string();
         o.mix = QuantMix::f32;
         o.threads = 2;
-        summary_ = convert_qwen35moe(o);
+        summary_ = convert_hf(o);
     }
     static void TearDownTestSuite() {
         delete dir_;
@@ -374,7 +410,7 @@ TEST_F(ConvertGolden, MatchesTransformGolden) {
 TEST_F(ConvertGolden, SsmAIsMinusExpALogInTiledHeadOrder) {
     const gguf::File f = open();
     const auto ck = SafetensorsCheckpoint::open_dir((kGolden / "hf").string());
-    const Qwen35MoeHparams& hp = summary_.hparams;
+    const Hparams& hp = summary_.hparams;
     const int64_t hk = hp.ssm_k_heads, hv = hp.ssm_v_heads;
     for (int64_t layer = 0; layer < hp.n_layer; ++layer) {
         if (!hp.is_recurrent(layer)) continue;
@@ -394,7 +430,7 @@ TEST_F(ConvertGolden, SsmAIsMinusExpALogInTiledHeadOrder) {
 
 TEST_F(ConvertGolden, WritesEveryTensorAndTheLlamaCppKeys) {
     const gguf::File f = open();
-    EXPECT_EQ(f.tensors().size(), qwen35moe_tensors(summary_.hparams).size());
+    EXPECT_EQ(f.tensors().size(), model_tensors(summary_.hparams).size());
     EXPECT_EQ(f.get_string("general.architecture"), "qwen35moe");
     EXPECT_EQ(f.get_uint("general.file_type"), 0u);
     EXPECT_EQ(f.get_uint("qwen35moe.ssm.group_count"), 2u);
@@ -419,7 +455,7 @@ TEST(Convert, FailureLeavesNoOutput) {
     ConvertOptions o;
     o.hf_dir = (d.path() / "hf").string();
     o.output = (d.path() / "out.gguf").string();
-    EXPECT_THROW(convert_qwen35moe(o), Error);
+    EXPECT_THROW(convert_hf(o), Error);
     EXPECT_FALSE(fs::exists(o.output));
 }
 

@@ -1,7 +1,7 @@
 // Several sequences in one batch compute exactly what each computes alone, and state limits hold.
 #include "core/error.h"
 #include "gguf/reader.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "models/synth.h"
 
 #include <gtest/gtest.h>
@@ -47,7 +47,7 @@ std::vector<int32_t> iota_tokens(int n, int start) {
 
 TEST(Qwen35MoeBatch, TwoSequencesInOneBatchEqualSeparateRuns) {
     const gguf::File file = gguf::File::open(tiny_model_path());
-    Qwen35Moe model(file, 2);
+    Model model(file, 2);
     const StateOptions so{.n_ctx = 64, .k_type = quant::TypeId::q8_0, .v_type = quant::TypeId::f16};
     const auto a_tokens = iota_tokens(9, 5), b_tokens = iota_tokens(4, 300);
 
@@ -85,7 +85,7 @@ TEST(Qwen35MoeBatch, TwoSequencesInOneBatchEqualSeparateRuns) {
 
 TEST(Qwen35MoeBatch, ContextOverflowIsAnErrorAndLeavesStateUntouched) {
     const gguf::File file = gguf::File::open(tiny_model_path());
-    Qwen35Moe model(file, 1);
+    Model model(file, 1);
     auto s = model.new_state({.n_ctx = 8, .k_type = quant::TypeId::f16, .v_type = quant::TypeId::f16});
     const auto tokens = iota_tokens(6, 1);
     SequenceBatch b{s.get(), tokens};
@@ -101,7 +101,7 @@ TEST(Qwen35MoeBatch, ContextOverflowIsAnErrorAndLeavesStateUntouched) {
 
 TEST(Qwen35MoeBatch, UnsupportedKvSettingsAreErrors) {
     const gguf::File file = gguf::File::open(tiny_model_path());
-    Qwen35Moe model(file, 1);
+    Model model(file, 1);
     EXPECT_THROW(model.new_state({.n_ctx = 8, .k_type = quant::TypeId::q4_k, .v_type = quant::TypeId::f16}), Error);
     EXPECT_THROW(model.new_state({.n_ctx = 0, .k_type = quant::TypeId::f16, .v_type = quant::TypeId::f16}), Error);
     EXPECT_THROW(model.new_state({.n_ctx = 1 << 20, .k_type = quant::TypeId::f16, .v_type = quant::TypeId::f16}), Error);
@@ -110,7 +110,7 @@ TEST(Qwen35MoeBatch, UnsupportedKvSettingsAreErrors) {
 TEST(Qwen35MoeBatch, ForwardArgmaxOnTheCpuReturnsTheLogits) {
     // The CPU path has no device arg max: forward_argmax is forward, and the caller scans the row.
     const gguf::File file = gguf::File::open(tiny_model_path());
-    Qwen35Moe model(file, 2);
+    Model model(file, 2);
     const StateOptions so{.n_ctx = 64};
     auto s1 = model.new_state(so), s2 = model.new_state(so);
     const auto tokens = iota_tokens(5, 40);

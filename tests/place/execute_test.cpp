@@ -2,7 +2,7 @@
 #include "place/execute.h"
 #include "core/error.h"
 #include "gguf/reader.h"
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 #include "models/synth.h"
 #include "place/flags.h"
 
@@ -35,7 +35,7 @@ const gguf::File& model() {
     return file;
 }
 
-models::Qwen35MoeHparams hp() { return models::read_qwen35moe_hparams(model()); }
+models::Hparams hp() { return models::read_hparams(model()); }
 
 std::string error_of(const Placement& p) {
     try {
@@ -88,7 +88,7 @@ TEST(PlaceExecute, ExpertsSplitWithinALayerAreRefused) {
 }
 
 TEST(PlaceExecute, LayerCountMustMatch) {
-    models::Qwen35MoeHparams other = hp();
+    models::Hparams other = hp();
     other.n_layer += 1;
     EXPECT_THROW(gpu_options_for(all_on_gpu(model()), other), Error);
 }

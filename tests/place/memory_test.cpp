@@ -3,7 +3,7 @@
 #include "place/memory.h"
 #include "core/error.h"
 #include "gguf/reader.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "models/summary.h"
 #include "models/synth.h"
 #include "place/flags.h"
@@ -56,7 +56,7 @@ double summary_kv_per_token(const models::ModelSummary& s, const std::string& ty
 }  // namespace
 
 TEST(PlaceMemory, AllOnGpuMatchesTheSummary) {
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(model());
+    const models::Hparams hp = models::read_hparams(model());
     const models::ModelSummary s = models::summarize(model());
     const Placement p = place_from_flags(model(), {.n_gpu_layers = -1, .overrides = {}});
     for (const char* type : {"f16", "q8_0", "q4_0"}) {
@@ -85,8 +85,8 @@ TEST(PlaceMemory, AllOnGpuMatchesTheSummary) {
 TEST(PlaceMemory, KvEqualsTheForwardsBuffers) {
     // The CPU forward's state allocates one K and one V buffer per attention layer: their sizes are
     // the reference for a mixed K/V type pair.
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(model());
-    models::Qwen35Moe fwd(model(), 1);
+    const models::Hparams hp = models::read_hparams(model());
+    models::Model fwd(model(), 1);
     const models::StateOptions so{.n_ctx = 96, .k_type = quant::TypeId::q8_0, .v_type = quant::TypeId::f16};
     const auto state = fwd.new_state(so);
     const MemoryPrediction m =
@@ -96,7 +96,7 @@ TEST(PlaceMemory, KvEqualsTheForwardsBuffers) {
 }
 
 TEST(PlaceMemory, NothingOnTheGpuCostsNoGpuMemory) {
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(model());
+    const models::Hparams hp = models::read_hparams(model());
     const Placement p = place_from_flags(model(), {});
     const MemoryPrediction m = predict_memory(p, hp, {.n_ctx = 512});
     EXPECT_FALSE(m.gpu_used);
@@ -108,7 +108,7 @@ TEST(PlaceMemory, NothingOnTheGpuCostsNoGpuMemory) {
 }
 
 TEST(PlaceMemory, CacheFollowsTheLayersMixer) {
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(model());
+    const models::Hparams hp = models::read_hparams(model());
     // -ngl 2: block 7 (full attention, (7+1) % 4 == 0) and the output layer on the GPU.
     ASSERT_FALSE(hp.is_recurrent(7));
     const Placement p = place_from_flags(model(), {.n_gpu_layers = 2, .overrides = {}});
@@ -137,7 +137,7 @@ TEST(PlaceMemory, CacheFollowsTheLayersMixer) {
 }
 
 TEST(PlaceMemory, BadCacheOptionsAreErrors) {
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(model());
+    const models::Hparams hp = models::read_hparams(model());
     const Placement p = Placement::uniform(model(), Tier::mmap_host);
     EXPECT_THROW(predict_memory(p, hp, {.n_ctx = 0}), Error);
     EXPECT_THROW(predict_memory(p, hp, {.n_ctx = hp.n_ctx_train + 1}), Error);
@@ -149,7 +149,7 @@ TEST(PlaceMemory, BadCacheOptionsAreErrors) {
 
 TEST(PlaceMemory, MtpBlocksCountForNglButHoldNoCache) {
     const TempModel m(1);  // 8 blocks: trunk 0..6, MTP block 7
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(m.file);
+    const models::Hparams hp = models::read_hparams(m.file);
     ASSERT_EQ(hp.n_trunk(), 7);
     // llama.cpp counts every block of block_count: -ngl 2 is the output layer and the MTP block.
     const Placement p = place_from_flags(m.file, {.n_gpu_layers = 2, .overrides = {}});
@@ -167,7 +167,7 @@ TEST(PlaceMemory, MtpBlocksCountForNglButHoldNoCache) {
 }
 
 TEST(PlaceMemory, HostExpertsAddStagingAndHandOffBuffers) {
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(model());
+    const models::Hparams hp = models::read_hparams(model());
     const std::vector<OverrideRule> rules = n_cpu_moe_rules(2, hp.n_layer);
     const Placement p = place_from_flags(model(), {.n_gpu_layers = -1, .overrides = rules});
     const Placement all = place_from_flags(model(), {.n_gpu_layers = -1, .overrides = {}});

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "gguf/writer.h"
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 #include "models/synth.h"
 #include "place/placement.h"
 #include "plan/hardware.h"
@@ -96,7 +96,7 @@ using TypeOf = std::function<quant::TypeId(const models::TensorSpec&)>;
 // A qwen35moe GGUF whose data section is a hole: the header comes from gguf::Writer, which removes
 // an unfinished file when destroyed, so a hard link taken before that keeps the header; the file
 // is then extended to its full size without writing (a sparse file).
-inline void write_sparse_model(const std::string& path, const models::Qwen35MoeHparams& hp,
+inline void write_sparse_model(const std::string& path, const models::Hparams& hp,
                                const TypeOf& type_of) {
     const std::string partial = path + ".header";
     constexpr uint64_t kAlign = 32;
@@ -104,8 +104,8 @@ inline void write_sparse_model(const std::string& path, const models::Qwen35MoeH
     std::filesystem::remove(path);
     {
         gguf::Writer w(partial, kAlign);
-        models::write_qwen35moe_hparams(w, hp);
-        for (const models::TensorSpec& t : models::qwen35moe_tensors(hp)) {
+        models::write_hparams(w, hp);
+        for (const models::TensorSpec& t : models::model_tensors(hp)) {
             const size_t i = w.add_tensor(t.name, std::span<const int64_t>(t.ne), type_of(t));
             data_bytes += (w.tensor_bytes(i) + kAlign - 1) / kAlign * kAlign;
         }
@@ -117,11 +117,11 @@ inline void write_sparse_model(const std::string& path, const models::Qwen35MoeH
 
 struct SparseModel {
     std::string path;
-    models::Qwen35MoeHparams hp;
+    models::Hparams hp;
     gguf::File file;
-    SparseModel(std::string p, const models::Qwen35MoeHparams& h, const TypeOf& type_of)
+    SparseModel(std::string p, const models::Hparams& h, const TypeOf& type_of)
         : path((write_sparse_model(p, h, type_of), p)),
-          hp(models::read_qwen35moe_hparams(gguf::File::open(path))),
+          hp(models::read_hparams(gguf::File::open(path))),
           file(gguf::File::open(path)) {}
     ~SparseModel() { std::filesystem::remove(path); }
     place::Placement all_gpu() const { return place::Placement::uniform(file, place::Tier::gpu); }
@@ -136,7 +136,7 @@ inline std::string temp_path(const std::string& tag) {
 inline const SparseModel& q36_q4km() {
     static const SparseModel m(
         temp_path("q36"), models::synth_preset("qwen3.6-35b-a3b"), [](const models::TensorSpec& t) {
-            static const models::Qwen35MoeHparams hp = models::synth_preset("qwen3.6-35b-a3b");
+            static const models::Hparams hp = models::synth_preset("qwen3.6-35b-a3b");
             return models::choose_tensor_type(t, models::QuantMix::q4_k_m, hp);
         });
     return m;
@@ -148,7 +148,7 @@ inline constexpr int64_t kFatLayers = 4;
 inline const SparseModel& q36_ud_like() {
     static const SparseModel m(
         temp_path("q36ud"), models::synth_preset("qwen3.6-35b-a3b"), [](const models::TensorSpec& t) {
-            static const models::Qwen35MoeHparams hp = models::synth_preset("qwen3.6-35b-a3b");
+            static const models::Hparams hp = models::synth_preset("qwen3.6-35b-a3b");
             if (t.name.find("_exps") != std::string::npos)
                 return t.layer < kFatLayers ? quant::TypeId::q8_0 : quant::TypeId::q4_k;
             return models::choose_tensor_type(t, models::QuantMix::q4_k_m, hp);

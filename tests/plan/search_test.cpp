@@ -42,7 +42,7 @@ PlanRequest request(const fixtures::SparseModel& m, const HardwareProfile& prof,
 
 // What the runtime requires of any plan, and the budgets, recomputed from the result's own
 // placement with predict_memory.
-void expect_valid(const PlanResult& r, const models::Qwen35MoeHparams& hp, uint64_t budget) {
+void expect_valid(const PlanResult& r, const models::Hparams& hp, uint64_t budget) {
     const place::MemoryPrediction m = place::predict_memory(r.placement, hp, r.cache, r.allowance, r.run);
     EXPECT_EQ(m.gpu_total(), r.memory.gpu_total());
     EXPECT_LE(m.gpu_total() + r.vram_margin, std::min(budget, r.vram_budget));

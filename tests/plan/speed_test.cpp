@@ -19,7 +19,7 @@ namespace {
 using fixtures::h200_like;
 using fixtures::q36_q4km;
 
-const models::Qwen35MoeHparams& hp() {
+const models::Hparams& hp() {
     return q36_q4km().hp;
 }
 

@@ -158,3 +158,23 @@ def test_prompt_longer_than_context_is_a_clear_error(mox_bin, converted, ids_fil
     assert r.returncode == 1
     assert "do not fit the context size 64" in r.stderr
     assert not (tmp_path / "x.npy").exists()
+
+
+@pytest.mark.skipif(ON_GPU, reason="activations are dumped on the CPU path only")
+def test_dumped_activations_match_transformers(mox_bin, converted, ids_file, tmp_path):
+    """`mox logits --dump-activations` against the layer inputs and outputs transformers recorded
+    (activations.npz: a DeltaNet and an attention layer's mixer and MoE, first tokens of the prompt)."""
+    dump = tmp_path / "act"
+    dump.mkdir()
+    subprocess.run([str(mox_bin), "logits", "-m", str(converted["f32"]), "--tokens", f"@{ids_file}", "-o",
+                    str(tmp_path / "l.npy"), "-ctk", "f32", "-ctv", "f32", "--dump-activations", str(dump)],
+                   check=True, capture_output=True)
+    ref = np.load(GOLDEN / "activations.npz")
+    checked = 0
+    for key in ref.files:  # e.g. l3_mixer_in: the normed input of layer 3's attention
+        want = ref[key]
+        got = np.load(dump / f"{key}.npy")[: want.shape[0]]
+        assert got.shape == want.shape, key
+        assert rel_err(got, want) < 2e-5, key  # measured 1.3e-7 .. 4.1e-6
+        checked += 1
+    assert checked == 8

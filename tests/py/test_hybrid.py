@@ -2,7 +2,7 @@
 in host memory, against the transformers goldens (tests/data/goldens/qwen35moe). The GPU cases run
 only with MOX_TEST_DEVICE=cuda (scripts/gpu_check.sh); the refusals run everywhere.
 
-Each placement exercises one path of models/gpu/qwen35moe_gpu_experts.cpp:
+Each placement exercises one path of models/gpu/gpu_forward_experts.cpp:
   - hand-off: the CPU computes the selected host experts (decode, and prefill below --stream-min-tokens);
   - streamed: prefill copies the host layers' expert stacks to the GPU (double-buffered) and runs them there;
   - pinned_host vs mmap_host: a page-locked copy vs the mapped file's pages locked in place.

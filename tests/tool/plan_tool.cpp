@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
                 fail("unknown profile '{}'", kind);
             plan::save_profile(p, path);
         } else if (what == "sparse-model") {
-            const models::Qwen35MoeHparams hp = models::synth_preset("qwen3.6-35b-a3b");
+            const models::Hparams hp = models::synth_preset("qwen3.6-35b-a3b");
             const bool ud = kind == "ud";
             if (!ud && kind != "q4_k_m") fail("unknown model kind '{}'", kind);
             plan::fixtures::write_sparse_model(path, hp, [&](const models::TensorSpec& t) {

@@ -2,7 +2,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "models/convert_qwen35moe.h"
+#include "models/convert.h"
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -48,7 +48,7 @@ void register_convert(CLI::App& app) {
 
         const auto start = std::chrono::steady_clock::now();
         const bool tty = isatty(STDERR_FILENO);
-        const models::ConvertSummary s = models::convert_qwen35moe(c, [&](const models::ConvertProgress& p) {
+        const models::ConvertSummary s = models::convert_hf(c, [&](const models::ConvertProgress& p) {
             if (tty)
                 std::fprintf(stderr, "\rmox convert: %zu/%zu tensors, %s of %s", p.tensors_done,
                              p.tensors_total, format_bytes(p.bytes_done).c_str(),

@@ -5,11 +5,12 @@
 #include "core/error.h"
 #include "core/npy.h"
 #include "gguf/reader.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -57,6 +58,7 @@ void register_logits(CLI::App& app) {
         ModelOptions model;
         std::string tokens, output;
         int64_t incremental = -1;
+        std::string dump_dir;
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every position as float32 .npy");
@@ -65,13 +67,20 @@ void register_logits(CLI::App& app) {
     cmd->add_option("-o,--output", o->output, "Output .npy [n_tokens, n_vocab]")->required();
     cmd->add_option("--incremental", o->incremental,
                     "Prefill the first K tokens in one batch, then decode the rest one at a time");
+    cmd->add_option("--dump-activations", o->dump_dir,
+                    "Also write every layer's named intermediates (l{N}_mixer_in, _mixer_out, _moe_in, _moe_out) "
+                    "as DIR/NAME.npy [n_tokens, n_embd] (CPU path)");
     cmd->callback([o] {
         const std::vector<int32_t> ids = parse_token_list(o->tokens);
         const gguf::File file = gguf::File::open(o->model.path);
-        const std::unique_ptr<models::Qwen35Moe> loaded = o->model.load(file);
-        models::Qwen35Moe& model = *loaded;
+        const std::unique_ptr<models::Model> loaded = o->model.load(file);
+        models::Model& model = *loaded;
         models::StateOptions so = state_options(o->model, model.hparams(), static_cast<int64_t>(ids.size()));
         auto state = model.new_state(so);
+        if (!o->dump_dir.empty()) {
+            if (!std::filesystem::is_directory(o->dump_dir)) fail("--dump-activations: '{}' is not a directory", o->dump_dir);
+            model.set_activation_dump(true);
+        }
         const int64_t n = static_cast<int64_t>(ids.size());
         const int64_t k = o->incremental < 0 ? n : o->incremental;
         if (k > n) fail("--incremental {} is larger than the {} tokens given", k, n);
@@ -88,6 +97,11 @@ void register_logits(CLI::App& app) {
             all.insert(all.end(), step.begin(), step.end());
         }
         write_npy_f32(o->output, all, {n, model.n_vocab()});
+        for (const auto& [name, values] : model.activations()) {
+            const int64_t d = model.hparams().n_embd;
+            write_npy_f32((std::filesystem::path(o->dump_dir) / (name + ".npy")).string(), values,
+                          {static_cast<int64_t>(values.size()) / d, d});
+        }
         fmt::print(stderr, "wrote {} [{} x {}]\n", o->output, n, model.n_vocab());
     });
 }

@@ -4,7 +4,7 @@
 #include "common_options.h"
 #include "core/error.h"
 #include "gguf/reader.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "text/tokenizer.h"
 #include "text/vocab_io.h"
 
@@ -36,8 +36,8 @@ void register_perplexity(CLI::App& app) {
         std::stringstream ss;
         ss << in.rdbuf();
         const gguf::File file = gguf::File::open(o->model.path);
-        const std::unique_ptr<models::Qwen35Moe> loaded = o->model.load(file);
-        models::Qwen35Moe& model = *loaded;
+        const std::unique_ptr<models::Model> loaded = o->model.load(file);
+        models::Model& model = *loaded;
         const text::Tokenizer tokenizer(text::vocab_from_gguf(file));
         const std::vector<int32_t> ids = tokenizer.encode(ss.str());
         if (ids.size() < 2) fail("'{}' has fewer than 2 tokens", o->file);

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "gguf/reader.h"
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 #include "place/flags.h"
 #include "place/memory.h"
 #include "plan/auto_plan.h"
@@ -287,7 +287,7 @@ void register_plan(CLI::App& app) {
                     "Predict prefill for a prompt of N tokens (default 4096 or -c)");
     cmd->callback([o, cmd] {
         const gguf::File file = gguf::File::open(o->model);
-        const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
+        const models::Hparams hp = models::read_hparams(file);
         place::PlacementFlags flags;
         flags.n_gpu_layers = place::parse_n_gpu_layers(o->n_gpu_layers);
         flags.overrides = o->rules.rules(hp.n_layer);

@@ -75,14 +75,14 @@ std::string kv_name(quant::TypeId t) {
 
 }  // namespace
 
-std::unique_ptr<models::Qwen35Moe> ModelOptions::load(const gguf::File& file) {
-    const models::Device d = resolve_device(models::read_qwen35moe_hparams(file).n_layer);
+std::unique_ptr<models::Model> ModelOptions::load(const gguf::File& file) {
+    const models::Device d = resolve_device(models::read_hparams(file).n_layer);
     std::optional<quant::TypeId> k = kv_type(cache_type_k), v = kv_type(cache_type_v);
     models::GpuOptions g;
     if (d == models::Device::cuda) {
         // The context planned for: -c, else 8192 (mox chat's default; a job that needs more says so
         // and asks for -c).
-        const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
+        const models::Hparams hp = models::read_hparams(file);
         const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(8192, hp.n_ctx_train);
         // -ngl not given with --device cuda: all of it (llama.cpp's -ngl all), then the plan.
         g = gpu_options(file, placement, n_gpu_layers == -2 ? -1 : n_gpu_layers, ctx, k, v);
@@ -92,10 +92,10 @@ std::unique_ptr<models::Qwen35Moe> ModelOptions::load(const gguf::File& file) {
     }
     cache_type_k = kv_name(k.value_or(quant::TypeId::f16));
     cache_type_v = kv_name(v.value_or(quant::TypeId::f16));
-    return std::make_unique<models::Qwen35Moe>(file, threads, cpu_isa(), !no_pin, d, g);
+    return std::make_unique<models::Model>(file, threads, cpu_isa(), !no_pin, d, g);
 }
 
-models::StateOptions state_options(const ModelOptions& o, const models::Qwen35MoeHparams& hp, int64_t n_needed) {
+models::StateOptions state_options(const ModelOptions& o, const models::Hparams& hp, int64_t n_needed) {
     models::StateOptions so;
     auto type = [](const std::string& name) {
         if (name == "auto") fail("-ctk/-ctv auto is resolved when the model loads");

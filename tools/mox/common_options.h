@@ -1,7 +1,7 @@
 // Options shared by the commands that load a model (run, chat, logits, bench): llama.cpp's names.
 #pragma once
 
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "placement_options.h"
 
 #include <memory>
@@ -33,12 +33,12 @@ struct ModelOptions {
 
     // Loads the model where the flags say (planning its placement on the GPU). -ctk/-ctv auto are
     // resolved here: cache_type_k/v hold the planned types afterwards, for state_options.
-    std::unique_ptr<models::Qwen35Moe> load(const gguf::File& file);
+    std::unique_ptr<models::Model> load(const gguf::File& file);
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required = true);
 
 // State options from the flags; n_needed is the context the job needs at least when -c is not set.
-models::StateOptions state_options(const ModelOptions& o, const models::Qwen35MoeHparams& hp, int64_t n_needed);
+models::StateOptions state_options(const ModelOptions& o, const models::Hparams& hp, int64_t n_needed);
 
 }  // namespace mox::cli

@@ -26,7 +26,7 @@ std::string resolve_model_path(const std::string& given);
 
 struct LoadedModel {
     std::unique_ptr<gguf::File> file;
-    std::unique_ptr<models::Qwen35Moe> model;
+    std::unique_ptr<models::Model> model;
     std::unique_ptr<text::Tokenizer> tokenizer;
 };
 

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 #include "core/log.h"
 #include "place/execute.h"
 #include "plan/auto_plan.h"
@@ -69,7 +69,7 @@ models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o
     // Nothing to plan for (and no calibration to run): say so before anything else.
     fail("this mox was built without CUDA: rebuild with -DMOX_CUDA=ON to run on the GPU");
 #endif
-    const models::Qwen35MoeHparams hp = models::read_qwen35moe_hparams(file);
+    const models::Hparams hp = models::read_hparams(file);
     place::PlacementFlags flags;
     flags.n_gpu_layers = n_gpu_layers;
     flags.overrides = o.rules(hp.n_layer);

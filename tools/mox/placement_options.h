@@ -4,7 +4,7 @@
 #pragma once
 
 #include "gguf/reader.h"
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "place/flags.h"
 
 #include <cstdint>

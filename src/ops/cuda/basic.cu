@@ -215,7 +215,7 @@ __global__ void qk_norm_rope_kernel(const float* __restrict__ qg, const float* _
     float* dst;
     const float* nw;
     if (is_q) {
-        src = qg + (t * sh.n_head + hh) * 2 * hd;
+        src = qg + (t * sh.n_head + hh) * sh.q_head_stride;
         dst = q + (t * sh.n_head + hh) * hd;
         nw = q_norm;
     } else {
@@ -333,8 +333,9 @@ bool qk_cache_store_supported(const ops::KvView& kv) {
 void qk_norm_rope(const float* qg, const float* q_norm, float* k, const float* k_norm, const int32_t* pos0,
                   int64_t n, const QkPrepShape& shape, float* q, StreamHandle stream, const QkCacheStore* store) {
     if (n == 0) return;
-    MOX_CHECK(shape.head_dim <= 1024 && shape.n_rot <= shape.head_dim && shape.n_rot % 2 == 0,
-              "qk_norm_rope: head_dim {} n_rot {}", shape.head_dim, shape.n_rot);
+    MOX_CHECK(shape.head_dim <= 1024 && shape.n_rot <= shape.head_dim && shape.n_rot % 2 == 0 &&
+                  shape.q_head_stride >= shape.head_dim,
+              "qk_norm_rope: head_dim {} n_rot {} q_head_stride {}", shape.head_dim, shape.n_rot, shape.q_head_stride);
     CacheTarget ct;
     int64_t heads = shape.n_head + shape.n_head_kv;
     if (store != nullptr) {

@@ -1,4 +1,4 @@
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 
 #include "core/error.h"
 
@@ -6,37 +6,31 @@
 
 namespace mox::models {
 
-namespace {
+std::string arch_key(const Hparams& hp, const char* suffix) { return fmt::format("{}.{}", hp.arch_name(), suffix); }
 
-constexpr const char* kArch = "qwen35moe";
-
-std::string key(const char* suffix) { return fmt::format("{}.{}", kArch, suffix); }
-
-}  // namespace
-
-int64_t Qwen35MoeHparams::n_attention_layers() const {
+int64_t Hparams::n_attention_layers() const {
     int64_t n = 0;
     for (int64_t i = 0; i < n_trunk(); ++i) n += !is_recurrent(i);
     return n;
 }
 
-int64_t Qwen35MoeHparams::n_recurrent_layers() const { return n_trunk() - n_attention_layers(); }
+int64_t Hparams::n_recurrent_layers() const { return n_trunk() - n_attention_layers(); }
 
-double Qwen35MoeHparams::kv_cache_bytes_per_token(quant::TypeId kv_type) const {
+double Hparams::kv_cache_bytes_per_token(quant::TypeId kv_type) const {
     const quant::TypeTraits& t = quant::traits(kv_type);
     const double elements = static_cast<double>(n_attention_layers() * n_head_kv * (head_dim_k + head_dim_v));
     return elements * static_cast<double>(t.block_bytes) / static_cast<double>(t.block_elems);
 }
 
-uint64_t Qwen35MoeHparams::recurrent_state_bytes() const {
+uint64_t Hparams::recurrent_state_bytes() const {
     const int64_t conv = (ssm_conv_kernel - 1) * conv_channels();
     const int64_t state = ssm_state * ssm_inner;
     return static_cast<uint64_t>(n_recurrent_layers() * (conv + state)) * sizeof(float);
 }
 
-void Qwen35MoeHparams::validate() const {
-    auto need = [](bool ok, const char* what) {
-        if (!ok) fail("qwen35moe hyper-parameters: {}", what);
+void Hparams::validate() const {
+    auto need = [this](bool ok, const char* what) {
+        if (!ok) fail("{} hyper-parameters: {}", arch_name(), what);
     };
     need(n_layer > 0 && n_layer <= 4096, "block_count must be in 1..4096");
     need(n_nextn >= 0 && n_nextn < n_layer, "nextn_predict_layers must be below block_count");
@@ -47,18 +41,22 @@ void Qwen35MoeHparams::validate() const {
     need(n_expert > 0 && n_expert_used > 0 && n_expert_used <= n_expert, "expert_used_count must be in 1..expert_count");
     need(n_ff_exp > 0, "expert_feed_forward_length must be positive");
     need(n_ff_shexp >= 0, "expert_shared_feed_forward_length must be >= 0");
+    need(n_ctx_train > 0, "context_length must be positive");
+    if (!recipe().has_deltanet) return;
+    need(full_attn_interval >= 1, "full_attention_interval must be >= 1");
     need(ssm_conv_kernel >= 1, "ssm.conv_kernel must be >= 1");
     need(ssm_k_heads > 0 && ssm_v_heads > 0 && ssm_v_heads % ssm_k_heads == 0,
          "ssm.time_step_rank (value heads) must be a multiple of ssm.group_count (key heads)");
     need(ssm_inner == ssm_v_heads * ssm_state, "ssm.inner_size must equal time_step_rank * state_size");
-    need(full_attn_interval >= 1, "full_attention_interval must be >= 1");
-    need(n_ctx_train > 0, "context_length must be positive");
 }
 
-Qwen35MoeHparams read_qwen35moe_hparams(const gguf::File& file) {
-    const std::string arch = file.get_string("general.architecture");
-    if (arch != kArch) fail("{}: architecture is '{}', expected '{}'", file.path(), arch, kArch);
-    Qwen35MoeHparams hp;
+Hparams read_hparams(const gguf::File& file) {
+    const std::string name = file.get_string("general.architecture");
+    const ArchInfo* info = find_arch(name);
+    if (!info) fail("{}: architecture '{}' is not supported (mox runs {})", file.path(), name, known_archs());
+    Hparams hp;
+    hp.arch = info->arch;
+    auto key = [&](const char* k) { return arch_key(hp, k); };
     auto u = [&](const char* k) { return static_cast<int64_t>(file.get_uint(key(k))); };
     auto u_or = [&](const char* k, int64_t d) { return static_cast<int64_t>(file.get_uint_or(key(k), d)); };
     hp.n_layer = u("block_count");
@@ -66,7 +64,7 @@ Qwen35MoeHparams read_qwen35moe_hparams(const gguf::File& file) {
     hp.n_ctx_train = u("context_length");
     hp.n_embd = u("embedding_length");
     hp.n_head = u("attention.head_count");
-    hp.n_head_kv = u("attention.head_count_kv");
+    hp.n_head_kv = u_or("attention.head_count_kv", hp.n_head);
     hp.head_dim_k = u_or("attention.key_length", hp.n_embd / hp.n_head);
     hp.head_dim_v = u_or("attention.value_length", hp.head_dim_k);
     hp.n_rot = u_or("rope.dimension_count", hp.head_dim_k);
@@ -76,17 +74,12 @@ Qwen35MoeHparams read_qwen35moe_hparams(const gguf::File& file) {
     hp.n_expert_used = u("expert_used_count");
     hp.n_ff_exp = u_or("expert_feed_forward_length", u_or("feed_forward_length", 0));
     hp.n_ff_shexp = u_or("expert_shared_feed_forward_length", 0);
-    hp.ssm_conv_kernel = u("ssm.conv_kernel");
-    hp.ssm_inner = u("ssm.inner_size");
-    hp.ssm_state = u("ssm.state_size");
-    hp.ssm_v_heads = u("ssm.time_step_rank");
-    hp.ssm_k_heads = u("ssm.group_count");
-    hp.full_attn_interval = u_or("full_attention_interval", 4);
-    if (const gguf::Value* sections = file.find(key("rope.dimension_sections"))) {
+    if (!info->recipe.has_deltanet) {  // none of the DeltaNet sizes apply
+        hp.full_attn_interval = 1;
+        hp.ssm_conv_kernel = hp.ssm_inner = hp.ssm_state = hp.ssm_v_heads = hp.ssm_k_heads = 0;
         hp.rope_sections.clear();
-        if (const gguf::Array* a = sections->as_array())
-            for (const gguf::Value& v : a->items) hp.rope_sections.push_back(static_cast<int32_t>(v.as_int().value_or(0)));
     }
+    if (info->read_keys) info->read_keys(file, hp);
     // Vocabulary size: the embedding's row count is authoritative (files pad the token list).
     if (const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight")) hp.n_vocab = embd->ne[1];
     else if (const gguf::Value* tokens = file.find("tokenizer.ggml.tokens"); tokens && tokens->as_array())
@@ -95,10 +88,11 @@ Qwen35MoeHparams read_qwen35moe_hparams(const gguf::File& file) {
     return hp;
 }
 
-void write_qwen35moe_hparams(gguf::Writer& w, const Qwen35MoeHparams& hp) {
+void write_hparams(gguf::Writer& w, const Hparams& hp) {
     using gguf::Value;
     auto u32 = [](int64_t v) { return Value::u32(static_cast<uint32_t>(v)); };
-    w.set("general.architecture", Value::string(kArch));
+    auto key = [&](const char* k) { return arch_key(hp, k); };
+    w.set("general.architecture", Value::string(hp.arch_name()));
     w.set(key("block_count"), u32(hp.n_layer));
     if (hp.n_nextn > 0) w.set(key("nextn_predict_layers"), u32(hp.n_nextn));
     w.set(key("context_length"), u32(hp.n_ctx_train));
@@ -110,27 +104,21 @@ void write_qwen35moe_hparams(gguf::Writer& w, const Qwen35MoeHparams& hp) {
     w.set(key("attention.layer_norm_rms_epsilon"), Value::f32(static_cast<float>(hp.rms_eps)));
     w.set(key("rope.freq_base"), Value::f32(static_cast<float>(hp.rope_theta)));
     w.set(key("rope.dimension_count"), u32(hp.n_rot));
-    w.set(key("rope.dimension_sections"), Value::i32_array(hp.rope_sections));
     w.set(key("expert_count"), u32(hp.n_expert));
     w.set(key("expert_used_count"), u32(hp.n_expert_used));
     w.set(key("expert_feed_forward_length"), u32(hp.n_ff_exp));
-    w.set(key("expert_shared_feed_forward_length"), u32(hp.n_ff_shexp));
-    w.set(key("ssm.conv_kernel"), u32(hp.ssm_conv_kernel));
-    w.set(key("ssm.inner_size"), u32(hp.ssm_inner));
-    w.set(key("ssm.state_size"), u32(hp.ssm_state));
-    w.set(key("ssm.time_step_rank"), u32(hp.ssm_v_heads));
-    w.set(key("ssm.group_count"), u32(hp.ssm_k_heads));
-    w.set(key("full_attention_interval"), u32(hp.full_attn_interval));
+    if (const auto write_keys = arch_info(hp.arch).write_keys) write_keys(w, hp);
 }
 
-std::vector<TensorSpec> qwen35moe_tensors(const Qwen35MoeHparams& hp) {
+std::vector<TensorSpec> model_tensors(const Hparams& hp) {
+    const ArchRecipe& r = hp.recipe();
     std::vector<TensorSpec> t;
     const int64_t d = hp.n_embd;
     t.push_back({"token_embd.weight", {d, hp.n_vocab}, -1});
     t.push_back({"output_norm.weight", {d}, -1});
     t.push_back({"output.weight", {d, hp.n_vocab}, -1});
     for (int64_t i = 0; i < hp.n_layer; ++i) {
-        auto add = [&](const char* name, std::vector<int64_t> ne) {
+        auto add = [&](const std::string& name, std::vector<int64_t> ne) {
             t.push_back({fmt::format("blk.{}.{}", i, name), std::move(ne), i});
         };
         add("attn_norm.weight", {d});
@@ -145,19 +133,21 @@ std::vector<TensorSpec> qwen35moe_tensors(const Qwen35MoeHparams& hp) {
             add("ssm_norm.weight", {hp.ssm_state});
             add("ssm_out.weight", {hp.ssm_inner, d});
         } else {
-            add("attn_q.weight", {d, 2 * hp.n_head * hp.head_dim_k});  // query and gate per head
+            add("attn_q.weight", {d, hp.q_proj_rows()});
             add("attn_k.weight", {d, hp.n_head_kv * hp.head_dim_k});
             add("attn_v.weight", {d, hp.n_head_kv * hp.head_dim_v});
-            add("attn_q_norm.weight", {hp.head_dim_k});
-            add("attn_k_norm.weight", {hp.head_dim_k});
+            if (r.attention.qk_norm) {
+                add("attn_q_norm.weight", {hp.head_dim_k});
+                add("attn_k_norm.weight", {hp.head_dim_k});
+            }
             add("attn_output.weight", {hp.n_head * hp.head_dim_v, d});
         }
-        add("post_attention_norm.weight", {d});
+        add(fmt::format("{}.weight", r.ffn_norm), {d});
         add("ffn_gate_inp.weight", {d, hp.n_expert});
         add("ffn_gate_exps.weight", {d, hp.n_ff_exp, hp.n_expert});
         add("ffn_up_exps.weight", {d, hp.n_ff_exp, hp.n_expert});
         add("ffn_down_exps.weight", {hp.n_ff_exp, d, hp.n_expert});
-        if (hp.n_ff_shexp > 0) {
+        if (hp.has_shared_expert()) {
             add("ffn_gate_inp_shexp.weight", {d});
             add("ffn_gate_shexp.weight", {d, hp.n_ff_shexp});
             add("ffn_up_shexp.weight", {d, hp.n_ff_shexp});

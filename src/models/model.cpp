@@ -1,4 +1,4 @@
-#include "models/qwen35moe.h"
+#include "models/model.h"
 
 #include "core/error.h"
 #include "core/topology.h"
@@ -64,7 +64,7 @@ std::vector<float> load_vector(const gguf::File& file, const std::string& name, 
 // ---------------------------------------------------------------------------------------------
 // State
 
-uint64_t Qwen35MoeState::bytes() const {
+uint64_t SequenceState::bytes() const {
     uint64_t n = device_ ? device_->bytes() : 0;
     for (const auto& b : k_) n += b.size();
     for (const auto& b : v_) n += b.size();
@@ -73,14 +73,14 @@ uint64_t Qwen35MoeState::bytes() const {
     return n;
 }
 
-void Qwen35MoeState::clear() {
+void SequenceState::clear() {
     n_past_ = 0;
     if (device_) device_->clear();
     for (auto& b : conv_) std::fill(b.begin(), b.end(), 0.0f);
     for (auto& b : ssm_) std::fill(b.begin(), b.end(), 0.0f);
 }
 
-std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) const {
+std::unique_ptr<SequenceState> Model::new_state(const StateOptions& o) const {
     if (o.n_ctx < 1) fail("context size must be at least 1, got {}", o.n_ctx);
     if (o.n_ctx > hp_.n_ctx_train)
         fail("context size {} exceeds the model's trained context {}", o.n_ctx, hp_.n_ctx_train);
@@ -92,8 +92,10 @@ std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) cons
         if (hp_.head_dim_k % tr.block_elems != 0)
             fail("KV cache type {} needs head dim divisible by {}, model has {}", tr.name, tr.block_elems, hp_.head_dim_k);
     }
-    MOX_CHECK(hp_.head_dim_k == hp_.head_dim_v, "different K and V head dims are not supported");
-    auto s = std::make_unique<Qwen35MoeState>();
+    if (hp_.head_dim_k != hp_.head_dim_v)
+        fail("{}: K head dim {} != V head dim {}: attention with different K and V widths is not supported yet",
+             hp_.arch_name(), hp_.head_dim_k, hp_.head_dim_v);
+    auto s = std::make_unique<SequenceState>();
     s->options_ = o;
     if (gpu_) {
         s->device_ = gpu_->new_state(o);
@@ -115,12 +117,12 @@ std::unique_ptr<Qwen35MoeState> Qwen35Moe::new_state(const StateOptions& o) cons
 // Weights
 
 #ifndef MOX_HAVE_CUDA
-std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe&, const GpuOptions&) {
+std::unique_ptr<ForwardBackend> make_gpu_forward(const Model&, const GpuOptions&) {
     fail("this mox was built without CUDA: rebuild with -DMOX_CUDA=ON to run on the GPU");
 }
 #endif
 
-Qwen35Moe::~Qwen35Moe() = default;
+Model::~Model() = default;
 
 namespace {
 bool any_host_experts(const GpuOptions& o) {
@@ -128,10 +130,10 @@ bool any_host_experts(const GpuOptions& o) {
 }
 }  // namespace
 
-Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads, Device device,
+Model::Model(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads, Device device,
                      const GpuOptions& gpu_options)
     // On the GPU the pool computes only host-resident experts: one thread unless some stay there.
-    : hp_(read_qwen35moe_hparams(file)),
+    : hp_(read_hparams(file)),
       pool_(device == Device::cpu || any_host_experts(gpu_options) ? n_threads : 1, pin_threads),
       ctx_{&pool_, isa},
       device_(device),
@@ -150,17 +152,18 @@ Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool
     // Files without a separate lm head tie it to the embedding (llama.cpp's fallback).
     output_ = file.find_tensor("output.weight") ? bind(file, "output.weight", {d, hp_.n_vocab}) : token_embd_;
 
+    const ArchRecipe& recipe = hp_.recipe();
     const int64_t n_trunk = hp_.n_trunk();
     layers_.resize(static_cast<size_t>(n_trunk));
     attn_index_.assign(static_cast<size_t>(n_trunk), -1);
     rec_index_.assign(static_cast<size_t>(n_trunk), -1);
     int64_t n_attn = 0, n_rec = 0;
     for (int64_t i = 0; i < n_trunk; ++i) {
-        Qwen35MoeLayer& L = layers_[static_cast<size_t>(i)];
+        LayerWeights& L = layers_[static_cast<size_t>(i)];
         auto name = [&](const char* n) { return fmt::format("blk.{}.{}", i, n); };
         L.recurrent = hp_.is_recurrent(i);
         L.attn_norm = load_vector(file, name("attn_norm.weight"), {d});
-        L.post_attention_norm = load_vector(file, name("post_attention_norm.weight"), {d});
+        L.ffn_norm = load_vector(file, name(fmt::format("{}.weight", recipe.ffn_norm).c_str()), {d});
         if (L.recurrent) {
             rec_index_[static_cast<size_t>(i)] = n_rec++;
             const int64_t C = hp_.conv_channels(), Hv = hp_.ssm_v_heads;
@@ -175,18 +178,20 @@ Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool
             L.ssm_out = bind(file, name("ssm_out.weight"), {hp_.ssm_inner, d});
         } else {
             attn_index_[static_cast<size_t>(i)] = n_attn++;
-            L.attn_q = bind(file, name("attn_q.weight"), {d, 2 * hp_.n_head * hp_.head_dim_k});
+            L.attn_q = bind(file, name("attn_q.weight"), {d, hp_.q_proj_rows()});
             L.attn_k = bind(file, name("attn_k.weight"), {d, hp_.n_head_kv * hp_.head_dim_k});
             L.attn_v = bind(file, name("attn_v.weight"), {d, hp_.n_head_kv * hp_.head_dim_v});
-            L.attn_q_norm = load_vector(file, name("attn_q_norm.weight"), {hp_.head_dim_k});
-            L.attn_k_norm = load_vector(file, name("attn_k_norm.weight"), {hp_.head_dim_k});
+            if (recipe.attention.qk_norm) {
+                L.attn_q_norm = load_vector(file, name("attn_q_norm.weight"), {hp_.head_dim_k});
+                L.attn_k_norm = load_vector(file, name("attn_k_norm.weight"), {hp_.head_dim_k});
+            }
             L.attn_output = bind(file, name("attn_output.weight"), {hp_.n_head * hp_.head_dim_v, d});
         }
         L.router = bind(file, name("ffn_gate_inp.weight"), {d, hp_.n_expert});
         L.experts.gate = bind(file, name("ffn_gate_exps.weight"), {d, hp_.n_ff_exp, hp_.n_expert});
         L.experts.up = bind(file, name("ffn_up_exps.weight"), {d, hp_.n_ff_exp, hp_.n_expert});
         L.experts.down = bind(file, name("ffn_down_exps.weight"), {hp_.n_ff_exp, d, hp_.n_expert});
-        if (hp_.n_ff_shexp > 0) {
+        if (hp_.has_shared_expert()) {
             // The converter may store the shared-expert gate as {n_embd} or {n_embd, 1}.
             L.shexp_gate_inp = load_vector(file, name("ffn_gate_inp_shexp.weight"), {d});
             L.shexp_gate = bind(file, name("ffn_gate_shexp.weight"), {d, hp_.n_ff_shexp});
@@ -195,13 +200,13 @@ Qwen35Moe::Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa, bool
         }
     }
     expert_usage_.assign(static_cast<size_t>(n_trunk), std::vector<int64_t>(static_cast<size_t>(hp_.n_expert), 0));
-    if (device_ == Device::cuda) gpu_ = make_qwen35moe_gpu(*this, gpu_options_);
+    if (device_ == Device::cuda) gpu_ = make_gpu_forward(*this, gpu_options_);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Forward
 
-void Qwen35Moe::check_batch(std::span<const SequenceBatch> batch) const {
+void Model::check_batch(std::span<const SequenceBatch> batch) const {
     for (const SequenceBatch& b : batch) {
         MOX_CHECK(b.state != nullptr);
         if (b.tokens.empty()) fail("empty sequence in batch");
@@ -216,7 +221,7 @@ void Qwen35Moe::check_batch(std::span<const SequenceBatch> batch) const {
     }
 }
 
-std::optional<int32_t> Qwen35Moe::forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
+std::optional<int32_t> Model::forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
                                                  std::vector<float>& logits) {
     if (!gpu_) {
         forward(batch, false, logits);
@@ -229,12 +234,13 @@ std::optional<int32_t> Qwen35Moe::forward_argmax(std::span<const SequenceBatch> 
     return a;
 }
 
-void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
+void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
     check_batch(batch);
     int64_t n_tokens = 0;
     for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
     if (gpu_) {
         if (trace_routing_) fail("routing statistics are collected on the CPU path only (drop --device cuda)");
+        if (dump_activations_) fail("activations are dumped on the CPU path only (drop --device cuda)");
         gpu_->forward(batch, all_logits, logits);
         for (const SequenceBatch& b : batch) b.state->n_past_ += static_cast<int64_t>(b.tokens.size());
         return;
@@ -250,16 +256,25 @@ void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, s
             for (int32_t tok : b.tokens) ops::dequantize_rows(token_embd_, tok, 1, x.data() + (t++) * d);
     }
 
+    auto dump = [&](int64_t il, const char* what, const std::vector<float>& a) {
+        if (!dump_activations_) return;
+        std::vector<float>& to = activations_[fmt::format("l{}_{}", il, what)];
+        to.insert(to.end(), a.begin(), a.end());
+    };
     for (int64_t il = 0; il < hp_.n_trunk(); ++il) {
-        const Qwen35MoeLayer& L = layers_[static_cast<size_t>(il)];
+        const LayerWeights& L = layers_[static_cast<size_t>(il)];
         const float eps = static_cast<float>(hp_.rms_eps);
         for (int64_t t = 0; t < n_tokens; ++t) ops::rms_norm(&x[t * d], L.attn_norm.data(), d, eps, &u[t * d]);
         if (L.recurrent) deltanet(L, il, batch, u.data(), mixed.data());
         else attention(L, il, batch, u.data(), mixed.data());
+        dump(il, "mixer_in", u);
+        dump(il, "mixer_out", mixed);
         for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
 
-        for (int64_t t = 0; t < n_tokens; ++t) ops::rms_norm(&x[t * d], L.post_attention_norm.data(), d, eps, &u[t * d]);
+        for (int64_t t = 0; t < n_tokens; ++t) ops::rms_norm(&x[t * d], L.ffn_norm.data(), d, eps, &u[t * d]);
         moe(L, il, u.data(), n_tokens, mixed.data());
+        dump(il, "moe_in", u);
+        dump(il, "moe_out", mixed);
         for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
     }
     for (const SequenceBatch& b : batch) b.state->n_past_ += static_cast<int64_t>(b.tokens.size());
@@ -285,7 +300,7 @@ void Qwen35Moe::forward(std::span<const SequenceBatch> batch, bool all_logits, s
 
 // Gated DeltaNet (spec §3a): projections for the whole batch, then the conv and delta rule token
 // by token through each sequence's state, then the output projection.
-void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
+void Model::deltanet(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
                          float* out) {
     const ops::Context& ctx = ctx_;
     int64_t n_tokens = 0;
@@ -371,28 +386,32 @@ void Qwen35Moe::deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const Se
     ops::linear(ctx, L.ssm_out, y.data(), n_tokens, out);
 }
 
-// Gated full attention (spec §3b).
-void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
+// Full attention (qwen35moe.md §3b, archs.md §2.3): q/k norms and the output gate where the recipe
+// has them, RoPE, the KV cache, causal attention over it, the output projection.
+void Model::attention(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
                           float* out) {
     const ops::Context& ctx = ctx_;
+    const AttentionRecipe& recipe = hp_.recipe().attention;
     int64_t n_tokens = 0;
     for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
     const float eps = static_cast<float>(hp_.rms_eps);
+    // q rows per head: [query | gate] with the output gate, the query alone without.
+    const int64_t q_head_stride = recipe.output_gate ? 2 * hd : hd;
 
-    std::vector<float> qg(static_cast<size_t>(n_tokens * 2 * H * hd));
+    std::vector<float> qg(static_cast<size_t>(n_tokens * hp_.q_proj_rows()));
     std::vector<float> k(static_cast<size_t>(n_tokens * Hkv * hd)), v(k.size());
     ops::linear(ctx, L.attn_q, u, n_tokens, qg.data());
     ops::linear(ctx, L.attn_k, u, n_tokens, k.data());
     ops::linear(ctx, L.attn_v, u, n_tokens, v.data());
 
     std::vector<float> q(static_cast<size_t>(n_tokens * H * hd)), o(q.size());
-    // Split [query | gate] per head, norm and rotate q and k, store K/V.
+    // Take each head's query, norm and rotate q and k, store K/V.
     const int64_t ai = attn_index_[static_cast<size_t>(il)];
     const ops::AttentionShape shape{H, Hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
     int64_t t = 0;
     for (const SequenceBatch& b : batch) {
-        Qwen35MoeState& st = *b.state;
+        SequenceState& st = *b.state;
         const StateOptions& so = st.options_;
         ops::KvView kv{st.k_[static_cast<size_t>(ai)].data(), st.v_[static_cast<size_t>(ai)].data(), so.k_type, so.v_type,
                        Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd), quant::row_bytes(so.v_type, Hkv * hd), so.n_ctx};
@@ -401,13 +420,13 @@ void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const S
             const int64_t pos = st.n_past_ + static_cast<int64_t>(i);
             for (int64_t h = 0; h < H; ++h) {
                 float* qh = &q[static_cast<size_t>((t * H + h) * hd)];
-                std::memcpy(qh, &qg[static_cast<size_t>((t * H + h) * 2 * hd)], static_cast<size_t>(hd) * sizeof(float));
-                ops::rms_norm(qh, L.attn_q_norm.data(), hd, eps, qh);
+                std::memcpy(qh, &qg[static_cast<size_t>((t * H + h) * q_head_stride)], static_cast<size_t>(hd) * sizeof(float));
+                if (recipe.qk_norm) ops::rms_norm(qh, L.attn_q_norm.data(), hd, eps, qh);
                 ops::rope_neox(qh, hp_.n_rot, pos, hp_.rope_theta);
             }
             for (int64_t h = 0; h < Hkv; ++h) {
                 float* kh = &k[static_cast<size_t>((t * Hkv + h) * hd)];
-                ops::rms_norm(kh, L.attn_k_norm.data(), hd, eps, kh);
+                if (recipe.qk_norm) ops::rms_norm(kh, L.attn_k_norm.data(), hd, eps, kh);
                 ops::rope_neox(kh, hp_.n_rot, pos, hp_.rope_theta);
             }
             ops::kv_store(kv, pos, &k[static_cast<size_t>(t * Hkv * hd)], &v[static_cast<size_t>(t * Hkv * hd)]);
@@ -416,25 +435,28 @@ void Qwen35Moe::attention(const Qwen35MoeLayer& L, int64_t il, std::span<const S
         const int64_t n = static_cast<int64_t>(b.tokens.size());
         ops::attention_batch(ctx, kv, shape, &q[static_cast<size_t>(t0 * H * hd)], n, st.n_past_,
                              &o[static_cast<size_t>(t0 * H * hd)]);
+        if (!recipe.output_gate) continue;
         pool_.run(n, [&](int64_t i) {
             const int64_t tt = t0 + i;
             for (int64_t h = 0; h < H; ++h)
                 for (int64_t j = 0; j < hd; ++j)
                     o[static_cast<size_t>((tt * H + h) * hd + j)] *=
-                        ops::sigmoid(qg[static_cast<size_t>((tt * H + h) * 2 * hd + hd + j)]);
+                        ops::sigmoid(qg[static_cast<size_t>((tt * H + h) * q_head_stride + hd + j)]);
         });
     }
     ops::linear(ctx, L.attn_output, o.data(), n_tokens, out);
 }
 
-// Routed experts plus the sigmoid-gated shared expert (spec §3c).
-void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t n_tokens, float* out) {
+// Routed experts (the recipe's router) plus, where the model has one, the sigmoid-gated shared expert.
+void Model::moe(const LayerWeights& L, int64_t il, const float* u, int64_t n_tokens, float* out) {
     const ops::Context& ctx = ctx_;
     const int64_t d = hp_.n_embd;
     std::vector<float> router_logits(static_cast<size_t>(n_tokens * hp_.n_expert));
     ops::linear(ctx, L.router, u, n_tokens, router_logits.data());
     ops::Routing routing;
-    ops::route_softmax_topk(router_logits.data(), n_tokens, hp_.n_expert, hp_.n_expert_used, true, routing);
+    const MoeRecipe& recipe = hp_.recipe().moe;
+    ops::route_softmax_topk(router_logits.data(), n_tokens, hp_.n_expert, hp_.n_expert_used, recipe.renormalize,
+                            routing);
     auto& usage = expert_usage_[static_cast<size_t>(il)];
     for (int64_t e = 0; e < hp_.n_expert; ++e) usage[static_cast<size_t>(e)] += routing.expert_counts[static_cast<size_t>(e)];
     if (trace_routing_) {
@@ -443,7 +465,7 @@ void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t
         trace.insert(trace.end(), routing.ids.begin(), routing.ids.end());
     }
     ops::moe_ffn(ctx, L.experts, routing, u, out);
-    if (hp_.n_ff_shexp == 0) return;
+    if (!hp_.has_shared_expert()) return;
     std::vector<float> shared(static_cast<size_t>(n_tokens * d));
     ops::swiglu_ffn(ctx, L.shexp_gate, L.shexp_up, L.shexp_down, u, n_tokens, shared.data());
     for (int64_t t = 0; t < n_tokens; ++t) {
@@ -454,11 +476,11 @@ void Qwen35Moe::moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t
     }
 }
 
-std::string Qwen35Moe::device_summary() const {
+std::string Model::device_summary() const {
     return gpu_ ? gpu_->summary() : std::string();
 }
 
-std::string Qwen35Moe::cpu_summary() const {
+std::string Model::cpu_summary() const {
     return fmt::format("{} thread{}{}, {} kernels", pool_.size(), pool_.size() == 1 ? "" : "s",
                        pool_.pinned() ? " (pinned)" : "", quant::isa_name(ctx_.isa));
 }

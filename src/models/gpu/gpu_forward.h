@@ -1,5 +1,6 @@
-// Qwen3.5/3.6-MoE on one CUDA device (issues 5 and 6), private to models/gpu: the class shared by
-// qwen35moe_gpu.cpp (upload, the forward, the dense layers) and qwen35moe_gpu_experts.cpp (routed
+// A model's forward on one CUDA device, for every recipe the GPU blocks implement (check_supported),
+// private to models/gpu: the class shared by
+// gpu_forward.cpp (upload, the forward, the dense layers) and gpu_forward_experts.cpp (routed
 // experts that stay in host memory: the CPU hand-off and prefill streaming).
 //
 // Every weight the GpuOptions place on the GPU is uploaded once; activations live in buffers sized
@@ -10,7 +11,7 @@
 // attention grid must grow (context buckets).
 #pragma once
 
-#include "models/qwen35moe.h"
+#include "models/model.h"
 #include "ops/cuda_delta_net.h"
 #include "ops/cuda_handoff.h"
 #include "ops/cuda_memory.h"
@@ -46,13 +47,13 @@ struct InputGroup {
 
 // Device views of one layer's weights (all inside the WeightArena); fp32 vectors as plain pointers.
 struct GpuLayer {
-    const float *attn_norm = nullptr, *post_attention_norm = nullptr;
+    const float *attn_norm = nullptr, *ffn_norm = nullptr;
     // Gated DeltaNet
     InputGroup dn_in;  // attn_qkv, attn_gate (z), ssm_beta, ssm_alpha
     ops::Weight ssm_out;
     const float *ssm_conv1d = nullptr, *ssm_dt_bias = nullptr, *ssm_a = nullptr, *ssm_norm = nullptr;
-    // Gated attention
-    InputGroup attn_in;  // attn_q (query and gate), attn_k, attn_v
+    // Attention
+    InputGroup attn_in;  // attn_q (query, and the gate where the recipe has one), attn_k, attn_v
     ops::Weight attn_output;
     const float *attn_q_norm = nullptr, *attn_k_norm = nullptr;
     // MoE
@@ -113,10 +114,10 @@ struct GpuSequence final : DeviceSequenceState {
     void clear() override;
 };
 
-class Qwen35MoeGpu final : public ForwardBackend {
+class GpuForward final : public ForwardBackend {
 public:
-    Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o);
-    ~Qwen35MoeGpu() override;
+    GpuForward(const Model& m, const GpuOptions& o);
+    ~GpuForward() override;
     std::unique_ptr<DeviceSequenceState> new_state(const StateOptions& o) override;
     void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) override;
     std::string summary() const override { return summary_; }
@@ -124,7 +125,7 @@ public:
     std::optional<int32_t> forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
                                           std::vector<float>& logits) override;
 
-    // Called from a host node (qwen35moe_gpu_experts.cpp): the CPU computes the selected host experts
+    // Called from a host node (gpu_forward_experts.cpp): the CPU computes the selected host experts
     // of the hand-off in hand_*; never throws (a failure is kept for forward() to rethrow).
     void run_host_job(const HostJob& job) noexcept;
 
@@ -144,7 +145,7 @@ private:
     void shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle stream);
     // Uploads every weight the options place on the GPU into `arena`; returns their bytes.
     uint64_t upload_weights(const GpuOptions& o, WeightArena& arena);
-    // Host expert layers (qwen35moe_gpu_experts.cpp).
+    // Host expert layers (gpu_forward_experts.cpp).
     void load_host_experts(const GpuOptions& o);
     void host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n);  // the CPU computes the experts
     // out [n, d] = the host experts of trunk layer `layer` for x [n, d] routed by ids/weights [n, k],
@@ -174,8 +175,8 @@ private:
     // Embedding rows of n tokens by the CPU into hand_embd_ (token_embd on the host).
     void embed_on_host(const int32_t* tokens, int64_t n);
 
-    const Qwen35Moe& m_;
-    const Qwen35MoeHparams& hp_;
+    const Model& m_;
+    const Hparams& hp_;
     const int64_t n_ubatch_;
     const int64_t n_ctx_max_;
     const int64_t stream_min_tokens_;
@@ -243,7 +244,7 @@ private:
 };
 
 struct HostJob {
-    Qwen35MoeGpu* self = nullptr;
+    GpuForward* self = nullptr;
     int64_t layer = 0;
     int64_t n = 1;
 };

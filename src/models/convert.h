@@ -1,12 +1,13 @@
-// Hugging Face Qwen3.5/3.6-MoE checkpoint (config.json + safetensors) -> llama.cpp-compatible GGUF
-// (`mox convert`). Tensor names, shapes, metadata and transforms follow shared/spec/qwen35moe.md §2:
+// Hugging Face checkpoint (config.json + safetensors) -> llama.cpp-compatible GGUF (`mox convert`),
+// for the architectures of the registry: Qwen3.5/3.6-MoE and Qwen3-MoE. Tensor names, shapes,
+// metadata and transforms follow shared/spec/qwen35moe.md §2 and archs.md §2; for Qwen3.5:
 // zero-centred norms get +1 (not the gated linear_attn.norm), A_log becomes -exp(A_log), dt_bias
 // becomes ssm_dt.bias, conv1d is squeezed, fused expert gate_up_proj is split, and the DeltaNet value
 // heads are re-ordered from HF's grouped order to llama.cpp's tiled order. The conversion streams:
 // one chunk of rows is in memory at a time, whatever the model's size.
 #pragma once
 
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 #include "models/synth.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -19,12 +20,13 @@
 namespace mox::models {
 
 // Reads the text model's hyper-parameters from an HF config: the nested `text_config` of a
-// `qwen3_5_moe` config, or a flat `qwen3_5_moe_text` config. Throws mox::Error naming the key.
+// `qwen3_5_moe` config, a flat `qwen3_5_moe_text` or `qwen3_moe` config. Throws mox::Error naming
+// the key.
 struct HfTextConfig {
-    Qwen35MoeHparams hparams;
+    Hparams hparams;
     bool tie_word_embeddings = false;
 };
-HfTextConfig qwen35moe_hparams_from_hf_config(const nlohmann::json& config);
+HfTextConfig hparams_from_hf_config(const nlohmann::json& config);
 
 struct ConvertOptions {
     std::string hf_dir;
@@ -46,14 +48,14 @@ struct ConvertProgress {
 };
 
 struct ConvertSummary {
-    Qwen35MoeHparams hparams;
+    Hparams hparams;
     QuantMix mix = QuantMix::f32;
     size_t n_tensors = 0;
     uint64_t data_bytes = 0;
     bool placeholder_vocab = true;
 };
 
-ConvertSummary convert_qwen35moe(const ConvertOptions& options,
+ConvertSummary convert_hf(const ConvertOptions& options,
                                  const std::function<void(const ConvertProgress&)>& on_progress = {});
 
 }  // namespace mox::models

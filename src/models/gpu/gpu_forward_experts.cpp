@@ -13,7 +13,7 @@
 // into one of two device staging buffers instead and run the batched MoE there: the copy of the next
 // streamed layer (copy stream) overlaps the compute of this one. A stack is copied whole: at
 // hundreds of tokens per batch nearly every expert is selected anyway (256 experts, top-8).
-#include "models/gpu/qwen35moe_gpu.h"
+#include "models/gpu/gpu_forward.h"
 
 #include "core/error.h"
 #include "core/log.h"
@@ -58,7 +58,7 @@ struct Range {
 
 }  // namespace
 
-void Qwen35MoeGpu::load_host_experts(const GpuOptions& o) {
+void GpuForward::load_host_experts(const GpuOptions& o) {
     const size_t n_layer = m_.layers_.size();
     host_index_.assign(n_layer, -1);
     stream_order_.assign(n_layer, -1);
@@ -165,16 +165,16 @@ void Qwen35MoeGpu::load_host_experts(const GpuOptions& o) {
     host_routing_.expert_counts.reserve(static_cast<size_t>(hp_.n_expert));
 }
 
-bool Qwen35MoeGpu::streaming(int64_t n) const {
+bool GpuForward::streaming(int64_t n) const {
     return n >= stream_min_tokens_ && !streamed_.empty();
 }
 
-void Qwen35MoeGpu::run_host_job(const HostJob& job) noexcept {
+void GpuForward::run_host_job(const HostJob& job) noexcept {
     (void)host_moe(job.layer, job.n, hand_x_.as<float>(), hand_ids_.as<int32_t>(), hand_weights_.as<float>(),
                    hand_out_.as<float>());
 }
 
-bool Qwen35MoeGpu::host_moe(int64_t layer, int64_t n, const float* x, const int32_t* ids, const float* w,
+bool GpuForward::host_moe(int64_t layer, int64_t n, const float* x, const int32_t* ids, const float* w,
                             float* out) noexcept {
     if (host_failed_) return false;  // a failed hand-off poisons the rest of this forward
     try {
@@ -205,7 +205,7 @@ bool Qwen35MoeGpu::host_moe(int64_t layer, int64_t n, const float* x, const int3
     }
 }
 
-void Qwen35MoeGpu::serve_host_layers(uint32_t step) {
+void GpuForward::serve_host_layers(uint32_t step) {
     // The graph publishes the host layers in trunk order, which is host_'s order (= the slots).
     for (size_t slot = 0; slot < host_.size(); ++slot) {
         const auto i = static_cast<int64_t>(slot);
@@ -218,7 +218,7 @@ void Qwen35MoeGpu::serve_host_layers(uint32_t step) {
     }
 }
 
-void Qwen35MoeGpu::check_handoff() const {
+void GpuForward::check_handoff() const {
     const cuda::HandoffStatus st = channel_.status();
     if (st.error == cuda::HandoffError::none) return;
     const bool known = st.slot >= 0 && st.slot < static_cast<int64_t>(host_.size());
@@ -237,14 +237,14 @@ void Qwen35MoeGpu::check_handoff() const {
     }
 }
 
-void Qwen35MoeGpu::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
+void GpuForward::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
     float* logits = router_logits_.as<float>();
     if (n == 1) project(L.router_in, u, 1, logits);  // n_expert + 1 logits (the last: shared gate)
     else linear(L.router_in.parts[0], u, n, logits);
-    cuda::route_softmax_topk(logits, n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
+    cuda::route_softmax_topk(logits, n, E, K, hp_.recipe().moe.renormalize, ids_.as<int32_t>(), weights_.as<float>(), s);
     const bool shared = hp_.n_ff_shexp > 0;
     if (shared) {  // fork: the shared expert runs on the side stream while the CPU works
         fork_.record(s);
@@ -271,12 +271,12 @@ void Qwen35MoeGpu::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
     }
 }
 
-void Qwen35MoeGpu::stream_begin() {
+void GpuForward::stream_begin() {
     for (size_t order = 0; order < std::min<size_t>(2, streamed_.size()); ++order)
         stream_copy(order, static_cast<int>(order));
 }
 
-void Qwen35MoeGpu::stream_copy(size_t order, int buffer) {
+void GpuForward::stream_copy(size_t order, int buffer) {
     const int64_t il = streamed_[order];
     const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])];
     const cuda::StreamHandle c = copy_stream_.handle();
@@ -288,13 +288,13 @@ void Qwen35MoeGpu::stream_copy(size_t order, int buffer) {
     ready_[buffer].record(c);
 }
 
-void Qwen35MoeGpu::host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n) {
+void GpuForward::host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
     float* logits = router_logits_.as<float>();
     linear(L.router_in.parts[0], u, n, logits);
-    cuda::route_softmax_topk(logits, n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
+    cuda::route_softmax_topk(logits, n, E, K, hp_.recipe().moe.renormalize, ids_.as<int32_t>(), weights_.as<float>(), s);
     const auto order = static_cast<size_t>(stream_order_[static_cast<size_t>(il)]);
     const int b = static_cast<int>(order % 2);
     const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])];

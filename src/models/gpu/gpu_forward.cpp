@@ -1,6 +1,6 @@
-// Qwen3.5/3.6-MoE on one CUDA device: upload, the forward, the dense layers (qwen35moe_gpu.h says
-// how the pieces fit; host-resident experts are in qwen35moe_gpu_experts.cpp).
-#include "models/gpu/qwen35moe_gpu.h"
+// Qwen3.5/3.6-MoE on one CUDA device: upload, the forward, the dense layers (gpu_forward.h says
+// how the pieces fit; host-resident experts are in gpu_forward_experts.cpp).
+#include "models/gpu/gpu_forward.h"
 
 #include "core/error.h"
 #include "core/log.h"
@@ -35,7 +35,16 @@ static_assert(kArgmaxSlotFloats * sizeof(float) == sizeof(uint64_t),
 // Smallest attention grid of a decode graph; it doubles as the context grows.
 constexpr int64_t kMinKeysBucket = 256;
 
-cuda::DeltaNetShape delta_net_shape(const Qwen35MoeHparams& hp) {
+// The recipe options the GPU blocks implement; anything else is an error naming what is missing,
+// never a silent fallback to another path.
+void check_supported(const Hparams& hp) {
+    const ArchRecipe& r = hp.recipe();
+    if (!r.attention.qk_norm)
+        fail("--device cuda: {}: attention without q/k norms has no GPU kernel yet (run it with --device cpu)",
+             hp.arch_name());
+}
+
+cuda::DeltaNetShape delta_net_shape(const Hparams& hp) {
     return {hp.ssm_k_heads, hp.ssm_v_heads, hp.ssm_state, hp.ssm_state, static_cast<float>(hp.rms_eps)};
 }
 
@@ -82,12 +91,13 @@ void GpuSequence::clear() {
     for (DeviceBuffer& b : ssm) b.zero();
 }
 
-Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
+GpuForward::GpuForward(const Model& m, const GpuOptions& o)
     : m_(m),
       hp_(m.hp_),
       n_ubatch_(o.n_ubatch),
       n_ctx_max_(o.n_ctx_max > 0 ? o.n_ctx_max : m.hp_.n_ctx_train),
       stream_min_tokens_(o.stream_min_tokens) {
+    check_supported(hp_);
     if (cuda::device_count() == 0) fail("--device cuda: no CUDA device found");
     if (n_ubatch_ < 1 || n_ubatch_ > 65536) fail("-ub {}: expected 1..65536 tokens per micro-batch", n_ubatch_);
     if (n_ctx_max_ < 1 || n_ctx_max_ > hp_.n_ctx_train)
@@ -157,7 +167,7 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     // The projections of a DeltaNet / attention input, laid out for their InputGroup.
     dn_proj_ = fbuf(nb * (C + inner + 2 * Hv)), conv_ = fbuf(nb * C), y_ = fbuf(nb * inner);
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
-    attn_proj_ = fbuf(nb * (2 * H * hd + 2 * Hkv * hd)), q_ = fbuf(nb * H * hd), o_ = fbuf(nb * H * hd);
+    attn_proj_ = fbuf(nb * (hp_.q_proj_rows() + 2 * Hkv * hd)), q_ = fbuf(nb * H * hd), o_ = fbuf(nb * H * hd);
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used;
     router_logits_ = fbuf(nb * E + 1);
     ids_ = DeviceBuffer(static_cast<size_t>(nb * K) * sizeof(int32_t));
@@ -230,8 +240,8 @@ Qwen35MoeGpu::Qwen35MoeGpu(const Qwen35Moe& m, const GpuOptions& o)
     if (o.vram_budget > 0) summary_ += fmt::format(", VRAM budget {}", format_bytes(o.vram_budget));
 }
 
-uint64_t Qwen35MoeGpu::upload_weights(const GpuOptions& o, WeightArena& arena) {
-    const Qwen35Moe& m = m_;
+uint64_t GpuForward::upload_weights(const GpuOptions& o, WeightArena& arena) {
+    const Model& m = m_;
     const cuda::StreamHandle s = stream_.handle();
     uint64_t weight_bytes = 0;
     auto check_type = [](const ops::Weight& w) {
@@ -278,10 +288,10 @@ uint64_t Qwen35MoeGpu::upload_weights(const GpuOptions& o, WeightArena& arena) {
     output_norm_ = upf(m.output_norm_);
     layers_.assign(m.layers_.size(), GpuLayer{});
     for (size_t i = 0; i < m.layers_.size(); ++i) {
-        const Qwen35MoeLayer& L = m.layers_[i];
+        const LayerWeights& L = m.layers_[i];
         GpuLayer& G = layers_[i];
         G.attn_norm = upf(L.attn_norm);
-        G.post_attention_norm = upf(L.post_attention_norm);
+        G.ffn_norm = upf(L.ffn_norm);
         if (L.recurrent) {
             G.dn_in = upg({&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha});
             G.ssm_out = upw(L.ssm_out);
@@ -295,7 +305,7 @@ uint64_t Qwen35MoeGpu::upload_weights(const GpuOptions& o, WeightArena& arena) {
             G.attn_q_norm = upf(L.attn_q_norm);
             G.attn_k_norm = upf(L.attn_k_norm);
         }
-        if (hp_.n_ff_shexp > 0) {
+        if (hp_.has_shared_expert()) {
             const ops::Weight shared_gate{.data = reinterpret_cast<const uint8_t*>(L.shexp_gate_inp.data()),
                                           .type = quant::TypeId::f32,
                                           .n_in = hp_.n_embd,
@@ -313,7 +323,7 @@ uint64_t Qwen35MoeGpu::upload_weights(const GpuOptions& o, WeightArena& arena) {
         } else {
             for (const ops::Weight* w : {&L.experts.gate, &L.experts.up, &L.experts.down}) check_type(*w);
         }
-        if (hp_.n_ff_shexp > 0) {
+        if (hp_.has_shared_expert()) {
             G.shexp_gate_up = upg({&L.shexp_gate, &L.shexp_up});
             G.shexp_down = upw(L.shexp_down);
             G.shexp_gate_inp = upf(L.shexp_gate_inp);
@@ -323,7 +333,7 @@ uint64_t Qwen35MoeGpu::upload_weights(const GpuOptions& o, WeightArena& arena) {
     return weight_bytes;
 }
 
-Qwen35MoeGpu::~Qwen35MoeGpu() {
+GpuForward::~GpuForward() {
     // Host nodes of pending work point at this object: let them finish first.
     try {
         stream_.synchronize();
@@ -334,7 +344,7 @@ Qwen35MoeGpu::~Qwen35MoeGpu() {
                    host_jobs_.load(), host_tokens_.load(), host_ns_.load() / 1e3 / host_jobs_.load(), host_ns_.load() / 1e9);
 }
 
-std::unique_ptr<DeviceSequenceState> Qwen35MoeGpu::new_state(const StateOptions& o) {
+std::unique_ptr<DeviceSequenceState> GpuForward::new_state(const StateOptions& o) {
     for (quant::TypeId t : {o.k_type, o.v_type})
         if (t != quant::TypeId::f32 && t != quant::TypeId::f16 && t != quant::TypeId::bf16 && t != quant::TypeId::q8_0 &&
             t != quant::TypeId::q4_0)
@@ -358,7 +368,7 @@ std::unique_ptr<DeviceSequenceState> Qwen35MoeGpu::new_state(const StateOptions&
     return seq;
 }
 
-void Qwen35MoeGpu::project(const InputGroup& g, const float* x, int64_t n, float* base) {
+void GpuForward::project(const InputGroup& g, const float* x, int64_t n, float* base) {
     if (n == 1) {
         for (const InputGroup::Run& r : g.runs) linear(r.whole, x, 1, base + r.offset);
     } else {
@@ -366,19 +376,19 @@ void Qwen35MoeGpu::project(const InputGroup& g, const float* x, int64_t n, float
     }
 }
 
-void Qwen35MoeGpu::linear(const ops::Weight& v, const float* x, int64_t n, float* y, cuda::StreamHandle stream) {
+void GpuForward::linear(const ops::Weight& v, const float* x, int64_t n, float* y, cuda::StreamHandle stream) {
     if (n <= cuda::kMaxMatvecCols)
         cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream);
     else
         cuda::matmul(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, n, y, work_.data(), stream);
 }
 
-void Qwen35MoeGpu::embed_on_host(const int32_t* tokens, int64_t n) {
+void GpuForward::embed_on_host(const int32_t* tokens, int64_t n) {
     auto* rows = hand_embd_.as<float>();
     for (int64_t t = 0; t < n; ++t) ops::dequantize_rows(m_.token_embd_, tokens[t], 1, rows + t * hp_.n_embd);
 }
 
-void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
+void GpuForward::forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) {
     const int64_t V = hp_.n_vocab;
     last_argmax_.reset();
     int64_t n_rows = 0;
@@ -396,7 +406,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
     // Sequences run one after another (each continues its own state); tokens of one go in
     // micro-batches of up to n_ubatch.
     for (const SequenceBatch& b : batch) {
-        Qwen35MoeState& st = *b.state;
+        SequenceState& st = *b.state;
         auto* seq = static_cast<GpuSequence*>(st.device_.get());
         const auto n_total = static_cast<int64_t>(b.tokens.size());
         for (int64_t c0 = 0; c0 < n_total; c0 += n_ubatch_) {
@@ -438,7 +448,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
                     stream_.synchronize();
                     cuda::profiler_start();
                 }
-                // Polling hand-off (qwen35moe_gpu_experts.cpp): the step number goes to mapped memory
+                // Polling hand-off (gpu_forward_experts.cpp): the step number goes to mapped memory
                 // before the launch; then this thread computes each host layer the graph publishes.
                 const bool poll = !channel_.empty();
                 const uint32_t step = poll ? channel_.begin_step() : 0;
@@ -469,7 +479,7 @@ void Qwen35MoeGpu::forward(std::span<const SequenceBatch> batch, bool all_logits
     if (host_failed_) std::rethrow_exception(host_error_);
 }
 
-void Qwen35MoeGpu::logits_compute(int64_t r0, int64_t count) {
+void GpuForward::logits_compute(int64_t r0, int64_t count) {
     const ops::Weight& w = output_;
     float* logits = logits_.as<float>();
     cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * hp_.n_embd,
@@ -479,11 +489,11 @@ void Qwen35MoeGpu::logits_compute(int64_t r0, int64_t count) {
         cuda::argmax(logits, hp_.n_vocab, argmax_slot(logits), stream_.handle());
 }
 
-uint64_t* Qwen35MoeGpu::argmax_slot(void* logits_base) const {
+uint64_t* GpuForward::argmax_slot(void* logits_base) const {
     return reinterpret_cast<uint64_t*>(static_cast<float*>(logits_base) + kLogitRows * hp_.n_vocab);
 }
 
-std::optional<int32_t> Qwen35MoeGpu::forward_argmax(std::span<const SequenceBatch> batch,
+std::optional<int32_t> GpuForward::forward_argmax(std::span<const SequenceBatch> batch,
                                                     int64_t n_candidates, std::vector<float>& logits) {
     MOX_CHECK(n_candidates > 0 && n_candidates <= hp_.n_vocab, "{} arg max candidates", n_candidates);
     if (batch.size() != 1 || !device_argmax_ || !argmax_only_) {
@@ -502,7 +512,7 @@ std::optional<int32_t> Qwen35MoeGpu::forward_argmax(std::span<const SequenceBatc
     return logits.empty() ? last_argmax_ : std::nullopt;
 }
 
-void Qwen35MoeGpu::logits_fetch(int64_t count, std::vector<float>& logits, int64_t row_out) {
+void GpuForward::logits_fetch(int64_t count, std::vector<float>& logits, int64_t row_out) {
     const cuda::StreamHandle s = stream_.handle();
     const size_t bytes = static_cast<size_t>(count * hp_.n_vocab) * sizeof(float);
     const bool with_argmax = count == 1 && device_argmax_;
@@ -534,7 +544,7 @@ void Qwen35MoeGpu::logits_fetch(int64_t count, std::vector<float>& logits, int64
     }
 }
 
-void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
+void GpuForward::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     const cuda::StreamHandle s = stream_.handle();
     const int64_t d = hp_.n_embd;
     const float eps = static_cast<float>(hp_.rms_eps);
@@ -559,12 +569,12 @@ void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
             attention(L, m_.attn_index_[il], seq, n, max_keys, mixed);
         if (fused) {
             // x + mixed normed in the router's launch; x takes mixed at the next norm.
-            cuda::add_rms_norm_matvec(x, mixed, L.post_attention_norm, eps, u, L.router_in.runs.front().whole,
+            cuda::add_rms_norm_matvec(x, mixed, L.ffn_norm, eps, u, L.router_in.runs.front().whole,
                                       router_logits_.as<float>(), s);
             moe(L, li, n, true);
             pending = mixed, pending2 = mix;
         } else {
-            cuda::add_rms_norm(x, mix, L.post_attention_norm, n, d, eps, u, s);
+            cuda::add_rms_norm(x, mix, L.ffn_norm, n, d, eps, u, s);
             moe(L, li, n);
             pending = mix, pending2 = nullptr;
         }
@@ -572,7 +582,7 @@ void Qwen35MoeGpu::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     cuda::add_rms_norm(x, pending, output_norm_, n, d, eps, u, s, pending2);
 }
 
-bool Qwen35MoeGpu::fused_norm_router(int64_t il, int64_t n) const {
+bool GpuForward::fused_norm_router(int64_t il, int64_t n) const {
     const GpuLayer& L = layers_[static_cast<size_t>(il)];
     return n == 1 && fuse_norm_router_ && host_index_[static_cast<size_t>(il)] < 0 &&
            L.router_in.runs.size() == 1 &&
@@ -580,7 +590,7 @@ bool Qwen35MoeGpu::fused_norm_router(int64_t il, int64_t n) const {
 }
 
 // Gated DeltaNet (spec §3a): u_ -> out.
-void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n, float* out) {
+void GpuForward::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n, float* out) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     float* proj = dn_proj_.as<float>();
@@ -609,18 +619,21 @@ void Qwen35MoeGpu::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int
     linear(L.ssm_out, y_.as<float>(), n, out);
 }
 
-// Gated full attention (spec §3b): u_ -> out.
-void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys,
+// Full attention (qwen35moe.md §3b, archs.md §2.3): u_ -> out.
+void GpuForward::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys,
                              float* out) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
+    const bool gated = hp_.recipe().attention.output_gate;
     float* proj = attn_proj_.as<float>();
     project(L.attn_in, u, n, proj);
-    float* qg = L.attn_in.out(proj, 0, n, n_ubatch_);  // [n][H][query: hd | gate: hd]
+    float* qg = L.attn_in.out(proj, 0, n, n_ubatch_);  // [n][H][query: hd | gate: hd] or [n][H][query: hd]
     float* k = L.attn_in.out(proj, 1, n, n_ubatch_);
     float* v = L.attn_in.out(proj, 2, n, n_ubatch_);
-    const cuda::QkPrepShape qs{H, Hkv, hd, hp_.n_rot, static_cast<float>(hp_.rms_eps), static_cast<float>(hp_.rope_theta)};
+    const int64_t q_head_stride = gated ? 2 * hd : hd;
+    const cuda::QkPrepShape qs{H,         Hkv, hd, hp_.n_rot, static_cast<float>(hp_.rms_eps), static_cast<float>(hp_.rope_theta),
+                               q_head_stride};
     const StateOptions& so = seq.options;
     const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(), seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
                          so.k_type, so.v_type, Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd),
@@ -635,14 +648,14 @@ void Qwen35MoeGpu::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, in
     }
     const ops::AttentionShape shape{H, Hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
     // The gate sits after each head's query in the q projection: [n][H][q: hd | gate: hd].
-    const cuda::AttentionGate gate{qg + hd, 2 * H * hd, 2 * hd};
+    const cuda::AttentionGate gate = gated ? cuda::AttentionGate{qg + hd, 2 * H * hd, 2 * hd} : cuda::AttentionGate{};
     cuda::attention(kv, shape, q_.as<float>(), n, pos_.as<int32_t>(), max_keys, gate, o_.as<float>(),
                     attn_ws_.data(), attn_ws_.size(), s);
     linear(L.attn_output, o_.as<float>(), n, out);
 }
 
-// Routed experts plus the sigmoid-gated shared expert (spec §3c): u_ -> mix_.
-void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready) {
+// Routed experts plus, where the model has one, the sigmoid-gated shared expert: u_ -> mix_.
+void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
@@ -658,24 +671,24 @@ void Qwen35MoeGpu::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_rea
         // them with their weights (the shared one's: sigmoid of the router's extra logit).
         if (!logits_ready) project(L.router_in, u, 1, logits);
         cuda::MoeDecodeShared shared;
-        if (hp_.n_ff_shexp > 0)
+        if (hp_.has_shared_expert())
             shared = {&L.shexp_gate_up.parts[0], &L.shexp_gate_up.parts[1], &L.shexp_down, logits + E};
-        const cuda::MoeDecodeShared* sh = hp_.n_ff_shexp > 0 ? &shared : nullptr;
-        cuda::moe_route_gate_up(logits, true, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps, L.up_exps, K,
+        const cuda::MoeDecodeShared* sh = hp_.has_shared_expert() ? &shared : nullptr;
+        cuda::moe_route_gate_up(logits, hp_.recipe().moe.renormalize, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps, L.up_exps, K,
                                 u, h_.as<float>(), s, sh);
         cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh);
         return;
     }
     linear(L.router_in.parts[0], u, n, logits);
-    cuda::route_softmax_topk(logits, n, E, K, true, ids_.as<int32_t>(), weights_.as<float>(), s);
+    cuda::route_softmax_topk(logits, n, E, K, hp_.recipe().moe.renormalize, ids_.as<int32_t>(), weights_.as<float>(), s);
     cuda::moe_batch(L.gate_exps, L.up_exps, L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
                     mix_.as<float>(), work_.data(), s);
-    if (hp_.n_ff_shexp == 0) return;
+    if (!hp_.has_shared_expert()) return;
     shared_expert(L, n, s);
     cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp, n, d, s);
 }
 
-void Qwen35MoeGpu::shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle s) {
+void GpuForward::shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle s) {
     const float* u = u_.as<float>();
     const int64_t ff = hp_.n_ff_shexp;
     float* gu = sh_gu_.as<float>();
@@ -695,8 +708,8 @@ void Qwen35MoeGpu::shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandl
     linear(L.shexp_down, sh_h_.as<float>(), n, shared_.as<float>(), s);
 }
 
-std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe& model, const GpuOptions& options) {
-    return std::make_unique<Qwen35MoeGpu>(model, options);
+std::unique_ptr<ForwardBackend> make_gpu_forward(const Model& model, const GpuOptions& options) {
+    return std::make_unique<GpuForward>(model, options);
 }
 
 }  // namespace mox::models

@@ -1,4 +1,4 @@
-#include "models/convert_qwen35moe.h"
+#include "models/convert.h"
 
 #include "core/error.h"
 #include "core/log.h"
@@ -82,14 +82,25 @@ class ConfigReader {
 
 namespace {
 
-HfTextConfig hparams_from_hf_config(const json& config);
+HfTextConfig qwen35moe_from_hf_config(const json& config);
+HfTextConfig qwen3moe_from_hf_config(const json& config);
 
 }  // namespace
 
-HfTextConfig qwen35moe_hparams_from_hf_config(const json& config) {
+HfTextConfig hparams_from_hf_config(const json& config) {
     // nlohmann's typed accessors throw their own exceptions on a value of the wrong type.
     try {
-        return hparams_from_hf_config(config);
+        if (!config.is_object()) fail("config.json: top level must be an object");
+        const std::string type = config.value("model_type", std::string());
+        for (Arch a : {Arch::qwen35moe, Arch::qwen3moe}) {
+            const ArchInfo& info = arch_info(a);
+            if (std::find(info.hf_model_types.begin(), info.hf_model_types.end(), type) == info.hf_model_types.end())
+                continue;
+            return a == Arch::qwen3moe ? qwen3moe_from_hf_config(config) : qwen35moe_from_hf_config(config);
+        }
+        fail("config.json: model_type '{}' is not an architecture mox converts (qwen3_5_moe, qwen3_5_moe_text, "
+             "qwen3_moe)",
+             type);
     } catch (const json::exception& e) {
         fail("config.json: {}", e.what());
     }
@@ -97,7 +108,73 @@ HfTextConfig qwen35moe_hparams_from_hf_config(const json& config) {
 
 namespace {
 
-HfTextConfig hparams_from_hf_config(const json& config) {
+// The RoPE section of a config: transformers 5 keeps it in rope_parameters, older configs in
+// rope_scaling or at the top level. Only unscaled RoPE converts.
+struct HfRope {
+    double theta = 10000.0;
+    double partial = 1.0;
+};
+HfRope read_hf_rope(const ConfigReader& c, const std::string& where, double default_partial) {
+    const json* rope = c.object("rope_parameters");
+    if (!rope) rope = c.object("rope_scaling");
+    const json empty = json::object();
+    const ConfigReader r(
+        rope ? *rope : empty,
+        rope ? where + (c.has("rope_parameters") ? "rope_parameters." : "rope_scaling.") : where);
+    const std::string rope_type = r.string_or("rope_type", r.string_or("type", "default"));
+    if (rope_type != "default" && rope_type != "mrope")
+        fail("config.json: rope_type '{}' is not supported (only unscaled RoPE converts)", rope_type);
+    HfRope out;
+    out.theta = r.has("rope_theta") ? r.float_or("rope_theta", 0) : c.float_or("rope_theta", 10000.0);
+    out.partial = r.has("partial_rotary_factor") ? r.float_or("partial_rotary_factor", 0)
+                                                 : c.float_or("partial_rotary_factor", default_partial);
+    if (!(out.partial > 0 && out.partial <= 1))
+        fail("config.json: partial_rotary_factor {} must be in (0, 1]", out.partial);
+    return out;
+}
+
+// Qwen3-MoE (archs.md §2.1): every layer attention + MoE, no shared expert.
+HfTextConfig qwen3moe_from_hf_config(const json& config) {
+    const ConfigReader c(config, "");
+    HfTextConfig out;
+    Hparams& hp = out.hparams;
+    hp.arch = Arch::qwen3moe;
+    hp.n_embd = c.need_int("hidden_size");
+    hp.n_layer = c.need_int("num_hidden_layers");
+    hp.n_nextn = 0;
+    hp.n_vocab = c.need_int("vocab_size");
+    hp.n_head = c.need_int("num_attention_heads");
+    hp.n_head_kv = c.int_or("num_key_value_heads", hp.n_head);
+    hp.head_dim_k = hp.head_dim_v = c.int_or("head_dim", hp.n_embd / hp.n_head);
+    hp.n_ctx_train = c.int_or("max_position_embeddings", 32768);
+    hp.rms_eps = c.float_or("rms_norm_eps", 1e-6);
+    // transformers names the count num_experts in the config class, num_local_experts in some dumps.
+    hp.n_expert = c.has("num_experts") ? c.need_int("num_experts") : c.need_int("num_local_experts");
+    hp.n_expert_used = c.need_int("num_experts_per_tok");
+    hp.n_ff_exp = c.need_int("moe_intermediate_size");
+    hp.n_ff_shexp = 0;
+    hp.full_attn_interval = 1;
+    hp.ssm_conv_kernel = hp.ssm_inner = hp.ssm_state = hp.ssm_v_heads = hp.ssm_k_heads = 0;
+    hp.rope_sections.clear();
+    if (c.bool_or("attention_bias", false)) fail("config.json: attention_bias=true is not supported");
+    if (const std::string act = c.string_or("hidden_act", "silu"); act != "silu")
+        fail("config.json: hidden_act '{}' is not supported (expected silu)", act);
+    // llama.cpp's qwen3moe always renormalises the top-k weights, as the released checkpoints do.
+    if (!c.bool_or("norm_topk_prob", false))
+        fail("config.json: norm_topk_prob=false is not what llama.cpp's qwen3moe computes (it renormalises)");
+    if (c.has("mlp_only_layers") && !(c.raw("mlp_only_layers").is_array() && c.raw("mlp_only_layers").empty()))
+        fail("config.json: mlp_only_layers (dense layers among the MoE ones) is not supported");
+    if (c.int_or("decoder_sparse_step", 1) != 1) fail("config.json: decoder_sparse_step != 1 is not supported");
+    if (c.bool_or("use_sliding_window", false)) fail("config.json: use_sliding_window=true is not supported");
+    const HfRope rope = read_hf_rope(c, "", 1.0);
+    hp.rope_theta = rope.theta;
+    hp.n_rot = static_cast<int64_t>(static_cast<double>(hp.head_dim_k) * rope.partial);
+    out.tie_word_embeddings = c.bool_or("tie_word_embeddings", false);
+    hp.validate();
+    return out;
+}
+
+HfTextConfig qwen35moe_from_hf_config(const json& config) {
     if (!config.is_object()) fail("config.json: top level must be an object");
     const std::string top_type = config.value("model_type", std::string());
     const json* text = &config;
@@ -119,7 +196,7 @@ HfTextConfig hparams_from_hf_config(const json& config) {
     const ConfigReader c(*text, where);
 
     HfTextConfig out;
-    Qwen35MoeHparams& hp = out.hparams;
+    Hparams& hp = out.hparams;
     hp.n_embd = c.need_int("hidden_size");
     hp.n_layer = c.need_int("num_hidden_layers");
     hp.n_nextn = 0;  // the MTP block (mtp.*) is not converted
@@ -154,23 +231,14 @@ HfTextConfig hparams_from_hf_config(const json& config) {
     if (const std::string act = c.string_or("hidden_act", "silu"); act != "silu")
         fail("config.json: {}hidden_act '{}' is not supported (expected silu)", where, act);
 
-    // RoPE: transformers 5 keeps these in rope_parameters, older configs in rope_scaling or at top level.
+    const HfRope rope_values = read_hf_rope(c, where, 0.25);
+    hp.rope_theta = rope_values.theta;
+    hp.n_rot = static_cast<int64_t>(static_cast<double>(hp.head_dim_k) * rope_values.partial);
+    hp.rope_sections = {11, 11, 10, 0};
     const json* rope = c.object("rope_parameters");
     if (!rope) rope = c.object("rope_scaling");
     const json empty = json::object();
-    const ConfigReader r(
-        rope ? *rope : empty,
-        rope ? where + (c.has("rope_parameters") ? "rope_parameters." : "rope_scaling.") : where);
-    const std::string rope_type = r.string_or("rope_type", r.string_or("type", "default"));
-    if (rope_type != "default" && rope_type != "mrope")
-        fail("config.json: rope_type '{}' is not supported (only unscaled RoPE converts)", rope_type);
-    hp.rope_theta = r.has("rope_theta") ? r.float_or("rope_theta", 0) : c.float_or("rope_theta", 10000.0);
-    const double partial = r.has("partial_rotary_factor") ? r.float_or("partial_rotary_factor", 0)
-                                                          : c.float_or("partial_rotary_factor", 0.25);
-    if (!(partial > 0 && partial <= 1))
-        fail("config.json: partial_rotary_factor {} must be in (0, 1]", partial);
-    hp.n_rot = static_cast<int64_t>(static_cast<double>(hp.head_dim_k) * partial);
-    hp.rope_sections = {11, 11, 10, 0};
+    const ConfigReader r(rope ? *rope : empty, where);
     const json* sections = r.has("mrope_section")   ? &r.raw("mrope_section")
                            : c.has("mrope_section") ? &c.raw("mrope_section")
                                                     : nullptr;
@@ -245,12 +313,12 @@ struct Plan {
 
 class Planner {
   public:
-    Planner(const SafetensorsCheckpoint& ck, const Qwen35MoeHparams& hp, std::string prefix)
+    Planner(const SafetensorsCheckpoint& ck, const Hparams& hp, std::string prefix)
         : ck_(ck), hp_(hp), prefix_(std::move(prefix)) {}
 
     std::vector<Plan> plan_all(bool tied) {
         std::vector<Plan> plans;
-        for (const TensorSpec& spec : qwen35moe_tensors(hp_)) {
+        for (const TensorSpec& spec : model_tensors(hp_)) {
             if (spec.name == "output.weight" && !ck_.find("lm_head.weight") && tied)
                 continue;  // tied embeddings: llama.cpp's loader falls back to token_embd
             plans.push_back(plan(spec));
@@ -291,6 +359,9 @@ class Planner {
         return hf_head(j / hp_.ssm_state) * hp_.ssm_state + j % hp_.ssm_state;
     }
 
+    // The transform of an HF RMSNorm weight: +1 where HF stores it zero-centred (Qwen3.5).
+    ValueOp norm_op() const { return hp_.recipe().hf_norm_plus_one ? ValueOp::add_one : ValueOp::none; }
+
     static Plan simple(const TensorSpec& spec, const StTensor* src, ValueOp op = ValueOp::none) {
         Plan p;
         p.spec = spec;
@@ -306,7 +377,7 @@ class Planner {
         if (n == "token_embd.weight") {
             p = simple(spec, source(prefix_ + "embed_tokens.weight", {hp_.n_vocab, d}));
         } else if (n == "output_norm.weight") {
-            p = simple(spec, source(prefix_ + "norm.weight", {d}), ValueOp::add_one);
+            p = simple(spec, source(prefix_ + "norm.weight", {d}), norm_op());
         } else if (n == "output.weight") {
             p = simple(spec, source("lm_head.weight", {hp_.n_vocab, d}));
         } else {
@@ -354,9 +425,9 @@ class Planner {
 
         Plan p;
         if (kind == "attn_norm.weight")
-            return simple(spec, source(base + "input_layernorm.weight", {d}), ValueOp::add_one);
-        if (kind == "post_attention_norm.weight")
-            return simple(spec, source(base + "post_attention_layernorm.weight", {d}), ValueOp::add_one);
+            return simple(spec, source(base + "input_layernorm.weight", {d}), norm_op());
+        if (kind == fmt::format("{}.weight", hp_.recipe().ffn_norm))
+            return simple(spec, source(base + "post_attention_layernorm.weight", {d}), norm_op());
         // Gated DeltaNet
         if (kind == "attn_qkv.weight") {
             p = simple(spec, source(la + "in_proj_qkv.weight", {conv, d}));
@@ -401,15 +472,15 @@ class Planner {
         }
         // Gated full attention
         if (kind == "attn_q.weight")
-            return simple(spec, source(sa + "q_proj.weight", {2 * hp_.n_head * hp_.head_dim_k, d}));
+            return simple(spec, source(sa + "q_proj.weight", {hp_.q_proj_rows(), d}));
         if (kind == "attn_k.weight")
             return simple(spec, source(sa + "k_proj.weight", {hp_.n_head_kv * hp_.head_dim_k, d}));
         if (kind == "attn_v.weight")
             return simple(spec, source(sa + "v_proj.weight", {hp_.n_head_kv * hp_.head_dim_v, d}));
         if (kind == "attn_q_norm.weight")
-            return simple(spec, source(sa + "q_norm.weight", {hp_.head_dim_k}), ValueOp::add_one);
+            return simple(spec, source(sa + "q_norm.weight", {hp_.head_dim_k}), norm_op());
         if (kind == "attn_k_norm.weight")
-            return simple(spec, source(sa + "k_norm.weight", {hp_.head_dim_k}), ValueOp::add_one);
+            return simple(spec, source(sa + "k_norm.weight", {hp_.head_dim_k}), norm_op());
         if (kind == "attn_output.weight")
             return simple(spec, source(sa + "o_proj.weight", {d, hp_.n_head * hp_.head_dim_v}));
         // MoE
@@ -461,7 +532,7 @@ class Planner {
     }
 
     const SafetensorsCheckpoint& ck_;
-    const Qwen35MoeHparams& hp_;
+    const Hparams& hp_;
     std::string prefix_;
     std::set<std::string> used_;
 };
@@ -557,14 +628,14 @@ text::Vocab read_hf_vocab(const std::filesystem::path& dir, int64_t n_vocab) {
 
 // ---------------------------------------------------------------------------------------------
 
-ConvertSummary convert_qwen35moe(const ConvertOptions& o,
+ConvertSummary convert_hf(const ConvertOptions& o,
                                  const std::function<void(const ConvertProgress&)>& on_progress) {
     namespace fs = std::filesystem;
     const fs::path dir(o.hf_dir);
     if (!fs::is_directory(dir)) fail("{}: not a directory", o.hf_dir);
     if (!fs::exists(dir / "config.json")) fail("{}: no config.json", o.hf_dir);
-    const HfTextConfig cfg = qwen35moe_hparams_from_hf_config(read_json_file(dir / "config.json"));
-    const Qwen35MoeHparams& hp = cfg.hparams;
+    const HfTextConfig cfg = hparams_from_hf_config(read_json_file(dir / "config.json"));
+    const Hparams& hp = cfg.hparams;
     const SafetensorsCheckpoint ck = SafetensorsCheckpoint::open_dir(o.hf_dir);
 
     // Multimodal checkpoints nest the language model one level deeper than text-only ones.
@@ -582,7 +653,7 @@ ConvertSummary convert_qwen35moe(const ConvertOptions& o,
         const bool skipped = name.starts_with("model.visual.") || name.starts_with("visual.") ||
                              name.starts_with("mtp.") || name.starts_with("model.mtp.");
         if (!skipped && !planner.used().count(name))
-            fail("{}: tensor '{}' is not part of a qwen35moe text model", o.hf_dir, name);
+            fail("{}: tensor '{}' is not part of a {} text model", o.hf_dir, name, hp.arch_name());
     }
 
     const bool ships_tokenizer = has_tokenizer_files(dir);
@@ -603,7 +674,7 @@ ConvertSummary convert_qwen35moe(const ConvertOptions& o,
     if (name.empty()) name = dir.parent_path().filename().string();
     w.set("general.name", gguf::Value::string(name));
     w.set("general.type", gguf::Value::string("model"));
-    write_qwen35moe_hparams(w, hp);
+    write_hparams(w, hp);
     w.set("general.file_type", gguf::Value::u32(llama_ftype_of(mix)));
     w.set("general.quantization_version", gguf::Value::u32(2));
     if (real_vocab) text::vocab_to_gguf(vocab, w);

@@ -1,9 +1,10 @@
-// Hyper-parameters and tensor layout of llama.cpp's `qwen35moe` architecture (Qwen3.5/3.6-MoE:
-// Gated DeltaNet + gated full attention, routed + shared experts). Facts: shared/spec/qwen35moe.md
-// §1 (values), §2.1 (GGUF keys), §2.2-2.5 (tensors and their ne).
+// Hyper-parameters and tensor layout of a model, for every architecture of the registry (arch.h):
+// one struct whose fields an architecture fills where it has the block (DeltaNet sizes stay 0 in a
+// model without DeltaNet layers). Facts: shared/spec/qwen35moe.md §1-2, shared/spec/archs.md.
 #pragma once
 
 #include "gguf/reader.h"
+#include "models/arch.h"
 #include "gguf/writer.h"
 #include "quant/types.h"
 
@@ -13,7 +14,8 @@
 
 namespace mox::models {
 
-struct Qwen35MoeHparams {
+struct Hparams {
+    Arch arch = Arch::qwen35moe;
     int64_t n_layer = 40;          // block_count: trunk layers + MTP layers
     int64_t n_nextn = 0;           // nextn_predict_layers (MTP blocks at the end, skipped by the trunk)
     int64_t n_ctx_train = 262144;  // context_length
@@ -36,13 +38,20 @@ struct Qwen35MoeHparams {
     int64_t ssm_state = 128;       // head dim of k and v
     int64_t ssm_v_heads = 32;      // ssm.time_step_rank
     int64_t ssm_k_heads = 16;      // ssm.group_count
-    int64_t full_attn_interval = 4;
+    int64_t full_attn_interval = 4;  // architectures with DeltaNet layers (ArchRecipe::has_deltanet)
 
+    const ArchRecipe& recipe() const { return arch_info(arch).recipe; }
+    const char* arch_name() const { return arch_info(arch).name; }
     int64_t n_trunk() const { return n_layer - n_nextn; }
-    // Layer i is Gated DeltaNet unless (i+1) is a multiple of the interval; MTP blocks are attention.
+    // With DeltaNet layers, layer i is Gated DeltaNet unless (i+1) is a multiple of the interval;
+    // MTP blocks are attention.
     bool is_recurrent(int64_t layer) const {
-        return layer < n_trunk() && (layer + 1) % full_attn_interval != 0;
+        return recipe().has_deltanet && layer < n_trunk() && (layer + 1) % full_attn_interval != 0;
     }
+    Mixer mixer(int64_t layer) const { return is_recurrent(layer) ? Mixer::deltanet : Mixer::attention; }
+    // Rows of attn_q: n_head heads of [query | gate] with the output gate, of query alone without.
+    int64_t q_proj_rows() const { return (recipe().attention.output_gate ? 2 : 1) * n_head * head_dim_k; }
+    bool has_shared_expert() const { return n_ff_shexp > 0 && recipe().moe.shared != SharedExpertKind::none; }
     int64_t n_attention_layers() const;  // full-attention layers of the trunk
     int64_t n_recurrent_layers() const;
     int64_t conv_channels() const { return 2 * ssm_k_heads * ssm_state + ssm_inner; }
@@ -58,10 +67,13 @@ struct Qwen35MoeHparams {
     void validate() const;
 };
 
-// Reads `qwen35moe.*` keys (and the vocab size from tokenizer.ggml.tokens or token_embd) from a file.
-Qwen35MoeHparams read_qwen35moe_hparams(const gguf::File& file);
-// Writes general.architecture and every `qwen35moe.*` key the llama.cpp loader reads.
-void write_qwen35moe_hparams(gguf::Writer& writer, const Qwen35MoeHparams& hp);
+// Reads the architecture's keys (and the vocab size from tokenizer.ggml.tokens or token_embd) from a
+// file; an architecture mox does not know is a mox::Error naming the ones it does.
+Hparams read_hparams(const gguf::File& file);
+// Writes general.architecture and every key the llama.cpp loader reads for that architecture.
+void write_hparams(gguf::Writer& writer, const Hparams& hp);
+// "qwen3moe.block_count": a key of hp's architecture.
+std::string arch_key(const Hparams& hp, const char* suffix);
 
 // One weight tensor of the architecture, as llama.cpp names and shapes it.
 struct TensorSpec {
@@ -71,7 +83,8 @@ struct TensorSpec {
     bool is_2d_weight() const { return ne.size() >= 2; }
 };
 
-// Every tensor of the architecture in llama.cpp's file order (globals first, then layers ascending).
-std::vector<TensorSpec> qwen35moe_tensors(const Qwen35MoeHparams& hp);
+// Every tensor of the model in llama.cpp's file order (globals first, then layers ascending), from
+// the recipe: each layer's norms, its mixer's tensors, the MoE's (and the shared expert's).
+std::vector<TensorSpec> model_tensors(const Hparams& hp);
 
 }  // namespace mox::models

@@ -1,15 +1,19 @@
-// Qwen3.5/3.6-MoE (llama.cpp arch `qwen35moe`): weights bound to a GGUF file and the forward pass,
-// written to read like shared/spec/qwen35moe.md §3. Reference path (fp32 activations, weights
-// dequantized on the fly); faster kernels plug in below the op calls.
+// A Mixture-of-Experts model of any architecture in the registry (models/arch.h): weights bound to a
+// GGUF file and the generic trunk every recipe shares,
+//   x = embed(tokens); per layer: x += mixer(norm(x)); x += moe(ffn_norm(x)); logits = output(norm(x)),
+// with the mixer (attention or Gated DeltaNet) and the MoE's options taken from the recipe. The CPU
+// forward is here (reference path: fp32 activations, weights dequantized on the fly; faster kernels
+// plug in below the op calls); the GPU forward is models/gpu/gpu_forward.cpp.
 #pragma once
 
 #include "core/thread_pool.h"
 #include "gguf/reader.h"
-#include "models/qwen35moe_hparams.h"
+#include "models/hparams.h"
 #include "ops/moe.h"
 #include "ops/weight.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -18,15 +22,15 @@
 
 namespace mox::models {
 
-struct Qwen35MoeLayer {
-    bool recurrent = false;
-    std::vector<float> attn_norm, post_attention_norm;
+struct LayerWeights {
+    bool recurrent = false;                    // the mixer is Gated DeltaNet (else attention)
+    std::vector<float> attn_norm, ffn_norm;  // the mixer's and the MoE's input norms
     // Gated DeltaNet
     ops::Weight attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out;
     std::vector<float> ssm_conv1d, ssm_dt_bias, ssm_a, ssm_norm;
-    // Gated full attention
+    // Full attention (attn_q holds [query | gate] per head when the recipe gates the output)
     ops::Weight attn_q, attn_k, attn_v, attn_output;
-    std::vector<float> attn_q_norm, attn_k_norm;
+    std::vector<float> attn_q_norm, attn_k_norm;  // empty without the recipe's q/k norms
     // MoE
     ops::Weight router;
     ops::ExpertStack experts;
@@ -34,7 +38,7 @@ struct Qwen35MoeLayer {
     std::vector<float> shexp_gate_inp;  // [n_embd]: the shared expert's sigmoid gate
 };
 
-// Where the model runs. cuda: the model on the first GPU (models/gpu/qwen35moe_gpu.cpp; needs a
+// Where the model runs. cuda: the model on the first GPU (models/gpu/gpu_forward.cpp; needs a
 // -DMOX_CUDA=ON build), with the routed experts of chosen layers left in host memory (GpuOptions).
 enum class Device { cpu, cuda };
 
@@ -71,14 +75,14 @@ struct DeviceSequenceState {
     virtual void clear() = 0;
 };
 
-// Per-sequence state: KV cache of the full-attention layers and the DeltaNet conv/recurrent state.
+// Per-sequence state: KV cache of the attention layers and the DeltaNet conv/recurrent state.
 struct StateOptions {
     int64_t n_ctx = 4096;
     quant::TypeId k_type = quant::TypeId::f16;
     quant::TypeId v_type = quant::TypeId::f16;
 };
 
-class Qwen35MoeState {
+class SequenceState {
 public:
     int64_t n_past() const { return n_past_; }
     int64_t n_ctx() const { return options_.n_ctx; }
@@ -87,8 +91,8 @@ public:
     void clear();            // back to an empty sequence
 
 private:
-    friend class Qwen35Moe;
-    friend class Qwen35MoeGpu;
+    friend class Model;
+    friend class GpuForward;
     StateOptions options_;
     int64_t n_past_ = 0;
     std::vector<std::vector<uint8_t>> k_, v_;        // per attention layer: [n_ctx, row bytes]
@@ -98,7 +102,7 @@ private:
 
 // A batch: tokens of one or more sequences, each continuing its own state.
 struct SequenceBatch {
-    Qwen35MoeState* state = nullptr;
+    SequenceState* state = nullptr;
     std::span<const int32_t> tokens;
 };
 
@@ -112,7 +116,7 @@ public:
     // The arg max of the last logit row the last forward returned (the lowest index of the largest
     // value, as std::max_element), where the backend found it on the device; nullopt otherwise.
     virtual std::optional<int32_t> last_argmax() const { return std::nullopt; }
-    // Qwen35Moe::forward_argmax's work (the batch already validated).
+    // Model::forward_argmax's work (the batch already validated).
     virtual std::optional<int32_t> forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
                                                   std::vector<float>& logits) {
         forward(batch, false, logits);
@@ -121,29 +125,29 @@ public:
     }
 };
 
-class Qwen35Moe;
-// Uploads the model to the first CUDA device as `options` place it (models/gpu/qwen35moe_gpu.cpp); a
+class Model;
+// Uploads the model to the first CUDA device as `options` place it (models/gpu/gpu_forward.cpp); a
 // build without CUDA throws a mox::Error saying so.
-std::unique_ptr<ForwardBackend> make_qwen35moe_gpu(const Qwen35Moe& model, const GpuOptions& options);
+std::unique_ptr<ForwardBackend> make_gpu_forward(const Model& model, const GpuOptions& options);
 
-class Qwen35Moe {
+class Model {
 public:
     // Binds every tensor of the file (checking names, shapes and that its type is supported).
     // n_threads <= 0: one per physical core. isa caps the CPU kernels (Isa::scalar: the reference
     // path); pin_threads binds the pool's workers to cores.
     // device: where the forward runs (Device::cuda uploads every weight to the GPU here).
-    Qwen35Moe(const gguf::File& file, int n_threads, quant::Isa isa = quant::host_isa(), bool pin_threads = true,
+    Model(const gguf::File& file, int n_threads, quant::Isa isa = quant::host_isa(), bool pin_threads = true,
               Device device = Device::cpu, const GpuOptions& gpu_options = {});
-    ~Qwen35Moe();
+    ~Model();
 
     Device device() const { return device_; }
     const GpuOptions& gpu_options() const { return gpu_options_; }
 
-    const Qwen35MoeHparams& hparams() const { return hp_; }
+    const Hparams& hparams() const { return hp_; }
     int64_t n_vocab() const { return hp_.n_vocab; }
 
     // Throws mox::Error if the KV types or the context are unusable for this model.
-    std::unique_ptr<Qwen35MoeState> new_state(const StateOptions& options) const;
+    std::unique_ptr<SequenceState> new_state(const StateOptions& options) const;
 
     // Runs the batch. logits receives [n_rows, n_vocab]: one row per token when all_logits, else
     // one row (the last token) per sequence, in batch order. A sequence that would exceed its
@@ -171,24 +175,33 @@ public:
     void set_routing_trace(bool on) { trace_routing_ = on; }
     const std::vector<std::vector<int32_t>>& routing_trace() const { return routing_trace_; }
 
+    // When on, every CPU forward appends its named intermediates, each [n_tokens, n_embd] in batch
+    // order: "l{layer}_mixer_in" (the normed mixer input), "l{layer}_mixer_out", "l{layer}_moe_in",
+    // "l{layer}_moe_out" (`mox logits --dump-activations`: an architecture diffed layer by layer
+    // against transformers). The GPU path refuses it.
+    void set_activation_dump(bool on) { dump_activations_ = on; }
+    const std::map<std::string, std::vector<float>>& activations() const { return activations_; }
+
 private:
-    friend class Qwen35MoeGpu;
+    friend class GpuForward;
     // forward's checks of a batch (states, context, token ids), before anything runs.
     void check_batch(std::span<const SequenceBatch> batch) const;
-    void deltanet(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
-    void attention(const Qwen35MoeLayer& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
-    void moe(const Qwen35MoeLayer& L, int64_t il, const float* u, int64_t n_tokens, float* out);
+    void deltanet(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
+    void attention(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
+    void moe(const LayerWeights& L, int64_t il, const float* u, int64_t n_tokens, float* out);
 
-    Qwen35MoeHparams hp_;
+    Hparams hp_;
     ThreadPool pool_;
     ops::Context ctx_;
     ops::Weight token_embd_, output_;
     std::vector<float> output_norm_;
-    std::vector<Qwen35MoeLayer> layers_;
+    std::vector<LayerWeights> layers_;
     std::vector<int64_t> attn_index_, rec_index_;  // layer -> index among attention / DeltaNet layers
     std::vector<std::vector<int64_t>> expert_usage_;
     bool trace_routing_ = false;
     std::vector<std::vector<int32_t>> routing_trace_;
+    bool dump_activations_ = false;
+    std::map<std::string, std::vector<float>> activations_;
     Device device_ = Device::cpu;
     GpuOptions gpu_options_;
     std::unique_ptr<ForwardBackend> gpu_;

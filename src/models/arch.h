@@ -1,0 +1,87 @@
+// The architecture registry: one row per llama.cpp `general.architecture` mox runs. A row holds the
+// architecture's *recipe* (which blocks a layer is built from and their options) and the few
+// functions that differ between architectures (its GGUF keys, its HF config and tensor names).
+// Everything else (the trunk, the state layout, the memory and speed models, the CPU and CUDA
+// forwards) is generic and reads the recipe. An architecture is one file in models/archs/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mox::gguf {
+class File;
+class Writer;
+}  // namespace mox::gguf
+
+namespace mox::models {
+
+struct Hparams;
+struct TensorSpec;
+
+enum class Arch : uint8_t { qwen35moe, qwen3moe };
+
+// A layer's token mixer.
+enum class Mixer : uint8_t {
+    attention,  // full causal attention over a KV cache
+    deltanet,   // Gated DeltaNet: a causal conv and a recurrent state (no KV cache)
+};
+
+enum class RopeKind : uint8_t {
+    neox,  // pairs (i, i + n_rot/2) of the first n_rot dims of a head (IMROPE on text equals this)
+};
+
+enum class RouterKind : uint8_t {
+    softmax_topk,  // softmax over every expert's logit, then the top-k of the probabilities
+};
+
+enum class SharedExpertKind : uint8_t {
+    none,
+    sigmoid_gated,  // one SwiGLU expert for every token, scaled by sigmoid(gate_inp . u)
+};
+
+struct AttentionRecipe {
+    bool qk_norm = true;      // per-head RMSNorm of q and k (attn_q_norm, attn_k_norm) before RoPE
+    bool output_gate = true;  // attn_q rows hold [query | gate] per head; the output is * sigmoid(gate)
+    RopeKind rope = RopeKind::neox;
+};
+
+struct MoeRecipe {
+    RouterKind router = RouterKind::softmax_topk;
+    bool renormalize = true;  // the top-k weights divided by their sum
+    SharedExpertKind shared = SharedExpertKind::none;
+};
+
+struct ArchRecipe {
+    AttentionRecipe attention;
+    MoeRecipe moe;
+    // The FFN input norm's tensor name inside blk.N (llama.cpp names it per architecture).
+    const char* ffn_norm = "ffn_norm";
+    // Every layer whose (index + 1) is not a multiple of Hparams::full_attn_interval is DeltaNet;
+    // false: every layer is attention.
+    bool has_deltanet = false;
+    // The HF RMSNorm weights are zero-centred (the converter adds 1), as in Qwen3.5.
+    bool hf_norm_plus_one = false;
+};
+
+// One architecture. The functions read or write what only this architecture has; the keys every
+// architecture shares (block_count, embedding_length, the attention and expert counts) are read
+// by read_hparams before `read_keys` runs.
+struct ArchInfo {
+    Arch arch;
+    const char* name;  // general.architecture
+    ArchRecipe recipe;
+    void (*read_keys)(const gguf::File& file, Hparams& hp);
+    void (*write_keys)(gguf::Writer& writer, const Hparams& hp);
+    // HF config.json `model_type`s this architecture converts from (mox convert).
+    std::vector<std::string> hf_model_types;
+};
+
+const ArchInfo& arch_info(Arch arch);
+// The row of `general.architecture`, or nullptr when mox does not know it.
+const ArchInfo* find_arch(std::string_view name);
+// "qwen35moe, qwen3moe": for error messages.
+std::string known_archs();
+
+}  // namespace mox::models

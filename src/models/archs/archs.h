@@ -1,0 +1,11 @@
+// The registry's rows, one per file of this folder (arch.cpp lists them).
+#pragma once
+
+#include "models/arch.h"
+
+namespace mox::models::archs {
+
+ArchInfo qwen35moe();
+ArchInfo qwen3moe();
+
+}  // namespace mox::models::archs

@@ -1,0 +1,160 @@
+"""mox's qwen3moe (Qwen3-MoE) against transformers (tests/data/goldens/qwen3moe, made by
+tools/goldens/make_qwen3moe_goldens.py): `mox convert` of the HF checkpoint checked tensor by tensor
+against the safetensors values (read here with numpy alone), then `mox logits` against the logits
+transformers computed. Bounds are max|mox - ref| / max|ref| unless stated; each comment gives the
+measured value."""
+import json
+import os
+import struct
+import subprocess
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "goldens" / "qwen3moe"
+ON_GPU = os.environ.get("MOX_TEST_DEVICE", "") == "cuda"
+
+
+def meta():
+    return json.loads((GOLDEN / "goldens.json").read_text())
+
+
+def bound(cpu, gpu):
+    return gpu if ON_GPU else cpu
+
+
+def rel_err(a, ref):
+    e = float(np.abs(a - ref).max() / np.abs(ref).max())
+    print(f"measured rel err {e:.3e}")
+    return e
+
+
+def argmax_agreement(a, ref):
+    agree = float((a.argmax(-1) == ref.argmax(-1)).mean())
+    print(f"measured argmax agreement {agree:.4f}")
+    return agree
+
+
+def read_safetensors(path: Path) -> dict:
+    """name -> float64 array, for the F32 and BF16 tensors a checkpoint holds."""
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, h in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = h["data_offsets"]
+        data = raw[8 + n + a:8 + n + b]
+        if h["dtype"] == "BF16":
+            bits = np.frombuffer(data, dtype=np.uint16).astype(np.uint32) << 16
+            values = bits.view(np.float32)
+        elif h["dtype"] == "F32":
+            values = np.frombuffer(data, dtype=np.float32)
+        else:
+            raise AssertionError(f"{name}: dtype {h['dtype']}")
+        out[name] = values.astype(np.float64).reshape(h["shape"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def ids_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ids") / "ids.txt"
+    path.write_text(",".join(map(str, meta()["prompt_ids"])))
+    return path
+
+
+@pytest.fixture(scope="module")
+def converted(mox_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("conv")
+    files = {}
+    for outtype in ["f32", "q8_0"]:
+        path = out / f"qwen3moe-{outtype}.gguf"
+        subprocess.run([str(mox_bin), "convert", str(GOLDEN / "hf"), "-o", str(path), "--outtype", outtype],
+                       check=True, capture_output=True)
+        files[outtype] = path
+    return files
+
+
+@pytest.fixture(scope="module")
+def run_logits(device_args):
+    def run(mox_bin, model, ids_file, out, *extra):
+        subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o", str(out),
+                        *device_args, *extra], check=True, capture_output=True)
+        return np.load(out)
+    return run
+
+
+def test_conversion_has_llama_cpp_names_keys_and_values(converted):
+    """llama.cpp's qwen3moe layout (shared/spec/archs.md §2.2): 3 + 12 tensors per layer, norms copied
+    as they are (no +1, unlike Qwen3.5), experts stacked {n_embd, n_ff, E}."""
+    cfg = meta()["config"]
+    L, F, d = cfg["num_hidden_layers"], cfg["moe_intermediate_size"], cfg["hidden_size"]
+    E = cfg.get("num_experts", cfg.get("num_local_experts"))
+    reader = gguf.GGUFReader(str(converted["f32"]))
+    fields = {f.name: f for f in reader.fields.values()}
+    assert bytes(fields["general.architecture"].parts[-1]).decode() == "qwen3moe"
+    for key, want in [("block_count", L), ("expert_count", E), ("expert_used_count", cfg["num_experts_per_tok"]),
+                      ("expert_feed_forward_length", F), ("attention.key_length", cfg["head_dim"]),
+                      ("attention.head_count_kv", cfg["num_key_value_heads"]), ("rope.dimension_count", cfg["head_dim"])]:
+        assert int(fields[f"qwen3moe.{key}"].parts[-1][0]) == want, key
+    tensors = {t.name: t for t in reader.tensors}
+    assert len(tensors) == 3 + 12 * L
+    hf = read_safetensors(GOLDEN / "hf" / "model.safetensors")
+    expect = {"token_embd.weight": hf["model.embed_tokens.weight"], "output_norm.weight": hf["model.norm.weight"],
+              "output.weight": hf["lm_head.weight"]}
+    for i in range(L):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        for gguf_name, hf_name in [("attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"),
+                                   ("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"),
+                                   ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
+                                   ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm"),
+                                   ("ffn_gate_inp", "mlp.gate")]:
+            expect[f"{b}{gguf_name}.weight"] = hf[f"{p}{hf_name}.weight"]
+        for which in ["gate", "up", "down"]:
+            expect[f"{b}ffn_{which}_exps.weight"] = np.stack(
+                [hf[f"{p}mlp.experts.{e}.{which}_proj.weight"] for e in range(E)])
+    assert set(expect) == set(tensors)
+    for name, want in expect.items():
+        got = np.asarray(tensors[name].data, dtype=np.float64).reshape(want.shape)
+        assert np.array_equal(got, want), name
+    assert list(tensors["blk.0.ffn_gate_exps.weight"].shape) == [d, F, E]
+
+
+def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
+    ref = np.load(GOLDEN / "logits_prefill.npy")
+    got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
+    assert got.shape == ref.shape
+    assert rel_err(got, ref) < bound(1e-5, 5e-2)  # measured 1.3e-6 (CPU)
+    assert argmax_agreement(got, ref) >= bound(1.0, 0.95)
+
+
+def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
+    k = meta()["decode_prefill"]
+    prefill = np.load(GOLDEN / "logits_prefill.npy")
+    decode = np.load(GOLDEN / "logits_decode.npy")
+    got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
+                     "-ctk", "f32", "-ctv", "f32")
+    assert rel_err(got[:k], prefill[:k]) < bound(1e-5, 5e-2)  # measured 1.0e-6 (CPU)
+    assert rel_err(got[k:], decode) < bound(1e-5, 5e-2)  # measured 1.7e-6 (CPU)
+    assert argmax_agreement(got[k:], decode) >= bound(1.0, 0.95)
+
+
+# Quantized KV caches: the error is the cache's rounding.
+@pytest.mark.parametrize("kv,max_err", [("f16", 2e-3), ("q8_0", 2e-2)])
+def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, max_err):
+    ref = np.load(GOLDEN / "logits_prefill.npy")
+    got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", kv, "-ctv", kv)
+    assert rel_err(got, ref) < max(max_err, bound(0, 5e-2))
+    assert argmax_agreement(got, ref) >= bound(0.99, 0.95)
+
+
+def test_q8_0_weights_stated_bound(mox_bin, converted, ids_file, tmp_path, run_logits):
+    ref = np.load(GOLDEN / "logits_prefill.npy")
+    got = run_logits(mox_bin, converted["q8_0"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
+    rms = float(np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean()))
+    print(f"measured rms {rms:.3e}")
+    assert rms < 0.1
+    assert argmax_agreement(got, ref) >= 0.8
