@@ -12,6 +12,11 @@ cd "$(dirname "$0")/.."
 bin=$(realpath "$1")
 out=$(realpath "${2:-.}")
 status=0
+# A GPU check on a machine without a GPU would pass with every CUDA test skipped: refuse instead.
+if ! "$bin/mox" devices 2>/dev/null | grep -qE "^cuda:[0-9]+: "; then
+    echo "== no CUDA device seen by $bin/mox devices: the GPU checks cannot run here"
+    exit 1
+fi
 
 echo "== CUDA op tests"
 "$bin/mox_cuda_tests" --gtest_output="xml:$out/cuda_tests.xml" >"$out/cuda_tests.log" 2>&1 || status=1
@@ -19,7 +24,8 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|GB/s|TFLOP|us" "$out/cuda_tests
 
 echo "== end-to-end tests on the GPU (MOX_TEST_DEVICE=cuda)"
 MOX_TEST_DEVICE=cuda MOX_BIN="$bin/mox" MOX_TOOL_DIR="$bin" PYTHONUNBUFFERED=1 \
-    python3 -m pytest -q -s -p no:cacheprovider tests/py/test_goldens.py tests/py/test_mox_tiny.py tests/py/test_hybrid.py >"$out/e2e_gpu.log" 2>&1 ||
+    python3 -m pytest -q -s -p no:cacheprovider tests/py/test_goldens.py tests/py/test_goldens_qwen3moe.py tests/py/test_mox_tiny.py \
+    tests/py/test_hybrid.py >"$out/e2e_gpu.log" 2>&1 ||
     status=1
 tail -25 "$out/e2e_gpu.log"
 

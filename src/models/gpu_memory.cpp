@@ -94,7 +94,8 @@ GpuBufferBytes gpu_buffer_bytes(const Hparams& hp, const GpuBufferShape& s) {
     const int64_t shapes[][2] = {{d, C},     {d, inner},   {d, Hv},          {inner, d},
                                  {d, hp.q_proj_rows()}, {d, Hkv * hd}, {H * hd, d},  {d, E},
                                  {d, 2 * ffs}, {ffs, d}};
-    for (const auto& sh : shapes) work = std::max(work, gpu_matmul_scratch(sh[0], sh[1], nb));
+    for (const auto& sh : shapes)  // a block the model lacks (DeltaNet in qwen3moe) has no shapes
+        if (sh[0] > 0 && sh[1] > 0) work = std::max(work, gpu_matmul_scratch(sh[0], sh[1], nb));
     work = std::max(work, gpu_moe_scratch(E, d, hp.n_ff_exp, nb, K));
     if (Hv > 0) work = std::max(work, gpu_delta_net_scratch(Hv, nb));
     b.matmul_scratch = work;

@@ -20,12 +20,12 @@ namespace {
 
 // A tiny synthetic model per process (ctest runs cases as parallel processes); n_nextn MTP blocks at
 // the end (the trunk never runs them).
-std::string write_model(int64_t n_nextn) {
+std::string write_model(int64_t n_nextn, const char* preset = "tiny") {
     const std::string p = (std::filesystem::temp_directory_path() /
-                           fmt::format("mox_place_memory_test_{}_{}.gguf", getpid(), n_nextn))
+                           fmt::format("mox_place_memory_test_{}_{}_{}.gguf", getpid(), n_nextn, preset))
                               .string();
     models::SynthOptions o;
-    o.hparams = models::synth_preset("tiny");
+    o.hparams = models::synth_preset(preset);
     o.hparams.n_nextn = n_nextn;
     o.mix = models::QuantMix::q8_0;
     o.seed = 5;
@@ -37,7 +37,8 @@ std::string write_model(int64_t n_nextn) {
 struct TempModel {
     std::string path;
     gguf::File file;
-    explicit TempModel(int64_t n_nextn) : path(write_model(n_nextn)), file(gguf::File::open(path)) {}
+    explicit TempModel(int64_t n_nextn, const char* preset = "tiny")
+        : path(write_model(n_nextn, preset)), file(gguf::File::open(path)) {}
     ~TempModel() { std::filesystem::remove(path); }
 };
 
@@ -54,6 +55,30 @@ double summary_kv_per_token(const models::ModelSummary& s, const std::string& ty
 }
 
 }  // namespace
+
+// A model without DeltaNet layers (qwen3moe): no state, every layer's KV cache, the buffers sized
+// for attention alone (the DeltaNet projections have no shapes to size scratch for).
+TEST(PlaceMemory, AttentionOnlyModelHasNoStateAndItsOwnBuffers) {
+    static const TempModel q3(0, "qwen3moe-tiny");
+    const models::Hparams hp = models::read_hparams(q3.file);
+    ASSERT_EQ(hp.arch, models::Arch::qwen3moe);
+    const models::ModelSummary s = models::summarize(q3.file);
+    const Placement p = place_from_flags(q3.file, {.n_gpu_layers = -1, .overrides = {}});
+    const CacheOptions cache{.n_ctx = 1000, .k_type = quant::TypeId::f16, .v_type = quant::TypeId::f16};
+    const MemoryPrediction m = predict_memory(p, hp, cache);
+    EXPECT_EQ(static_cast<double>(m.kv_gpu), summary_kv_per_token(s, "f16") * 1000.0);
+    EXPECT_EQ(m.kv_gpu, 1000u * hp.n_layer * 2 * hp.n_head_kv * hp.head_dim_k * 2);
+    EXPECT_EQ(m.state_gpu, 0u);
+    EXPECT_EQ(m.attention_layers_gpu, hp.n_layer);
+    EXPECT_EQ(m.recurrent_layers_gpu, 0);
+    EXPECT_GT(m.buffers.activations, 0u);
+    EXPECT_GT(m.buffers.matmul_scratch, 0u);
+    // The same model with Qwen3.5's gated attention would need twice the q projection rows.
+    models::Hparams gated = hp;
+    gated.arch = models::Arch::qwen35moe;
+    gated.full_attn_interval = 1;
+    EXPECT_EQ(gated.q_proj_rows(), 2 * hp.q_proj_rows());
+}
 
 TEST(PlaceMemory, AllOnGpuMatchesTheSummary) {
     const models::Hparams hp = models::read_hparams(model());

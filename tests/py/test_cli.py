@@ -121,3 +121,42 @@ def test_same_seed_same_text(mox_bin):
     assert a.returncode == 0 and a.stdout == b.stdout
     c = run(mox_bin, *args[:-1], "124")
     assert c.stdout != a.stdout
+
+
+@pytest.fixture(scope="module")
+def qwen3moe_tiny(mox_bin, tmp_path_factory):
+    path = tmp_path_factory.mktemp("synth") / "qwen3moe-tiny.gguf"
+    r = run(mox_bin, "synth", "--preset", "qwen3moe-tiny", "-o", path, "--seed", "5",
+            "--chat-template", DATA / "templates" / "Qwen-Qwen3-0.6B.jinja")
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def test_qwen3moe_synth_has_llama_cpp_layout(mox_bin, qwen3moe_tiny):
+    """Every tensor of a synthetic qwen3moe file is one the gguf package lists for llama.cpp's
+    QWEN3MOE architecture, and each listed kind is present in every layer."""
+    import gguf
+    reader = gguf.GGUFReader(str(qwen3moe_tiny))
+    arch = gguf.MODEL_ARCH.QWEN3MOE
+    assert bytes(reader.fields["general.architecture"].parts[-1]).decode() == gguf.MODEL_ARCH_NAMES[arch]
+    n_layer = int(reader.fields["qwen3moe.block_count"].parts[-1][0])
+    known = set()
+    for t in gguf.MODEL_TENSORS[arch]:
+        name = gguf.TENSOR_NAMES[t]
+        known |= {name.format(bid=i) + ".weight" for i in range(n_layer)} if "{bid}" in name else {name + ".weight"}
+    names = {t.name for t in reader.tensors}
+    assert names == known
+
+
+def test_qwen3moe_inspect_runs_and_chats(mox_bin, qwen3moe_tiny):
+    r = run(mox_bin, "inspect", qwen3moe_tiny, "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["architecture"] == "qwen3moe"
+    assert j["kv_bytes_per_token"]["f16"] == 4 * 2 * 2 * 64 * 2  # 4 attention layers x K,V x 2 heads x 64 x 2 B
+    assert j["recurrent_state_bytes"] == 0
+    # The Qwen3 chat template (ChatML, thinking) through the model's own metadata.
+    r = run(mox_bin, "run", "-m", qwen3moe_tiny, "--chat", "-p", "Hello", "-n", "4", "--temp", "0", timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = run(mox_bin, "chat", "-m", qwen3moe_tiny, "-n", "4", "--temp", "0", input="Hi\nAgain\n", timeout=120)
+    assert r.returncode == 0, r.stderr
