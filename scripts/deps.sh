@@ -3,7 +3,7 @@
 set -euo pipefail
 apt_pkgs=(build-essential cmake ninja-build ccache pkg-config python3 python3-pip
           libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev libhwloc-dev
-          clang libclang-rt-14-dev)
+          clang clang-format libclang-rt-14-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

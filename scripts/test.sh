@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
 
+echo "== format"
+scripts/check_format.sh
+
 echo "== build (ASan+UBSan)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOX_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$jobs"

@@ -23,6 +23,10 @@ const ArchInfo& arch_info(Arch arch) {
     return registry().front();
 }
 
+std::span<const ArchInfo> all_archs() {
+    return registry();
+}
+
 const ArchInfo* find_arch(std::string_view name) {
     for (const ArchInfo& a : registry())
         if (name == a.name) return &a;

@@ -5,7 +5,10 @@
 // forwards) is generic and reads the recipe. An architecture is one file in models/archs/.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +21,7 @@ class Writer;
 namespace mox::models {
 
 struct Hparams;
+struct HfTextConfig;
 struct TensorSpec;
 
 enum class Arch : uint8_t { qwen35moe, qwen3moe };
@@ -74,11 +78,14 @@ struct ArchInfo {
     ArchRecipe recipe;
     void (*read_keys)(const gguf::File& file, Hparams& hp);
     void (*write_keys)(gguf::Writer& writer, const Hparams& hp);
-    // HF config.json `model_type`s this architecture converts from (mox convert).
+    // HF config.json `model_type`s this architecture converts from (mox convert), and the reader of
+    // such a config (models/hf_config.h).
     std::vector<std::string> hf_model_types;
+    HfTextConfig (*from_hf_config)(const nlohmann::json& config);
 };
 
 const ArchInfo& arch_info(Arch arch);
+std::span<const ArchInfo> all_archs();
 // The row of `general.architecture`, or nullptr when mox does not know it.
 const ArchInfo* find_arch(std::string_view name);
 // "qwen35moe, qwen3moe": for error messages.

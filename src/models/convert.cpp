@@ -1,5 +1,7 @@
 #include "models/convert.h"
 
+#include "models/hf_config.h"
+
 #include "core/error.h"
 #include "core/log.h"
 #include "core/parallel.h"
@@ -24,270 +26,25 @@ using nlohmann::json;
 using quant::TypeId;
 
 // ---------------------------------------------------------------------------------------------
-// config.json
-
-namespace {
-
-class ConfigReader {
-  public:
-    ConfigReader(const json& section, std::string where) : j_(section), where_(std::move(where)) {}
-
-    bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
-
-    int64_t need_int(const char* key) const {
-        if (!has(key)) fail("config.json: missing {}{}", where_, key);
-        return positive_int(key);
-    }
-    int64_t int_or(const char* key, int64_t fallback) const {
-        return has(key) ? positive_int(key) : fallback;
-    }
-    double float_or(const char* key, double fallback) const {
-        if (!has(key)) return fallback;
-        const json& v = j_.at(key);
-        if (!v.is_number()) fail("config.json: {}{} must be a number", where_, key);
-        return v.get<double>();
-    }
-    std::string string_or(const char* key, std::string fallback) const {
-        if (!has(key)) return fallback;
-        const json& v = j_.at(key);
-        if (!v.is_string()) fail("config.json: {}{} must be a string", where_, key);
-        return v.get<std::string>();
-    }
-    bool bool_or(const char* key, bool fallback) const {
-        if (!has(key)) return fallback;
-        const json& v = j_.at(key);
-        if (!v.is_boolean()) fail("config.json: {}{} must be true or false", where_, key);
-        return v.get<bool>();
-    }
-    const json* object(const char* key) const {
-        if (!has(key)) return nullptr;
-        if (!j_.at(key).is_object()) fail("config.json: {}{} must be an object", where_, key);
-        return &j_.at(key);
-    }
-    const json& raw(const char* key) const { return j_.at(key); }
-    const std::string& where() const { return where_; }
-
-  private:
-    int64_t positive_int(const char* key) const {
-        const json& v = j_.at(key);
-        if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t{1} << 40))
-            fail("config.json: {}{} must be a positive integer", where_, key);
-        return v.get<int64_t>();
-    }
-    const json& j_;
-    std::string where_;
-};
-
-}  // namespace
-
-namespace {
-
-HfTextConfig qwen35moe_from_hf_config(const json& config);
-HfTextConfig qwen3moe_from_hf_config(const json& config);
-
-}  // namespace
+// config.json: the registry row whose hf_model_types holds its model_type reads it
 
 HfTextConfig hparams_from_hf_config(const json& config) {
     // nlohmann's typed accessors throw their own exceptions on a value of the wrong type.
     try {
         if (!config.is_object()) fail("config.json: top level must be an object");
         const std::string type = config.value("model_type", std::string());
-        for (Arch a : {Arch::qwen35moe, Arch::qwen3moe}) {
-            const ArchInfo& info = arch_info(a);
-            if (std::find(info.hf_model_types.begin(), info.hf_model_types.end(), type) == info.hf_model_types.end())
-                continue;
-            return a == Arch::qwen3moe ? qwen3moe_from_hf_config(config) : qwen35moe_from_hf_config(config);
+        std::string known;
+        for (const ArchInfo& a : all_archs()) {
+            for (const std::string& t : a.hf_model_types) {
+                if (t == type && a.from_hf_config) return a.from_hf_config(config);
+                known += fmt::format("{}{}", known.empty() ? "" : ", ", t);
+            }
         }
-        fail("config.json: model_type '{}' is not an architecture mox converts (qwen3_5_moe, qwen3_5_moe_text, "
-             "qwen3_moe)",
-             type);
+        fail("config.json: model_type '{}' is not an architecture mox converts ({})", type, known);
     } catch (const json::exception& e) {
         fail("config.json: {}", e.what());
     }
 }
-
-namespace {
-
-// The RoPE section of a config: transformers 5 keeps it in rope_parameters, older configs in
-// rope_scaling or at the top level. Only unscaled RoPE converts.
-struct HfRope {
-    double theta = 10000.0;
-    double partial = 1.0;
-};
-HfRope read_hf_rope(const ConfigReader& c, const std::string& where, double default_partial) {
-    const json* rope = c.object("rope_parameters");
-    if (!rope) rope = c.object("rope_scaling");
-    const json empty = json::object();
-    const ConfigReader r(
-        rope ? *rope : empty,
-        rope ? where + (c.has("rope_parameters") ? "rope_parameters." : "rope_scaling.") : where);
-    const std::string rope_type = r.string_or("rope_type", r.string_or("type", "default"));
-    if (rope_type != "default" && rope_type != "mrope")
-        fail("config.json: rope_type '{}' is not supported (only unscaled RoPE converts)", rope_type);
-    HfRope out;
-    out.theta = r.has("rope_theta") ? r.float_or("rope_theta", 0) : c.float_or("rope_theta", 10000.0);
-    out.partial = r.has("partial_rotary_factor") ? r.float_or("partial_rotary_factor", 0)
-                                                 : c.float_or("partial_rotary_factor", default_partial);
-    if (!(out.partial > 0 && out.partial <= 1))
-        fail("config.json: partial_rotary_factor {} must be in (0, 1]", out.partial);
-    return out;
-}
-
-// Qwen3-MoE (archs.md §2.1): every layer attention + MoE, no shared expert.
-HfTextConfig qwen3moe_from_hf_config(const json& config) {
-    const ConfigReader c(config, "");
-    HfTextConfig out;
-    Hparams& hp = out.hparams;
-    hp.arch = Arch::qwen3moe;
-    hp.n_embd = c.need_int("hidden_size");
-    hp.n_layer = c.need_int("num_hidden_layers");
-    hp.n_nextn = 0;
-    hp.n_vocab = c.need_int("vocab_size");
-    hp.n_head = c.need_int("num_attention_heads");
-    hp.n_head_kv = c.int_or("num_key_value_heads", hp.n_head);
-    hp.head_dim_k = hp.head_dim_v = c.int_or("head_dim", hp.n_embd / hp.n_head);
-    hp.n_ctx_train = c.int_or("max_position_embeddings", 32768);
-    hp.rms_eps = c.float_or("rms_norm_eps", 1e-6);
-    // transformers names the count num_experts in the config class, num_local_experts in some dumps.
-    hp.n_expert = c.has("num_experts") ? c.need_int("num_experts") : c.need_int("num_local_experts");
-    hp.n_expert_used = c.need_int("num_experts_per_tok");
-    hp.n_ff_exp = c.need_int("moe_intermediate_size");
-    hp.n_ff_shexp = 0;
-    hp.full_attn_interval = 1;
-    hp.ssm_conv_kernel = hp.ssm_inner = hp.ssm_state = hp.ssm_v_heads = hp.ssm_k_heads = 0;
-    hp.rope_sections.clear();
-    if (c.bool_or("attention_bias", false)) fail("config.json: attention_bias=true is not supported");
-    if (const std::string act = c.string_or("hidden_act", "silu"); act != "silu")
-        fail("config.json: hidden_act '{}' is not supported (expected silu)", act);
-    // llama.cpp's qwen3moe always renormalises the top-k weights, as the released checkpoints do.
-    if (!c.bool_or("norm_topk_prob", false))
-        fail("config.json: norm_topk_prob=false is not what llama.cpp's qwen3moe computes (it renormalises)");
-    if (c.has("mlp_only_layers") && !(c.raw("mlp_only_layers").is_array() && c.raw("mlp_only_layers").empty()))
-        fail("config.json: mlp_only_layers (dense layers among the MoE ones) is not supported");
-    if (c.int_or("decoder_sparse_step", 1) != 1) fail("config.json: decoder_sparse_step != 1 is not supported");
-    if (c.bool_or("use_sliding_window", false)) fail("config.json: use_sliding_window=true is not supported");
-    const HfRope rope = read_hf_rope(c, "", 1.0);
-    hp.rope_theta = rope.theta;
-    hp.n_rot = static_cast<int64_t>(static_cast<double>(hp.head_dim_k) * rope.partial);
-    out.tie_word_embeddings = c.bool_or("tie_word_embeddings", false);
-    hp.validate();
-    return out;
-}
-
-HfTextConfig qwen35moe_from_hf_config(const json& config) {
-    if (!config.is_object()) fail("config.json: top level must be an object");
-    const std::string top_type = config.value("model_type", std::string());
-    const json* text = &config;
-    std::string where;
-    if (config.contains("text_config")) {
-        if (!config.at("text_config").is_object()) fail("config.json: text_config must be an object");
-        text = &config.at("text_config");
-        where = "text_config.";
-        const std::string tt = text->value("model_type", std::string("qwen3_5_moe_text"));
-        if (top_type != "qwen3_5_moe" || tt != "qwen3_5_moe_text")
-            fail(
-                "config.json: model_type '{}' / text_config.model_type '{}' is not Qwen3.5/3.6-MoE "
-                "(expected qwen3_5_moe / qwen3_5_moe_text)",
-                top_type, tt);
-    } else if (top_type != "qwen3_5_moe_text" && top_type != "qwen3_5_moe") {
-        fail("config.json: model_type '{}' is not Qwen3.5/3.6-MoE (expected qwen3_5_moe or qwen3_5_moe_text)",
-             top_type);
-    }
-    const ConfigReader c(*text, where);
-
-    HfTextConfig out;
-    Hparams& hp = out.hparams;
-    hp.n_embd = c.need_int("hidden_size");
-    hp.n_layer = c.need_int("num_hidden_layers");
-    hp.n_nextn = 0;  // the MTP block (mtp.*) is not converted
-    hp.n_vocab = c.need_int("vocab_size");
-    hp.n_head = c.need_int("num_attention_heads");
-    hp.n_head_kv = c.int_or("num_key_value_heads", hp.n_head);
-    hp.head_dim_k = hp.head_dim_v = c.int_or("head_dim", hp.n_embd / hp.n_head);
-    hp.n_ctx_train = c.int_or("max_position_embeddings", 32768);
-    hp.rms_eps = c.float_or("rms_norm_eps", 1e-6);
-    hp.n_expert = c.need_int("num_experts");
-    hp.n_expert_used = c.need_int("num_experts_per_tok");
-    hp.n_ff_exp = c.need_int("moe_intermediate_size");
-    hp.n_ff_shexp =
-        c.has("shared_expert_intermediate_size") ? c.need_int("shared_expert_intermediate_size") : 0;
-    hp.ssm_conv_kernel = c.need_int("linear_conv_kernel_dim");
-    hp.ssm_k_heads = c.need_int("linear_num_key_heads");
-    hp.ssm_v_heads = c.need_int("linear_num_value_heads");
-    const int64_t k_dim = c.need_int("linear_key_head_dim");
-    const int64_t v_dim = c.need_int("linear_value_head_dim");
-    // GGUF has one ssm.state_size for both; llama.cpp's qwen35moe assumes they agree.
-    if (k_dim != v_dim)
-        fail("config.json: linear_key_head_dim {} != linear_value_head_dim {} (not representable in GGUF)",
-             k_dim, v_dim);
-    hp.ssm_state = k_dim;
-    hp.ssm_inner = hp.ssm_v_heads * v_dim;
-
-    if (c.bool_or("attention_bias", false))
-        fail("config.json: {}attention_bias=true is not supported", where);
-    if (!c.bool_or("attn_output_gate", true))
-        fail("config.json: {}attn_output_gate=false is not Qwen3.5-MoE (its attention is always gated)",
-             where);
-    if (const std::string act = c.string_or("hidden_act", "silu"); act != "silu")
-        fail("config.json: {}hidden_act '{}' is not supported (expected silu)", where, act);
-
-    const HfRope rope_values = read_hf_rope(c, where, 0.25);
-    hp.rope_theta = rope_values.theta;
-    hp.n_rot = static_cast<int64_t>(static_cast<double>(hp.head_dim_k) * rope_values.partial);
-    hp.rope_sections = {11, 11, 10, 0};
-    const json* rope = c.object("rope_parameters");
-    if (!rope) rope = c.object("rope_scaling");
-    const json empty = json::object();
-    const ConfigReader r(rope ? *rope : empty, where);
-    const json* sections = r.has("mrope_section")   ? &r.raw("mrope_section")
-                           : c.has("mrope_section") ? &c.raw("mrope_section")
-                                                    : nullptr;
-    if (sections) {
-        if (!sections->is_array() || sections->size() > 4)
-            fail("config.json: mrope_section must be a list of <= 4 integers");
-        hp.rope_sections.assign(4, 0);
-        for (size_t i = 0; i < sections->size(); ++i) {
-            const json& v = (*sections)[i];
-            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1 << 20)
-                fail("config.json: mrope_section entries must be non-negative integers");
-            hp.rope_sections[i] = static_cast<int32_t>(v.get<int64_t>());
-        }
-    }
-
-    // Layer pattern: GGUF stores only full_attention_interval, so layer_types must follow it.
-    if (c.has("layer_types")) {
-        const json& lt = c.raw("layer_types");
-        if (!lt.is_array() || static_cast<int64_t>(lt.size()) != hp.n_layer)
-            fail("config.json: layer_types must list {} layer types", hp.n_layer);
-        std::vector<bool> full;
-        for (const json& v : lt) {
-            const std::string s = v.is_string() ? v.get<std::string>() : std::string();
-            if (s == "full_attention" || s == "attention")
-                full.push_back(true);
-            else if (s == "linear_attention")
-                full.push_back(false);
-            else
-                fail("config.json: unknown layer type '{}' in layer_types", v.dump());
-        }
-        const auto first = std::find(full.begin(), full.end(), true);
-        hp.full_attn_interval = first == full.end() ? hp.n_layer + 1 : (first - full.begin()) + 1;
-        for (int64_t i = 0; i < hp.n_layer; ++i)
-            if (full[static_cast<size_t>(i)] != ((i + 1) % hp.full_attn_interval == 0))
-                fail(
-                    "config.json: layer_types is not 'full attention every {}th layer', which is all that "
-                    "qwen35moe GGUF files can express (layer {} differs)",
-                    hp.full_attn_interval, i);
-    } else {
-        hp.full_attn_interval = c.int_or("full_attention_interval", 4);
-    }
-
-    out.tie_word_embeddings = ConfigReader(config, "").bool_or("tie_word_embeddings", false) ||
-                              c.bool_or("tie_word_embeddings", false);
-    hp.validate();
-    return out;
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Tensor plans: where each output row comes from

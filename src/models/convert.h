@@ -7,10 +7,10 @@
 // one chunk of rows is in memory at a time, whatever the model's size.
 #pragma once
 
+#include "models/hf_config.h"
 #include "models/hparams.h"
 #include "models/synth.h"
 
-#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -19,13 +19,9 @@
 
 namespace mox::models {
 
-// Reads the text model's hyper-parameters from an HF config: the nested `text_config` of a
-// `qwen3_5_moe` config, a flat `qwen3_5_moe_text` or `qwen3_moe` config. Throws mox::Error naming
-// the key.
-struct HfTextConfig {
-    Hparams hparams;
-    bool tie_word_embeddings = false;
-};
+// Reads the text model's hyper-parameters from an HF config through the registry row whose
+// hf_model_types lists its model_type (the nested `text_config` of a `qwen3_5_moe` config, a flat
+// `qwen3_5_moe_text` or `qwen3_moe` config). Throws mox::Error naming the key.
 HfTextConfig hparams_from_hf_config(const nlohmann::json& config);
 
 struct ConvertOptions {

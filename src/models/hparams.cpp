@@ -6,7 +6,9 @@
 
 namespace mox::models {
 
-std::string arch_key(const Hparams& hp, const char* suffix) { return fmt::format("{}.{}", hp.arch_name(), suffix); }
+std::string arch_key(const Hparams& hp, const char* suffix) {
+    return fmt::format("{}.{}", hp.arch_name(), suffix);
+}
 
 int64_t Hparams::n_attention_layers() const {
     int64_t n = 0;
@@ -14,7 +16,9 @@ int64_t Hparams::n_attention_layers() const {
     return n;
 }
 
-int64_t Hparams::n_recurrent_layers() const { return n_trunk() - n_attention_layers(); }
+int64_t Hparams::n_recurrent_layers() const {
+    return n_trunk() - n_attention_layers();
+}
 
 double Hparams::kv_cache_bytes_per_token(quant::TypeId kv_type) const {
     const quant::TypeTraits& t = quant::traits(kv_type);
@@ -35,10 +39,13 @@ void Hparams::validate() const {
     need(n_layer > 0 && n_layer <= 4096, "block_count must be in 1..4096");
     need(n_nextn >= 0 && n_nextn < n_layer, "nextn_predict_layers must be below block_count");
     need(n_embd > 0 && n_vocab > 0, "embedding_length and vocabulary must be positive");
-    need(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0, "head_count must be a multiple of head_count_kv");
+    need(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0,
+         "head_count must be a multiple of head_count_kv");
     need(head_dim_k > 0 && head_dim_v > 0, "key_length/value_length must be positive");
-    need(n_rot > 0 && n_rot <= head_dim_k && n_rot % 2 == 0, "rope.dimension_count must be even and <= key_length");
-    need(n_expert > 0 && n_expert_used > 0 && n_expert_used <= n_expert, "expert_used_count must be in 1..expert_count");
+    need(n_rot > 0 && n_rot <= head_dim_k && n_rot % 2 == 0,
+         "rope.dimension_count must be even and <= key_length");
+    need(n_expert > 0 && n_expert_used > 0 && n_expert_used <= n_expert,
+         "expert_used_count must be in 1..expert_count");
     need(n_ff_exp > 0, "expert_feed_forward_length must be positive");
     need(n_ff_shexp >= 0, "expert_shared_feed_forward_length must be >= 0");
     need(n_ctx_train > 0, "context_length must be positive");
@@ -50,12 +57,22 @@ void Hparams::validate() const {
     need(ssm_inner == ssm_v_heads * ssm_state, "ssm.inner_size must equal time_step_rank * state_size");
 }
 
+Hparams hparams_for(Arch arch) {
+    Hparams hp;
+    hp.arch = arch;
+    if (!hp.recipe().has_deltanet) {
+        hp.full_attn_interval = 1;
+        hp.ssm_conv_kernel = hp.ssm_inner = hp.ssm_state = hp.ssm_v_heads = hp.ssm_k_heads = 0;
+        hp.rope_sections.clear();
+    }
+    return hp;
+}
+
 Hparams read_hparams(const gguf::File& file) {
     const std::string name = file.get_string("general.architecture");
     const ArchInfo* info = find_arch(name);
     if (!info) fail("{}: architecture '{}' is not supported (mox runs {})", file.path(), name, known_archs());
-    Hparams hp;
-    hp.arch = info->arch;
+    Hparams hp = hparams_for(info->arch);
     auto key = [&](const char* k) { return arch_key(hp, k); };
     auto u = [&](const char* k) { return static_cast<int64_t>(file.get_uint(key(k))); };
     auto u_or = [&](const char* k, int64_t d) { return static_cast<int64_t>(file.get_uint_or(key(k), d)); };
@@ -74,14 +91,10 @@ Hparams read_hparams(const gguf::File& file) {
     hp.n_expert_used = u("expert_used_count");
     hp.n_ff_exp = u_or("expert_feed_forward_length", u_or("feed_forward_length", 0));
     hp.n_ff_shexp = u_or("expert_shared_feed_forward_length", 0);
-    if (!info->recipe.has_deltanet) {  // none of the DeltaNet sizes apply
-        hp.full_attn_interval = 1;
-        hp.ssm_conv_kernel = hp.ssm_inner = hp.ssm_state = hp.ssm_v_heads = hp.ssm_k_heads = 0;
-        hp.rope_sections.clear();
-    }
     if (info->read_keys) info->read_keys(file, hp);
     // Vocabulary size: the embedding's row count is authoritative (files pad the token list).
-    if (const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight")) hp.n_vocab = embd->ne[1];
+    if (const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight"))
+        hp.n_vocab = embd->ne[1];
     else if (const gguf::Value* tokens = file.find("tokenizer.ggml.tokens"); tokens && tokens->as_array())
         hp.n_vocab = static_cast<int64_t>(tokens->as_array()->items.size());
     hp.validate();

@@ -4,8 +4,8 @@
 #pragma once
 
 #include "gguf/reader.h"
-#include "models/arch.h"
 #include "gguf/writer.h"
+#include "models/arch.h"
 #include "quant/types.h"
 
 #include <cstdint>
@@ -21,23 +21,23 @@ struct Hparams {
     int64_t n_ctx_train = 262144;  // context_length
     int64_t n_embd = 2048;
     int64_t n_vocab = 248320;
-    int64_t n_head = 16;           // full attention query heads
+    int64_t n_head = 16;  // full attention query heads
     int64_t n_head_kv = 2;
-    int64_t head_dim_k = 256;      // attention.key_length
-    int64_t head_dim_v = 256;      // attention.value_length
-    int64_t n_rot = 64;            // rope.dimension_count (partial rotary)
+    int64_t head_dim_k = 256;  // attention.key_length
+    int64_t head_dim_v = 256;  // attention.value_length
+    int64_t n_rot = 64;        // rope.dimension_count (partial rotary)
     double rope_theta = 1e7;
     std::vector<int32_t> rope_sections{11, 11, 10, 0};
     double rms_eps = 1e-6;
     int64_t n_expert = 256;
     int64_t n_expert_used = 8;
-    int64_t n_ff_exp = 512;        // expert_feed_forward_length
-    int64_t n_ff_shexp = 512;      // expert_shared_feed_forward_length
+    int64_t n_ff_exp = 512;    // expert_feed_forward_length
+    int64_t n_ff_shexp = 512;  // expert_shared_feed_forward_length
     int64_t ssm_conv_kernel = 4;
-    int64_t ssm_inner = 4096;      // value width = n_v_heads * head_dim
-    int64_t ssm_state = 128;       // head dim of k and v
-    int64_t ssm_v_heads = 32;      // ssm.time_step_rank
-    int64_t ssm_k_heads = 16;      // ssm.group_count
+    int64_t ssm_inner = 4096;        // value width = n_v_heads * head_dim
+    int64_t ssm_state = 128;         // head dim of k and v
+    int64_t ssm_v_heads = 32;        // ssm.time_step_rank
+    int64_t ssm_k_heads = 16;        // ssm.group_count
     int64_t full_attn_interval = 4;  // architectures with DeltaNet layers (ArchRecipe::has_deltanet)
 
     const ArchRecipe& recipe() const { return arch_info(arch).recipe; }
@@ -66,6 +66,10 @@ struct Hparams {
     // Validates relations between the values (divisibility, ranges); throws mox::Error naming the key.
     void validate() const;
 };
+
+// Hyper-parameters of architecture `arch` before any value is read: Qwen3.6-35B-A3B's numbers, with
+// the DeltaNet sizes zero (and every layer attention) where the recipe has no DeltaNet.
+Hparams hparams_for(Arch arch);
 
 // Reads the architecture's keys (and the vocab size from tokenizer.ggml.tokens or token_embd) from a
 // file; an architecture mox does not know is a mox::Error naming the ones it does.

@@ -23,7 +23,8 @@ std::string shape_text(const int64_t* ne, size_t n) {
     return s + "}";
 }
 
-const gguf::TensorInfo& find_checked(const gguf::File& file, const std::string& name, const std::vector<int64_t>& ne) {
+const gguf::TensorInfo& find_checked(const gguf::File& file, const std::string& name,
+                                     const std::vector<int64_t>& ne) {
     const gguf::TensorInfo* t = file.find_tensor(name);
     if (!t) fail("{}: missing tensor '{}'", file.path(), name);
     bool ok = true;
@@ -32,10 +33,11 @@ const gguf::TensorInfo& find_checked(const gguf::File& file, const std::string& 
         ok &= t->ne[d] == want;
     }
     if (!ok)
-        fail("{}: tensor '{}' has shape {}, expected {}", file.path(), name, shape_text(t->ne.data(), static_cast<size_t>(t->n_dims)),
-             shape_text(ne.data(), ne.size()));
+        fail("{}: tensor '{}' has shape {}, expected {}", file.path(), name,
+             shape_text(t->ne.data(), static_cast<size_t>(t->n_dims)), shape_text(ne.data(), ne.size()));
     const quant::TypeTraits& tr = quant::traits(t->type);
-    if (!tr.dequantize) fail("{}: tensor '{}' has type {}, which mox cannot compute with", file.path(), name, tr.name);
+    if (!tr.dequantize)
+        fail("{}: tensor '{}' has type {}, which mox cannot compute with", file.path(), name, tr.name);
     return *t;
 }
 
@@ -52,7 +54,8 @@ ops::Weight bind(const gguf::File& file, const std::string& name, const std::vec
 }
 
 // Small tensors (norms, gates, conv) are kept as fp32 copies whatever their stored type.
-std::vector<float> load_vector(const gguf::File& file, const std::string& name, const std::vector<int64_t>& ne) {
+std::vector<float> load_vector(const gguf::File& file, const std::string& name,
+                               const std::vector<int64_t>& ne) {
     const gguf::TensorInfo& t = find_checked(file, name, ne);
     std::vector<float> v(static_cast<size_t>(t.n_elements()));
     quant::traits(t.type).dequantize(t.data, v.data(), t.n_elements());
@@ -90,11 +93,14 @@ std::unique_ptr<SequenceState> Model::new_state(const StateOptions& o) const {
         if (t != quant::TypeId::f32 && (!tr.quantize || !tr.dequantize))
             fail("KV cache type {} is not supported (use f32, f16, bf16, q8_0 or q4_0)", tr.name);
         if (hp_.head_dim_k % tr.block_elems != 0)
-            fail("KV cache type {} needs head dim divisible by {}, model has {}", tr.name, tr.block_elems, hp_.head_dim_k);
+            fail("KV cache type {} needs head dim divisible by {}, model has {}", tr.name, tr.block_elems,
+                 hp_.head_dim_k);
     }
     if (hp_.head_dim_k != hp_.head_dim_v)
-        fail("{}: K head dim {} != V head dim {}: attention with different K and V widths is not supported yet",
-             hp_.arch_name(), hp_.head_dim_k, hp_.head_dim_v);
+        fail(
+            "{}: K head dim {} != V head dim {}: attention with different K and V widths is not supported "
+            "yet",
+            hp_.arch_name(), hp_.head_dim_k, hp_.head_dim_v);
     auto s = std::make_unique<SequenceState>();
     s->options_ = o;
     if (gpu_) {
@@ -131,7 +137,7 @@ bool any_host_experts(const GpuOptions& o) {
 }  // namespace
 
 Model::Model(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_threads, Device device,
-                     const GpuOptions& gpu_options)
+             const GpuOptions& gpu_options)
     // On the GPU the pool computes only host-resident experts: one thread unless some stay there.
     : hp_(read_hparams(file)),
       pool_(device == Device::cpu || any_host_experts(gpu_options) ? n_threads : 1, pin_threads),
@@ -145,7 +151,8 @@ Model::Model(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_thr
     // Several NUMA nodes: spread the expert weights over all of them (each token's experts are read by
     // threads on every node). One node: nothing to do.
     for (const gguf::TensorInfo& t : file.tensors())
-        if (t.name.find("_exps.") != std::string::npos) interleave_memory(const_cast<uint8_t*>(t.data), t.n_bytes);
+        if (t.name.find("_exps.") != std::string::npos)
+            interleave_memory(const_cast<uint8_t*>(t.data), t.n_bytes);
     const int64_t d = hp_.n_embd;
     token_embd_ = bind(file, "token_embd.weight", {d, hp_.n_vocab});
     output_norm_ = load_vector(file, "output_norm.weight", {d});
@@ -199,7 +206,8 @@ Model::Model(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_thr
             L.shexp_down = bind(file, name("ffn_down_shexp.weight"), {hp_.n_ff_shexp, d});
         }
     }
-    expert_usage_.assign(static_cast<size_t>(n_trunk), std::vector<int64_t>(static_cast<size_t>(hp_.n_expert), 0));
+    expert_usage_.assign(static_cast<size_t>(n_trunk),
+                         std::vector<int64_t>(static_cast<size_t>(hp_.n_expert), 0));
     if (device_ == Device::cuda) gpu_ = make_gpu_forward(*this, gpu_options_);
 }
 
@@ -213,8 +221,8 @@ void Model::check_batch(std::span<const SequenceBatch> batch) const {
         if ((b.state->device_ != nullptr) != (gpu_ != nullptr))
             fail("this sequence's state was made by a model on another device");
         if (b.state->n_past_ + static_cast<int64_t>(b.tokens.size()) > b.state->n_ctx())
-            fail("sequence of {} tokens after {} already in context exceeds the context size {}", b.tokens.size(),
-                 b.state->n_past_, b.state->n_ctx());
+            fail("sequence of {} tokens after {} already in context exceeds the context size {}",
+                 b.tokens.size(), b.state->n_past_, b.state->n_ctx());
         for (int32_t tok : b.tokens)
             if (tok < 0 || tok >= hp_.n_vocab)
                 fail("token id {} outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
@@ -222,7 +230,7 @@ void Model::check_batch(std::span<const SequenceBatch> batch) const {
 }
 
 std::optional<int32_t> Model::forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
-                                                 std::vector<float>& logits) {
+                                             std::vector<float>& logits) {
     if (!gpu_) {
         forward(batch, false, logits);
         return std::nullopt;
@@ -239,7 +247,8 @@ void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::
     int64_t n_tokens = 0;
     for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
     if (gpu_) {
-        if (trace_routing_) fail("routing statistics are collected on the CPU path only (drop --device cuda)");
+        if (trace_routing_)
+            fail("routing statistics are collected on the CPU path only (drop --device cuda)");
         if (dump_activations_) fail("activations are dumped on the CPU path only (drop --device cuda)");
         gpu_->forward(batch, all_logits, logits);
         for (const SequenceBatch& b : batch) b.state->n_past_ += static_cast<int64_t>(b.tokens.size());
@@ -264,9 +273,12 @@ void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::
     for (int64_t il = 0; il < hp_.n_trunk(); ++il) {
         const LayerWeights& L = layers_[static_cast<size_t>(il)];
         const float eps = static_cast<float>(hp_.rms_eps);
-        for (int64_t t = 0; t < n_tokens; ++t) ops::rms_norm(&x[t * d], L.attn_norm.data(), d, eps, &u[t * d]);
-        if (L.recurrent) deltanet(L, il, batch, u.data(), mixed.data());
-        else attention(L, il, batch, u.data(), mixed.data());
+        for (int64_t t = 0; t < n_tokens; ++t)
+            ops::rms_norm(&x[t * d], L.attn_norm.data(), d, eps, &u[t * d]);
+        if (L.recurrent)
+            deltanet(L, il, batch, u.data(), mixed.data());
+        else
+            attention(L, il, batch, u.data(), mixed.data());
         dump(il, "mixer_in", u);
         dump(il, "mixer_out", mixed);
         for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
@@ -287,13 +299,15 @@ void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::
             const int64_t n = static_cast<int64_t>(b.tokens.size());
             if (all_logits)
                 for (int64_t i = 0; i < n; ++i) rows.push_back(t + i);
-            else rows.push_back(t + n - 1);
+            else
+                rows.push_back(t + n - 1);
             t += n;
         }
     }
     std::vector<float> h(rows.size() * static_cast<size_t>(d));
     for (size_t r = 0; r < rows.size(); ++r)
-        ops::rms_norm(&x[static_cast<size_t>(rows[r] * d)], output_norm_.data(), d, static_cast<float>(hp_.rms_eps), &h[r * static_cast<size_t>(d)]);
+        ops::rms_norm(&x[static_cast<size_t>(rows[r] * d)], output_norm_.data(), d,
+                      static_cast<float>(hp_.rms_eps), &h[r * static_cast<size_t>(d)]);
     logits.resize(rows.size() * static_cast<size_t>(hp_.n_vocab));
     ops::linear(ctx, output_, h.data(), static_cast<int64_t>(rows.size()), logits.data());
 }
@@ -301,7 +315,7 @@ void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::
 // Gated DeltaNet (spec §3a): projections for the whole batch, then the conv and delta rule token
 // by token through each sequence's state, then the output projection.
 void Model::deltanet(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
-                         float* out) {
+                     float* out) {
     const ops::Context& ctx = ctx_;
     int64_t n_tokens = 0;
     for (const SequenceBatch& b : batch) n_tokens += static_cast<int64_t>(b.tokens.size());
@@ -349,7 +363,8 @@ void Model::deltanet(const LayerWeights& L, int64_t il, std::span<const Sequence
             for (int64_t h = 0; h < Hv; ++h) {
                 const size_t i = static_cast<size_t>((t0 + t) * Hv + h);
                 bt[i] = ops::sigmoid(beta[i]);
-                g[i] = L.ssm_a[static_cast<size_t>(h)] * ops::softplus(alpha[i] + L.ssm_dt_bias[static_cast<size_t>(h)]);
+                g[i] = L.ssm_a[static_cast<size_t>(h)] *
+                       ops::softplus(alpha[i] + L.ssm_dt_bias[static_cast<size_t>(h)]);
             }
         });
         // Value head h reads key/query head h mod Hk (GGUF's tiled head order, spec §2.6).
@@ -389,7 +404,7 @@ void Model::deltanet(const LayerWeights& L, int64_t il, std::span<const Sequence
 // Full attention (qwen35moe.md §3b, archs.md §2.3): q/k norms and the output gate where the recipe
 // has them, RoPE, the KV cache, causal attention over it, the output projection.
 void Model::attention(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
-                          float* out) {
+                      float* out) {
     const ops::Context& ctx = ctx_;
     const AttentionRecipe& recipe = hp_.recipe().attention;
     int64_t n_tokens = 0;
@@ -413,14 +428,21 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
     for (const SequenceBatch& b : batch) {
         SequenceState& st = *b.state;
         const StateOptions& so = st.options_;
-        ops::KvView kv{st.k_[static_cast<size_t>(ai)].data(), st.v_[static_cast<size_t>(ai)].data(), so.k_type, so.v_type,
-                       Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd), quant::row_bytes(so.v_type, Hkv * hd), so.n_ctx};
+        ops::KvView kv{st.k_[static_cast<size_t>(ai)].data(),
+                       st.v_[static_cast<size_t>(ai)].data(),
+                       so.k_type,
+                       so.v_type,
+                       Hkv * hd,
+                       quant::row_bytes(so.k_type, Hkv * hd),
+                       quant::row_bytes(so.v_type, Hkv * hd),
+                       so.n_ctx};
         const int64_t t0 = t;
         for (size_t i = 0; i < b.tokens.size(); ++i, ++t) {
             const int64_t pos = st.n_past_ + static_cast<int64_t>(i);
             for (int64_t h = 0; h < H; ++h) {
                 float* qh = &q[static_cast<size_t>((t * H + h) * hd)];
-                std::memcpy(qh, &qg[static_cast<size_t>((t * H + h) * q_head_stride)], static_cast<size_t>(hd) * sizeof(float));
+                std::memcpy(qh, &qg[static_cast<size_t>((t * H + h) * q_head_stride)],
+                            static_cast<size_t>(hd) * sizeof(float));
                 if (recipe.qk_norm) ops::rms_norm(qh, L.attn_q_norm.data(), hd, eps, qh);
                 ops::rope_neox(qh, hp_.n_rot, pos, hp_.rope_theta);
             }
@@ -429,7 +451,8 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
                 if (recipe.qk_norm) ops::rms_norm(kh, L.attn_k_norm.data(), hd, eps, kh);
                 ops::rope_neox(kh, hp_.n_rot, pos, hp_.rope_theta);
             }
-            ops::kv_store(kv, pos, &k[static_cast<size_t>(t * Hkv * hd)], &v[static_cast<size_t>(t * Hkv * hd)]);
+            ops::kv_store(kv, pos, &k[static_cast<size_t>(t * Hkv * hd)],
+                          &v[static_cast<size_t>(t * Hkv * hd)]);
         }
         // Every token attends to its sequence's cache up to and including itself.
         const int64_t n = static_cast<int64_t>(b.tokens.size());
@@ -455,10 +478,11 @@ void Model::moe(const LayerWeights& L, int64_t il, const float* u, int64_t n_tok
     ops::linear(ctx, L.router, u, n_tokens, router_logits.data());
     ops::Routing routing;
     const MoeRecipe& recipe = hp_.recipe().moe;
-    ops::route_softmax_topk(router_logits.data(), n_tokens, hp_.n_expert, hp_.n_expert_used, recipe.renormalize,
-                            routing);
+    ops::route_softmax_topk(router_logits.data(), n_tokens, hp_.n_expert, hp_.n_expert_used,
+                            recipe.renormalize, routing);
     auto& usage = expert_usage_[static_cast<size_t>(il)];
-    for (int64_t e = 0; e < hp_.n_expert; ++e) usage[static_cast<size_t>(e)] += routing.expert_counts[static_cast<size_t>(e)];
+    for (int64_t e = 0; e < hp_.n_expert; ++e)
+        usage[static_cast<size_t>(e)] += routing.expert_counts[static_cast<size_t>(e)];
     if (trace_routing_) {
         routing_trace_.resize(layers_.size());
         auto& trace = routing_trace_[static_cast<size_t>(il)];

@@ -23,7 +23,7 @@
 namespace mox::models {
 
 struct LayerWeights {
-    bool recurrent = false;                    // the mixer is Gated DeltaNet (else attention)
+    bool recurrent = false;                  // the mixer is Gated DeltaNet (else attention)
     std::vector<float> attn_norm, ffn_norm;  // the mixer's and the MoE's input norms
     // Gated DeltaNet
     ops::Weight attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out;
@@ -95,9 +95,9 @@ private:
     friend class GpuForward;
     StateOptions options_;
     int64_t n_past_ = 0;
-    std::vector<std::vector<uint8_t>> k_, v_;        // per attention layer: [n_ctx, row bytes]
-    std::vector<std::vector<float>> conv_, ssm_;     // per DeltaNet layer
-    std::unique_ptr<DeviceSequenceState> device_;   // instead of the above when the model runs on a GPU
+    std::vector<std::vector<uint8_t>> k_, v_;      // per attention layer: [n_ctx, row bytes]
+    std::vector<std::vector<float>> conv_, ssm_;   // per DeltaNet layer
+    std::unique_ptr<DeviceSequenceState> device_;  // instead of the above when the model runs on a GPU
 };
 
 // A batch: tokens of one or more sequences, each continuing its own state.
@@ -111,7 +111,8 @@ class ForwardBackend {
 public:
     virtual ~ForwardBackend() = default;
     virtual std::unique_ptr<DeviceSequenceState> new_state(const StateOptions& options) = 0;
-    virtual void forward(std::span<const SequenceBatch> batch, bool all_logits, std::vector<float>& logits) = 0;
+    virtual void forward(std::span<const SequenceBatch> batch, bool all_logits,
+                         std::vector<float>& logits) = 0;
     virtual std::string summary() const = 0;
     // The arg max of the last logit row the last forward returned (the lowest index of the largest
     // value, as std::max_element), where the backend found it on the device; nullopt otherwise.
@@ -137,7 +138,7 @@ public:
     // path); pin_threads binds the pool's workers to cores.
     // device: where the forward runs (Device::cuda uploads every weight to the GPU here).
     Model(const gguf::File& file, int n_threads, quant::Isa isa = quant::host_isa(), bool pin_threads = true,
-              Device device = Device::cpu, const GpuOptions& gpu_options = {});
+          Device device = Device::cpu, const GpuOptions& gpu_options = {});
     ~Model();
 
     Device device() const { return device_; }
@@ -186,8 +187,10 @@ private:
     friend class GpuForward;
     // forward's checks of a batch (states, context, token ids), before anything runs.
     void check_batch(std::span<const SequenceBatch> batch) const;
-    void deltanet(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
-    void attention(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u, float* out);
+    void deltanet(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
+                  float* out);
+    void attention(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
+                   float* out);
     void moe(const LayerWeights& L, int64_t il, const float* u, int64_t n_tokens, float* out);
 
     Hparams hp_;

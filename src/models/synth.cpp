@@ -148,10 +148,7 @@ Hparams synth_preset(const std::string& name) {
     }
     if (name == "qwen3-30b-a3b" || name == "qwen3-235b-a22b" || name == "qwen3moe-tiny") {
         // Qwen3-MoE (shared/spec/archs.md §2.1): attention in every layer, no shared expert.
-        hp.arch = Arch::qwen3moe;
-        hp.full_attn_interval = 1;
-        hp.ssm_conv_kernel = hp.ssm_inner = hp.ssm_state = hp.ssm_v_heads = hp.ssm_k_heads = 0;
-        hp.rope_sections.clear();
+        hp = hparams_for(Arch::qwen3moe);
         hp.n_ff_shexp = 0;
         hp.n_ctx_train = 40960;
         hp.n_vocab = 151936;

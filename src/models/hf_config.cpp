@@ -1,0 +1,26 @@
+#include "models/hf_config.h"
+
+namespace mox::models {
+
+using nlohmann::json;
+
+HfRope read_hf_rope(const HfConfig& c, const std::string& where, double default_partial) {
+    const json* rope = c.object("rope_parameters");
+    if (!rope) rope = c.object("rope_scaling");
+    const json empty = json::object();
+    const HfConfig r(
+        rope ? *rope : empty,
+        rope ? where + (c.has("rope_parameters") ? "rope_parameters." : "rope_scaling.") : where);
+    const std::string rope_type = r.string_or("rope_type", r.string_or("type", "default"));
+    if (rope_type != "default" && rope_type != "mrope")
+        fail("config.json: rope_type '{}' is not supported (only unscaled RoPE converts)", rope_type);
+    HfRope out;
+    out.theta = r.has("rope_theta") ? r.float_or("rope_theta", 0) : c.float_or("rope_theta", 10000.0);
+    out.partial = r.has("partial_rotary_factor") ? r.float_or("partial_rotary_factor", 0)
+                                                 : c.float_or("partial_rotary_factor", default_partial);
+    if (!(out.partial > 0 && out.partial <= 1))
+        fail("config.json: partial_rotary_factor {} must be in (0, 1]", out.partial);
+    return out;
+}
+
+}  // namespace mox::models
