@@ -16,7 +16,9 @@ cmake --build build-asan -j "$jobs"
 
 echo "== tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs"
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" | tee build-asan/ctest.log
+echo "== skips (the Python suite checks its own against tests/py/expected_skips.txt)"
+python3 scripts/check_skips.py build-asan/ctest.log tests/expected_gtest_skips.txt
 
 echo "== kernel and op tests at the lower ISA tiers (ctest ran the CPU's best tier)"
 for isa in avx2 scalar; do

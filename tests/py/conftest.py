@@ -34,3 +34,42 @@ def stand_in(tmp_path):
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
         return path
     return write
+
+
+# Skips are part of the result: every skip must match a pattern in expected_skips.txt (one line per
+# expected skip: an fnmatch pattern of the test id, then the reason it may skip; lines starting with
+# "cuda:" apply only to the GPU run, MOX_TEST_DEVICE=cuda). An unexpected skip (a missing package, a
+# claim silently dropped) fails the session.
+_skipped = []
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skipped.append((report.nodeid, reason))
+
+
+def _expected_skip_patterns():
+    on_gpu = bool(os.environ.get("MOX_TEST_DEVICE"))
+    patterns = []
+    for line in (Path(__file__).with_name("expected_skips.txt")).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("cuda:"):
+            if not on_gpu:
+                continue
+            line = line[len("cuda:"):].strip()
+        patterns.append(line.split()[0])
+    return patterns
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import fnmatch
+    patterns = _expected_skip_patterns()
+    unexpected = [(n, r) for n, r in _skipped if not any(fnmatch.fnmatch(n, p) for p in patterns)]
+    if unexpected:
+        print("\nunexpected skips (tests/py/expected_skips.txt lists the expected ones):")
+        for nodeid, reason in unexpected:
+            print(f"  {nodeid}: {reason}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -207,8 +207,9 @@ def test_template_matches_jinja2(template_name, tool_dir, tmp_path):
             want = e
         rc, got, err = run_tool(tool_dir, path, req, tmp_path)
         if isinstance(want, Exception):
-            if rc == 0:
-                failures.append(f"{case}: jinja2 raised {want!r}, mox rendered {got[:200]!r}")
+            # mox must fail the way bad input fails: a one-line error and exit 1 (never a crash).
+            if rc != 1:
+                failures.append(f"{case}: jinja2 raised {want!r}, mox exited {rc} with {got[:200]!r} {err[:200]!r}")
         elif rc != 0:
             failures.append(f"{case}: mox failed: {err.strip()}")
         elif got != want:
@@ -309,8 +310,8 @@ def test_random_expressions_match_jinja2(tool_dir, tmp_path):
         template_path.write_text(source, encoding="utf-8")
         rc, got, err = run_tool(tool_dir, template_path, request, tmp_path)
         if isinstance(want, Exception):
-            if rc == 0:
-                failures.append(f"{source}: jinja2 raised {want!r}, mox rendered {got!r}")
+            if rc != 1:
+                failures.append(f"{source}: jinja2 raised {want!r}, mox exited {rc} with {got!r} {err[:200]!r}")
         elif rc != 0:
             failures.append(f"{source}: mox failed: {err.strip()} (jinja2: {want!r})")
         elif got != want:
