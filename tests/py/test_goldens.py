@@ -73,7 +73,7 @@ def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     assert got.shape == ref.shape
-    assert rel_err(got, ref) < bound(1e-3, 5e-2)  # measured 2.0e-5 (CPU), 1.9e-2 (GPU)
+    assert rel_err(got, ref) < bound(8e-5, 5e-2)  # measured 1.7e-5 (CPU), 1.9e-2 (GPU)
     assert argmax_agreement(got, ref) >= bound(1.0, 0.95)
 
 
@@ -84,13 +84,13 @@ def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_fil
     decode = np.load(GOLDEN / "logits_decode.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
                      "-ctk", "f32", "-ctv", "f32")
-    assert rel_err(got[:k], prefill[:k]) < bound(1e-3, 5e-2)
-    assert rel_err(got[k:], decode) < bound(1e-3, 5e-2)  # measured 7.2e-6 (CPU), 6.8e-3 (GPU): decode through the caches
+    assert rel_err(got[:k], prefill[:k]) < bound(8e-5, 5e-2)  # measured 1.7e-5 (CPU)
+    assert rel_err(got[k:], decode) < bound(2.4e-5, 5e-2)  # measured 4.8e-6 (CPU), 6.8e-3 (GPU): decode through the caches
     assert argmax_agreement(got[k:], decode) >= bound(1.0, 0.95)
 
 
-# Quantized KV caches: the error is the cache's rounding (measured: f16 8.3e-3, q8_0 8.2e-3, q4_0 0.11).
-@pytest.mark.parametrize("kv,max_err,agree", [("f16", 2e-2, 0.99), ("bf16", 5e-2, 0.97), ("q8_0", 2e-2, 0.98),
+# Quantized KV caches: the error is the cache's rounding (measured: f16 8.3e-3, bf16 8.2e-3, q8_0 8.2e-3, q4_0 0.11).
+@pytest.mark.parametrize("kv,max_err,agree", [("f16", 2e-2, 0.99), ("bf16", 4e-2, 0.97), ("q8_0", 2e-2, 0.98),
                                               ("q4_0", 0.25, 0.9)])
 def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, max_err, agree):
     ref = np.load(GOLDEN / "logits_prefill.npy")
@@ -103,7 +103,7 @@ def test_f16_weights_match_transformers(mox_bin, converted, ids_file, tmp_path, 
     # The golden weights are bf16-exact and small, so f16 holds them almost exactly (measured 1.4e-5).
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f16"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
-    assert rel_err(got, ref) < bound(1e-3, 5e-2)
+    assert rel_err(got, ref) < bound(9e-5, 5e-2)  # measured 1.8e-5 (CPU)
 
 
 # Quantized weights change the function: on this random model a weight error of 0.5% (Q8_0) flips
@@ -149,7 +149,7 @@ def test_quantized_file_equals_its_dequantized_f32_copy(mox_bin, converted, ids_
     a = run_logits(mox_bin, converted[outtype], ids_file, tmp_path / "a.npy", *ref)
     b = run_logits(mox_bin, copy, ids_file, tmp_path / "b.npy", *ref)
     # GPU: the quantized and the float weights take different kernels, both rounding to fp16.
-    assert rel_err(a, b) < bound(1e-5, 5e-2)
+    assert rel_err(a, b) < bound(1e-7, 5e-2)  # measured 0 (CPU: the same function exactly)
 
 
 def test_prompt_longer_than_context_is_a_clear_error(mox_bin, converted, ids_file, tmp_path):
