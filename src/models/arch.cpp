@@ -10,7 +10,7 @@ namespace mox::models {
 namespace {
 
 const std::vector<ArchInfo>& registry() {
-    static const std::vector<ArchInfo> rows = {archs::qwen35moe(), archs::qwen3moe()};
+    static const std::vector<ArchInfo> rows = {archs::qwen35moe(), archs::qwen3moe(), archs::llama()};
     return rows;
 }
 

@@ -24,7 +24,7 @@ struct Hparams;
 struct HfTextConfig;
 struct TensorSpec;
 
-enum class Arch : uint8_t { qwen35moe, qwen3moe };
+enum class Arch : uint8_t { qwen35moe, qwen3moe, llama };
 
 // A layer's token mixer.
 enum class Mixer : uint8_t {
@@ -34,6 +34,7 @@ enum class Mixer : uint8_t {
 
 enum class RopeKind : uint8_t {
     neox,  // pairs (i, i + n_rot/2) of the first n_rot dims of a head (IMROPE on text equals this)
+    norm,  // adjacent pairs (2i, 2i + 1): Llama-family files, whose q/k rows the converter permuted
 };
 
 enum class RouterKind : uint8_t {

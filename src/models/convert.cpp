@@ -162,7 +162,9 @@ class Planner {
         const int64_t conv = hp_.conv_channels();
         const std::string la = base + "linear_attn.";
         const std::string sa = base + "self_attn.";
-        const std::string mlp = base + "mlp.";
+        // Mixtral checkpoints name the MoE block block_sparse_moe and its experts' matrices w1/w3/w2.
+        const bool mixtral_names = ck_.find(base + "block_sparse_moe.gate.weight") != nullptr;
+        const std::string mlp = base + (mixtral_names ? "block_sparse_moe." : "mlp.");
 
         // [q | k | v] channel rows with only the v rows re-ordered.
         auto qkv_rows = [this, key_dim](int64_t r) {
@@ -228,10 +230,21 @@ class Planner {
             return p;
         }
         // Gated full attention
-        if (kind == "attn_q.weight")
-            return simple(spec, source(sa + "q_proj.weight", {hp_.q_proj_rows(), d}));
-        if (kind == "attn_k.weight")
-            return simple(spec, source(sa + "k_proj.weight", {hp_.n_head_kv * hp_.head_dim_k, d}));
+        if (kind == "attn_q.weight" || kind == "attn_k.weight") {
+            const bool q = kind == "attn_q.weight";
+            p = simple(spec, source(sa + (q ? "q_proj.weight" : "k_proj.weight"),
+                                    {q ? hp_.q_proj_rows() : hp_.n_head_kv * hp_.head_dim_k, d}));
+            // NORM rotary pairs adjacent rows: within each head, GGUF row 2i + s is HF row
+            // s * hd/2 + i (HF rotates halves; archs.md §4.2).
+            if (hp_.recipe().attention.rope == RopeKind::norm) {
+                const int64_t hd = hp_.head_dim_k;
+                p.row = [hd](int64_t r) {
+                    const int64_t j = r % hd;
+                    return RowRef{0, r - j + (j % 2) * (hd / 2) + j / 2};
+                };
+            }
+            return p;
+        }
         if (kind == "attn_v.weight")
             return simple(spec, source(sa + "v_proj.weight", {hp_.n_head_kv * hp_.head_dim_v, d}));
         if (kind == "attn_q_norm.weight")
@@ -252,13 +265,13 @@ class Planner {
         if (kind == "ffn_down_shexp.weight")
             return simple(spec, source(mlp + "shared_expert.down_proj.weight", {d, hp_.n_ff_shexp}));
         if (kind == "ffn_gate_exps.weight" || kind == "ffn_up_exps.weight" || kind == "ffn_down_exps.weight")
-            return plan_experts(spec, mlp + "experts.", kind);
+            return plan_experts(spec, mlp + "experts.", kind, mixtral_names);
         fail("internal: no HF source known for {}", spec.name);
     }
 
     // Routed experts: either fused 3-D parameters (transformers 5: gate_up_proj [E, 2F, D] with gate
     // rows first, down_proj [E, D, F]) or one 2-D weight per expert (experts.E.gate_proj.weight ...).
-    Plan plan_experts(const TensorSpec& spec, const std::string& ex, const std::string& kind) {
+    Plan plan_experts(const TensorSpec& spec, const std::string& ex, const std::string& kind, bool mixtral_names) {
         const int64_t d = hp_.n_embd, F = hp_.n_ff_exp, E = hp_.n_expert;
         Plan p;
         p.spec = spec;
@@ -274,6 +287,7 @@ class Planner {
             return p;
         }
         const char* which = down ? "down_proj" : kind == "ffn_gate_exps.weight" ? "gate_proj" : "up_proj";
+        if (mixtral_names) which = down ? "w2" : kind == "ffn_gate_exps.weight" ? "w1" : "w3";
         for (int64_t e = 0; e < E; ++e) {
             const std::string name = fmt::format("{}{}.{}.weight", ex, e, which);
             if (e == 0 && !ck_.find(name))

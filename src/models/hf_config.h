@@ -82,5 +82,6 @@ HfRope read_hf_rope(const HfConfig& c, const std::string& where, double default_
 // The HF config of a registry row (ArchInfo::hf_model_types says which model_type it reads).
 HfTextConfig qwen35moe_from_hf_config(const nlohmann::json& config);
 HfTextConfig qwen3moe_from_hf_config(const nlohmann::json& config);
+HfTextConfig mixtral_from_hf_config(const nlohmann::json& config);
 
 }  // namespace mox::models

@@ -44,6 +44,8 @@ void Hparams::validate() const {
     need(head_dim_k > 0 && head_dim_v > 0, "key_length/value_length must be positive");
     need(n_rot > 0 && n_rot <= head_dim_k && n_rot % 2 == 0,
          "rope.dimension_count must be even and <= key_length");
+    if (n_expert == 0)
+        fail("{}: a dense model (no expert_count): mox runs Mixture-of-Experts models only", arch_name());
     need(n_expert > 0 && n_expert_used > 0 && n_expert_used <= n_expert,
          "expert_used_count must be in 1..expert_count");
     need(n_ff_exp > 0, "expert_feed_forward_length must be positive");
@@ -87,8 +89,8 @@ Hparams read_hparams(const gguf::File& file) {
     hp.n_rot = u_or("rope.dimension_count", hp.head_dim_k);
     hp.rope_theta = file.get_float_or(key("rope.freq_base"), 10000.0);
     hp.rms_eps = file.get_float(key("attention.layer_norm_rms_epsilon"));
-    hp.n_expert = u("expert_count");
-    hp.n_expert_used = u("expert_used_count");
+    hp.n_expert = u_or("expert_count", 0);
+    hp.n_expert_used = u_or("expert_used_count", 0);
     hp.n_ff_exp = u_or("expert_feed_forward_length", u_or("feed_forward_length", 0));
     hp.n_ff_shexp = u_or("expert_shared_feed_forward_length", 0);
     if (info->read_keys) info->read_keys(file, hp);

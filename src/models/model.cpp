@@ -413,6 +413,10 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
     const float eps = static_cast<float>(hp_.rms_eps);
     // q rows per head: [query | gate] with the output gate, the query alone without.
     const int64_t q_head_stride = recipe.output_gate ? 2 * hd : hd;
+    auto rope = [&](float* head, int64_t pos) {
+        if (recipe.rope == RopeKind::norm) ops::rope_norm(head, hp_.n_rot, pos, hp_.rope_theta);
+        else ops::rope_neox(head, hp_.n_rot, pos, hp_.rope_theta);
+    };
 
     std::vector<float> qg(static_cast<size_t>(n_tokens * hp_.q_proj_rows()));
     std::vector<float> k(static_cast<size_t>(n_tokens * Hkv * hd)), v(k.size());
@@ -444,12 +448,12 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
                 std::memcpy(qh, &qg[static_cast<size_t>((t * H + h) * q_head_stride)],
                             static_cast<size_t>(hd) * sizeof(float));
                 if (recipe.qk_norm) ops::rms_norm(qh, L.attn_q_norm.data(), hd, eps, qh);
-                ops::rope_neox(qh, hp_.n_rot, pos, hp_.rope_theta);
+                rope(qh, pos);
             }
             for (int64_t h = 0; h < Hkv; ++h) {
                 float* kh = &k[static_cast<size_t>((t * Hkv + h) * hd)];
                 if (recipe.qk_norm) ops::rms_norm(kh, L.attn_k_norm.data(), hd, eps, kh);
-                ops::rope_neox(kh, hp_.n_rot, pos, hp_.rope_theta);
+                rope(kh, pos);
             }
             ops::kv_store(kv, pos, &k[static_cast<size_t>(t * Hkv * hd)],
                           &v[static_cast<size_t>(t * Hkv * hd)]);

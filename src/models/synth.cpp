@@ -104,6 +104,9 @@ quant::TypeId choose_tensor_type(const TensorSpec& spec, QuantMix mix, const Hpa
             else if ((has(n, "attn_v.weight") || has(n, "attn_qkv.weight")) && use_more_bits(spec.layer, hp.n_layer))
                 t = TypeId::q6_k;
             else if (has(n, "ffn_down") && use_more_bits(spec.layer, hp.n_layer)) t = TypeId::q6_k;
+            // 8-expert models (Mixtral): llama.cpp keeps attn_v and attn_k at Q8_0, attn_output at Q5_K.
+            if (hp.n_expert == 8 && (has(n, "attn_v.weight") || has(n, "attn_k.weight"))) t = TypeId::q8_0;
+            if (hp.n_expert == 8 && has(n, "attn_output.weight")) t = TypeId::q5_k;
             break;
         }
         case QuantMix::iq4_xs: {
@@ -181,7 +184,37 @@ Hparams synth_preset(const std::string& name) {
         }
         return hp;
     }
-    fail("unknown preset '{}' (expected qwen3.6-35b-a3b, tiny, qwen3-30b-a3b, qwen3-235b-a22b or qwen3moe-tiny)",
+    if (name == "mixtral-8x7b" || name == "mixtral-tiny") {
+        // Mixtral (shared/spec/archs.md §4.1): llama with 8 experts top-2, no q/k norms, NORM rotary.
+        hp = hparams_for(Arch::llama);
+        hp.n_ff_shexp = 0;
+        hp.n_expert = 8;
+        hp.n_expert_used = 2;
+        hp.rope_theta = 1e6;
+        hp.rms_eps = 1e-5;
+        if (name == "mixtral-8x7b") {
+            hp.n_layer = 32;
+            hp.n_ctx_train = 32768;
+            hp.n_embd = 4096;
+            hp.n_vocab = 32000;
+            hp.n_head = 32;
+            hp.n_head_kv = 8;
+            hp.head_dim_k = hp.head_dim_v = hp.n_rot = 128;
+            hp.n_ff_exp = 14336;
+        } else {
+            hp.n_layer = 4;
+            hp.n_ctx_train = 4096;
+            hp.n_embd = 256;
+            hp.n_vocab = 2048;
+            hp.n_head = 4;
+            hp.n_head_kv = 2;
+            hp.head_dim_k = hp.head_dim_v = hp.n_rot = 64;
+            hp.n_ff_exp = 512;
+        }
+        return hp;
+    }
+    fail("unknown preset '{}' (expected qwen3.6-35b-a3b, tiny, qwen3-30b-a3b, qwen3-235b-a22b, qwen3moe-tiny, "
+         "mixtral-8x7b or mixtral-tiny)",
          name);
 }
 

@@ -35,6 +35,17 @@ void rope_neox(float* head, int64_t n_rot, int64_t pos, double theta) {
     }
 }
 
+void rope_norm(float* head, int64_t n_rot, int64_t pos, double theta) {
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+        const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+        const double angle = static_cast<double>(pos) * freq;
+        const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+        const float a = head[2 * i], b = head[2 * i + 1];
+        head[2 * i] = a * c - b * s;
+        head[2 * i + 1] = a * s + b * c;
+    }
+}
+
 void softmax(float* x, int64_t n) {
     float max = x[0];
     for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);

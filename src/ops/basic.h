@@ -17,6 +17,9 @@ float softplus(float x);  // ln(1 + e^x), identity above 20 as torch's default t
 // NEOX rotary embedding on the first n_rot dims of one head: element i pairs with i + n_rot/2;
 // angle = pos * theta^(-2i/n_rot). Dims n_rot.. are untouched.
 void rope_neox(float* head, int64_t n_rot, int64_t pos, double theta);
+// NORM rotary embedding (llama.cpp's rope type 0, Llama/Mixtral files whose q/k rows the converter
+// permuted): adjacent elements (2i, 2i+1) pair up; angle = pos * theta^(-2i/n_rot).
+void rope_norm(float* head, int64_t n_rot, int64_t pos, double theta);
 
 // Numerically stable softmax in place.
 void softmax(float* x, int64_t n);

@@ -35,12 +35,16 @@ void add_rms_norm_matvec(const float* x, const float* add, const float* norm_w, 
 //                                                            values, the query first: 2 * hd for
 //                                                            Qwen3.5's [query | gate], hd without)
 //   k[t, h, :] = rope(rms_norm(k[t, h, :]) * k_norm)       in place, [n][n_head_kv][hd]
-// rope: NEOX rotation of the first n_rot dims, angle pos * theta^(-2i/n_rot).
+// Without qk_norm the norms are skipped (q_norm, k_norm unused: Mixtral). rope: NEOX rotation of the
+// first n_rot dims (pairs i, i + n_rot/2), or with rope_adjacent NORM rotation (pairs 2i, 2i + 1);
+// angle pos * theta^(-2i/n_rot).
 struct QkPrepShape {
     int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
     float eps = 1e-6f;
     float theta = 10000.0f;
     int64_t q_head_stride = 0;  // >= head_dim
+    bool qk_norm = true;
+    bool rope_adjacent = false;
 };
 // With `store` (a cache of f32, f16 or bf16 K and V: qk_cache_store_supported), the prepared k and
 // the v rows (v[t * v_stride + h * head_dim ..]) go straight into cache rows *pos0 + t, as

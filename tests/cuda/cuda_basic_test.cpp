@@ -173,11 +173,15 @@ TEST(CudaBasic, QkNormRopeMatchesReference) {
         int32_t pos0;
         int64_t n;
         bool gated = true;  // q rows [query | gate] per head (Qwen3.5), else the query alone (Qwen3)
+        bool norm = true;   // q/k RMSNorm (Qwen), none (Mixtral)
+        bool adjacent = false;  // NORM rotary (Mixtral) instead of NEOX
     };
     for (const Case c : {Case{16, 2, 256, 64, 1e7f, 0, 5}, Case{16, 2, 256, 64, 1e7f, 262100, 3},
                          Case{4, 2, 64, 16, 1e4f, 77, 12}, Case{2, 2, 32, 32, 1e4f, 3, 2},
-                         Case{32, 4, 128, 128, 1e6f, 40000, 9, false}}) {
-        SCOPED_TRACE(fmt::format("H={} hd={} n_rot={} pos0={} gated={}", c.H, c.hd, c.n_rot, c.pos0, c.gated));
+                         Case{32, 4, 128, 128, 1e6f, 40000, 9, false},
+                         Case{32, 8, 128, 128, 1e6f, 30000, 7, false, false, true}}) {
+        SCOPED_TRACE(fmt::format("H={} hd={} n_rot={} pos0={} gated={} norm={} adjacent={}", c.H, c.hd, c.n_rot, c.pos0,
+                                 c.gated, c.norm, c.adjacent));
         const int64_t stride = c.gated ? 2 * c.hd : c.hd;
         const auto qg = test::randn(static_cast<size_t>(c.n * c.H * stride), 7, 3.0f);
         auto k = test::randn(static_cast<size_t>(c.n * c.Hkv * c.hd), 8, 2.0f);
@@ -185,7 +189,7 @@ TEST(CudaBasic, QkNormRopeMatchesReference) {
         DeviceBuffer dqg = test::to_device(qg), dk = test::to_device(k), dqn = test::to_device(qn), dkn = test::to_device(kn);
         DeviceBuffer dpos = test::to_device(std::vector<int32_t>{c.pos0});
         DeviceBuffer dq = poisoned(static_cast<size_t>(c.n * c.H * c.hd));
-        const QkPrepShape sh{c.H, c.Hkv, c.hd, c.n_rot, 1e-6f, c.theta, stride};
+        const QkPrepShape sh{c.H, c.Hkv, c.hd, c.n_rot, 1e-6f, c.theta, stride, c.norm, c.adjacent};
         qk_norm_rope(dqg.as<float>(), dqn.as<float>(), dk.as<float>(), dkn.as<float>(), dpos.as<int32_t>(), c.n, sh,
                      dq.as<float>());
         const auto q = test::to_host<float>(dq, static_cast<size_t>(c.n * c.H * c.hd));
@@ -195,13 +199,15 @@ TEST(CudaBasic, QkNormRopeMatchesReference) {
             for (int64_t h = 0; h < c.H; ++h) {
                 float* qh = &qref[(t * c.H + h) * c.hd];
                 std::memcpy(qh, &qg[(t * c.H + h) * stride], c.hd * sizeof(float));
-                ops::rms_norm(qh, qn.data(), c.hd, 1e-6f, qh);
-                ops::rope_neox(qh, c.n_rot, c.pos0 + t, c.theta);
+                if (c.norm) ops::rms_norm(qh, qn.data(), c.hd, 1e-6f, qh);
+                if (c.adjacent) ops::rope_norm(qh, c.n_rot, c.pos0 + t, c.theta);
+                else ops::rope_neox(qh, c.n_rot, c.pos0 + t, c.theta);
             }
             for (int64_t h = 0; h < c.Hkv; ++h) {
                 float* kh = &k[(t * c.Hkv + h) * c.hd];
-                ops::rms_norm(kh, kn.data(), c.hd, 1e-6f, kh);
-                ops::rope_neox(kh, c.n_rot, c.pos0 + t, c.theta);
+                if (c.norm) ops::rms_norm(kh, kn.data(), c.hd, 1e-6f, kh);
+                if (c.adjacent) ops::rope_norm(kh, c.n_rot, c.pos0 + t, c.theta);
+                else ops::rope_neox(kh, c.n_rot, c.pos0 + t, c.theta);
             }
         }
         EXPECT_LT(max_rel(q, qref), 1e-5);

@@ -49,6 +49,28 @@ TEST(Ops, RopeNeoxRotatesPairsAndKeepsTail) {
     for (int i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(z[i], x[i]);  // position 0 is the identity
 }
 
+TEST(Ops, RopeNormRotatesAdjacentPairs) {
+    auto x = randn(64, 4);
+    auto y = x;
+    rope_norm(y.data(), 32, 11, 1e6);
+    for (int i = 32; i < 64; ++i) EXPECT_EQ(y[i], x[i]);
+    for (int i = 0; i < 16; ++i) {
+        const double a = 11 * std::pow(1e6, -2.0 * i / 32);
+        EXPECT_NEAR(y[2 * i], x[2 * i] * std::cos(a) - x[2 * i + 1] * std::sin(a), 1e-5);
+        EXPECT_NEAR(y[2 * i + 1], x[2 * i] * std::sin(a) + x[2 * i + 1] * std::cos(a), 1e-5);
+    }
+    // NORM on permuted rows is NEOX on the original rows (why the converter permutes q and k):
+    // row 2i + s of the permuted head is row s * n/2 + i of the original.
+    std::vector<float> permuted(64);
+    for (int i = 0; i < 32; ++i)
+        for (int s = 0; s < 2; ++s) permuted[2 * i + s] = x[s * 32 + i];
+    rope_norm(permuted.data(), 64, 5, 1e4);
+    auto neox = x;
+    rope_neox(neox.data(), 64, 5, 1e4);
+    for (int i = 0; i < 32; ++i)
+        for (int s = 0; s < 2; ++s) EXPECT_FLOAT_EQ(permuted[2 * i + s], neox[s * 32 + i]);
+}
+
 TEST(Ops, CausalConvMatchesDirectConvolution) {
     const int C = 5, K = 4, T = 9;
     auto w = randn(C * K, 4), xs = randn(C * T, 5);

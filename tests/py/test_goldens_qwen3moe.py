@@ -3,60 +3,19 @@ tools/goldens/make_qwen3moe_goldens.py): `mox convert` of the HF checkpoint chec
 against the safetensors values (read here with numpy alone), then `mox logits` against the logits
 transformers computed. Bounds are max|mox - ref| / max|ref| unless stated; each comment gives the
 measured value."""
-import json
-import os
-import struct
-import subprocess
-from pathlib import Path
-
 import gguf
 import numpy as np
 import pytest
 
-GOLDEN = Path(__file__).resolve().parents[1] / "data" / "goldens" / "qwen3moe"
-ON_GPU = os.environ.get("MOX_TEST_DEVICE", "") == "cuda"
+from goldens_util import (GOLDENS, ON_GPU, argmax_agreement, bound, convert_all, expert_stack, logits,
+                          read_safetensors, rel_err)
+from goldens_util import meta as golden_meta
+
+GOLDEN = GOLDENS / "qwen3moe"
 
 
 def meta():
-    return json.loads((GOLDEN / "goldens.json").read_text())
-
-
-def bound(cpu, gpu):
-    return gpu if ON_GPU else cpu
-
-
-def rel_err(a, ref):
-    e = float(np.abs(a - ref).max() / np.abs(ref).max())
-    print(f"measured rel err {e:.3e}")
-    return e
-
-
-def argmax_agreement(a, ref):
-    agree = float((a.argmax(-1) == ref.argmax(-1)).mean())
-    print(f"measured argmax agreement {agree:.4f}")
-    return agree
-
-
-def read_safetensors(path: Path) -> dict:
-    """name -> float64 array, for the F32 and BF16 tensors a checkpoint holds."""
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, h in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = h["data_offsets"]
-        data = raw[8 + n + a:8 + n + b]
-        if h["dtype"] == "BF16":
-            bits = np.frombuffer(data, dtype=np.uint16).astype(np.uint32) << 16
-            values = bits.view(np.float32)
-        elif h["dtype"] == "F32":
-            values = np.frombuffer(data, dtype=np.float32)
-        else:
-            raise AssertionError(f"{name}: dtype {h['dtype']}")
-        out[name] = values.astype(np.float64).reshape(h["shape"])
-    return out
+    return golden_meta(GOLDEN)
 
 
 @pytest.fixture(scope="module")
@@ -68,22 +27,13 @@ def ids_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def converted(mox_bin, tmp_path_factory):
-    out = tmp_path_factory.mktemp("conv")
-    files = {}
-    for outtype in ["f32", "q8_0"]:
-        path = out / f"qwen3moe-{outtype}.gguf"
-        subprocess.run([str(mox_bin), "convert", str(GOLDEN / "hf"), "-o", str(path), "--outtype", outtype],
-                       check=True, capture_output=True)
-        files[outtype] = path
-    return files
+    return convert_all(mox_bin, GOLDEN, tmp_path_factory.mktemp("conv"), ["f32", "q8_0"])
 
 
 @pytest.fixture(scope="module")
 def run_logits(device_args):
     def run(mox_bin, model, ids_file, out, *extra):
-        subprocess.run([str(mox_bin), "logits", "-m", str(model), "--tokens", f"@{ids_file}", "-o", str(out),
-                        *device_args, *extra], check=True, capture_output=True)
-        return np.load(out)
+        return logits(mox_bin, model, ids_file, out, device_args, *extra)
     return run
 
 
@@ -114,8 +64,7 @@ def test_conversion_has_llama_cpp_names_keys_and_values(converted):
                                    ("ffn_gate_inp", "mlp.gate")]:
             expect[f"{b}{gguf_name}.weight"] = hf[f"{p}{hf_name}.weight"]
         for which in ["gate", "up", "down"]:
-            expect[f"{b}ffn_{which}_exps.weight"] = np.stack(
-                [hf[f"{p}mlp.experts.{e}.{which}_proj.weight"] for e in range(E)])
+            expect[f"{b}ffn_{which}_exps.weight"] = expert_stack(hf, f"{p}mlp.", which, E)
     assert set(expect) == set(tensors)
     for name, want in expect.items():
         got = np.asarray(tensors[name].data, dtype=np.float64).reshape(want.shape)

@@ -7,5 +7,6 @@ namespace mox::models::archs {
 
 ArchInfo qwen35moe();
 ArchInfo qwen3moe();
+ArchInfo llama();
 
 }  // namespace mox::models::archs

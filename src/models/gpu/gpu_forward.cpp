@@ -39,9 +39,21 @@ constexpr int64_t kMinKeysBucket = 256;
 // never a silent fallback to another path.
 void check_supported(const Hparams& hp) {
     const ArchRecipe& r = hp.recipe();
-    if (!r.attention.qk_norm)
-        fail("--device cuda: {}: attention without q/k norms has no GPU kernel yet (run it with --device cpu)",
-             hp.arch_name());
+    // Each switch lists the options the GPU blocks implement: a new enum value fails the build
+    // (-Wswitch -Werror) until it is handled here, as a path or as an error naming it.
+    switch (r.attention.rope) {
+        case RopeKind::neox:
+        case RopeKind::norm: break;
+    }
+    switch (r.moe.router) {
+        case RouterKind::softmax_topk: break;
+    }
+    switch (r.moe.shared) {
+        case SharedExpertKind::none:
+        case SharedExpertKind::sigmoid_gated: break;
+    }
+    if (hp.head_dim_k > 1024)
+        fail("--device cuda: {}: head dim {} is above the attention kernels' 1024", hp.arch_name(), hp.head_dim_k);
 }
 
 cuda::DeltaNetShape delta_net_shape(const Hparams& hp) {
@@ -302,8 +314,10 @@ uint64_t GpuForward::upload_weights(const GpuOptions& o, WeightArena& arena) {
         } else {
             G.attn_in = upg({&L.attn_q, &L.attn_k, &L.attn_v});
             G.attn_output = upw(L.attn_output);
-            G.attn_q_norm = upf(L.attn_q_norm);
-            G.attn_k_norm = upf(L.attn_k_norm);
+            if (hp_.recipe().attention.qk_norm) {
+                G.attn_q_norm = upf(L.attn_q_norm);
+                G.attn_k_norm = upf(L.attn_k_norm);
+            }
         }
         if (hp_.has_shared_expert()) {
             const ops::Weight shared_gate{.data = reinterpret_cast<const uint8_t*>(L.shexp_gate_inp.data()),
@@ -632,8 +646,16 @@ void GpuForward::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int6
     float* k = L.attn_in.out(proj, 1, n, n_ubatch_);
     float* v = L.attn_in.out(proj, 2, n, n_ubatch_);
     const int64_t q_head_stride = gated ? 2 * hd : hd;
-    const cuda::QkPrepShape qs{H,         Hkv, hd, hp_.n_rot, static_cast<float>(hp_.rms_eps), static_cast<float>(hp_.rope_theta),
-                               q_head_stride};
+    const AttentionRecipe& recipe = hp_.recipe().attention;
+    const cuda::QkPrepShape qs{.n_head = H,
+                               .n_head_kv = Hkv,
+                               .head_dim = hd,
+                               .n_rot = hp_.n_rot,
+                               .eps = static_cast<float>(hp_.rms_eps),
+                               .theta = static_cast<float>(hp_.rope_theta),
+                               .q_head_stride = q_head_stride,
+                               .qk_norm = recipe.qk_norm,
+                               .rope_adjacent = recipe.rope == RopeKind::norm};
     const StateOptions& so = seq.options;
     const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(), seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
                          so.k_type, so.v_type, Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd),

@@ -226,20 +226,27 @@ __global__ void qk_norm_rope_kernel(const float* __restrict__ qg, const float* _
     }
     const int i = threadIdx.x;
     const float v = i < hd ? src[i] : 0.0f;
-    const float scale = rsqrtf(block_sum(v * v, red) / static_cast<float>(hd) + sh.eps);
-    if (i < hd) head[i] = v * scale * nw[i];
+    if (sh.qk_norm) {
+        const float scale = rsqrtf(block_sum(v * v, red) / static_cast<float>(hd) + sh.eps);
+        if (i < hd) head[i] = v * scale * nw[i];
+    } else if (i < hd) {
+        head[i] = v;
+    }
     __syncthreads();
     const int64_t half = sh.n_rot / 2;
     float r = i < hd ? head[i] : 0.0f;
     if (i < sh.n_rot) {
         // Angles in double: at position 262143 a float angle would be off by ~0.02 rad.
-        const int64_t pair = i < half ? i : i - half;
+        const int64_t pair = sh.rope_adjacent ? i / 2 : (i < half ? i : i - half);
         const double freq = pow(static_cast<double>(sh.theta), -2.0 * static_cast<double>(pair) / static_cast<double>(sh.n_rot));
         const double angle = static_cast<double>(*pos0 + t) * freq;
         double sd, cd;
         sincos(angle, &sd, &cd);
         const float c = static_cast<float>(cd), s = static_cast<float>(sd);
-        r = i < half ? head[i] * c - head[i + half] * s : head[i - half] * s + head[i] * c;
+        if (sh.rope_adjacent)
+            r = i % 2 == 0 ? head[i] * c - head[i + 1] * s : head[i - 1] * s + head[i] * c;
+        else
+            r = i < half ? head[i] * c - head[i + half] * s : head[i - half] * s + head[i] * c;
     }
     if (i >= hd) return;
     if (is_q || ct.kc == nullptr) {

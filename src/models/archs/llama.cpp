@@ -1,0 +1,74 @@
+// Mixtral (llama.cpp `llama` with experts; shared/spec/archs.md §4: Mixtral-8x7B, 8x22B): every
+// layer attention without q/k norms, NORM (adjacent-pair) rotary over the whole head on q/k rows the
+// converter permuted, 8 experts top-2 softmax-renormalised sized by feed_forward_length, no shared
+// expert; plain HF norms. A `llama` file without experts (dense Llama) is refused when it loads.
+#include "gguf/writer.h"
+#include "models/archs/archs.h"
+#include "models/hf_config.h"
+
+namespace mox::models {
+
+namespace {
+
+// llama.cpp's llama loader sizes the experts with feed_forward_length (read_hparams falls back to
+// it when there is no expert_feed_forward_length) and requires it.
+void write_keys(gguf::Writer& w, const Hparams& hp) {
+    w.set(arch_key(hp, "feed_forward_length"), gguf::Value::u32(static_cast<uint32_t>(hp.n_ff_exp)));
+    w.set(arch_key(hp, "vocab_size"), gguf::Value::u32(static_cast<uint32_t>(hp.n_vocab)));
+}
+
+}  // namespace
+
+using nlohmann::json;
+
+// The HF config (archs.md §4.1): `mixtral`.
+HfTextConfig mixtral_from_hf_config(const json& config) {
+    const HfConfig c(config, "");
+    HfTextConfig out{.hparams = hparams_for(Arch::llama)};
+    Hparams& hp = out.hparams;
+    hp.n_embd = c.need_int("hidden_size");
+    hp.n_layer = c.need_int("num_hidden_layers");
+    hp.n_vocab = c.need_int("vocab_size");
+    hp.n_head = c.need_int("num_attention_heads");
+    hp.n_head_kv = c.int_or("num_key_value_heads", hp.n_head);
+    hp.head_dim_k = hp.head_dim_v = c.int_or("head_dim", hp.n_embd / hp.n_head);
+    hp.n_ctx_train = c.int_or("max_position_embeddings", 32768);
+    hp.rms_eps = c.float_or("rms_norm_eps", 1e-5);
+    hp.n_expert = c.need_int("num_local_experts");
+    hp.n_expert_used = c.need_int("num_experts_per_tok");
+    hp.n_ff_exp = c.need_int("intermediate_size");
+    hp.n_ff_shexp = 0;
+    if (const std::string act = c.string_or("hidden_act", "silu"); act != "silu")
+        fail("config.json: hidden_act '{}' is not supported (expected silu)", act);
+    // llama.cpp's converter does not write the window and its loader does not use it (archs.md §4.1).
+    if (c.has("sliding_window") && c.int_or("sliding_window", 0) < hp.n_ctx_train)
+        fail("config.json: sliding_window {} below max_position_embeddings is not supported",
+             c.int_or("sliding_window", 0));
+    const HfRope rope = read_hf_rope(c, "", 1.0);
+    hp.rope_theta = rope.theta;
+    hp.n_rot = static_cast<int64_t>(static_cast<double>(hp.head_dim_k) * rope.partial);
+    out.tie_word_embeddings = c.bool_or("tie_word_embeddings", false);
+    hp.validate();
+    return out;
+}
+
+namespace archs {
+
+ArchInfo llama() {
+    return {
+        .arch = Arch::llama,
+        .name = "llama",
+        .recipe = {.attention = {.qk_norm = false, .output_gate = false, .rope = RopeKind::norm},
+                   .moe = {.router = RouterKind::softmax_topk, .renormalize = true, .shared = SharedExpertKind::none},
+                   .ffn_norm = "ffn_norm",
+                   .has_deltanet = false,
+                   .hf_norm_plus_one = false},
+        .read_keys = nullptr,
+        .write_keys = write_keys,
+        .hf_model_types = {"mixtral"},
+        .from_hf_config = mixtral_from_hf_config,
+    };
+}
+
+}  // namespace archs
+}  // namespace mox::models
