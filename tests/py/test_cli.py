@@ -160,3 +160,22 @@ def test_qwen3moe_inspect_runs_and_chats(mox_bin, qwen3moe_tiny):
     assert r.returncode == 0, r.stderr
     r = run(mox_bin, "chat", "-m", qwen3moe_tiny, "-n", "4", "--temp", "0", input="Hi\nAgain\n", timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_dense_llama_file_is_refused_by_name(mox_bin, tmp_path):
+    """A `llama` GGUF without experts (a dense Llama) is a one-line error, not a crash."""
+    import gguf
+    path = tmp_path / "dense.gguf"
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    for key, value in [("block_count", 2), ("context_length", 4096), ("embedding_length", 64),
+                       ("feed_forward_length", 128), ("attention.head_count", 4)]:
+        w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_tensor("token_embd.weight", __import__("numpy").zeros((32, 64), dtype="float32"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = run(mox_bin, "logits", "-m", path, "--tokens", "1,2", "-o", tmp_path / "l.npy")
+    assert r.returncode == 1
+    assert "a dense model (no expert_count): mox runs Mixture-of-Experts models only" in r.stderr

@@ -3,15 +3,21 @@ tools/goldens/make_mixtral_goldens.py): `mox convert` checked tensor by tensor a
 safetensors values, q and k rows permuted for NORM rotary as llama.cpp's converter does, then
 `mox logits` against the logits transformers computed. Bounds are max|mox - ref| / max|ref| unless
 stated; each comment gives the measured value."""
+import subprocess
+
 import gguf
 import numpy as np
 import pytest
 
-from goldens_util import (GOLDENS, ON_GPU, argmax_agreement, bound, convert_all, expert_stack, logits,
-                          read_safetensors, rel_err)
+from goldens_util import (GOLDENS, ON_GPU, argmax_agreement, convert_all, expert_stack, logits, read_safetensors,
+                          rel_err)
 from goldens_util import meta as golden_meta
 
 GOLDEN = GOLDENS / "mixtral"
+# The golden model's heads are 32 wide (hidden 128 over 4 heads, as Mixtral's hidden / heads), a width
+# the CUDA attention kernels do not have (64, 128, 256): on the GPU, mox refuses it by name (tested
+# below), so the logits tests run on the CPU only.
+cpu_only = pytest.mark.skipif(ON_GPU, reason="head_dim 32 has no CUDA attention kernel")
 
 
 def meta():
@@ -84,50 +90,50 @@ def test_conversion_has_llama_cpp_names_keys_and_values(converted):
         assert np.array_equal(got, want), name
 
 
+@cpu_only
 def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     assert got.shape == ref.shape
-    assert rel_err(got, ref) < bound(1e-5, 5e-3)
-    assert argmax_agreement(got, ref) >= bound(1.0, 0.95)
+    assert rel_err(got, ref) < 7.5e-6  # measured 1.5e-6
+    assert argmax_agreement(got, ref) == 1.0
 
 
+@cpu_only
 def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     k = meta()["decode_prefill"]
     prefill = np.load(GOLDEN / "logits_prefill.npy")
     decode = np.load(GOLDEN / "logits_decode.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
                      "-ctk", "f32", "-ctv", "f32")
-    assert rel_err(got[:k], prefill[:k]) < bound(1e-5, 5e-3)
-    assert rel_err(got[k:], decode) < bound(1e-5, 5e-3)
-    assert argmax_agreement(got[k:], decode) >= bound(1.0, 0.95)
+    assert rel_err(got[:k], prefill[:k]) < 5.4e-6  # measured 1.1e-6
+    assert rel_err(got[k:], decode) < 4.7e-6  # measured 9.4e-7: decode through the cache
+    assert argmax_agreement(got[k:], decode) == 1.0
 
 
-@pytest.mark.parametrize("kv,cpu_err,gpu_err", [("f16", 2e-3, 5e-3), ("q8_0", 0.1, 0.2)])
-def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, cpu_err, gpu_err):
+@cpu_only
+# Quantized KV caches: the cache's rounding (measured: f16 4.0e-4, argmax 1.0; q8_0 8.9e-2, 0.993).
+@pytest.mark.parametrize("kv,max_err", [("f16", 2e-3), ("q8_0", 0.1)])
+def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, max_err):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", kv, "-ctv", kv)
-    assert rel_err(got, ref) < bound(cpu_err, gpu_err)
-    assert argmax_agreement(got, ref) >= 0.9
+    assert rel_err(got, ref) < max_err
+    assert argmax_agreement(got, ref) >= 0.98
 
 
+@cpu_only
 def test_q8_0_weights_stated_bound(mox_bin, converted, ids_file, tmp_path, run_logits):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["q8_0"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     rms = float(np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean()))
     print(f"measured rms {rms:.3e}")
-    assert rms < 0.1
-    assert argmax_agreement(got, ref) >= 0.9
+    assert rms < 0.1  # measured 3.5e-2
+    assert argmax_agreement(got, ref) >= 0.9  # measured 0.973
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a GPU (MOX_TEST_DEVICE=cuda)")
-@pytest.mark.parametrize("flags", [["--n-cpu-moe", "2", "--stream-min-tokens", "2"], ["--cpu-moe", "-ub", "64"]])
-def test_hybrid_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits, flags):
-    k = meta()["decode_prefill"]
-    prefill = np.load(GOLDEN / "logits_prefill.npy")
-    decode = np.load(GOLDEN / "logits_decode.npy")
-    got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
-                     "-ctk", "f32", "-ctv", "f32", *flags)
-    assert rel_err(got[:k], prefill[:k]) < 5e-3
-    assert rel_err(got[k:], decode) < 5e-3
-    assert argmax_agreement(got[k:], decode) >= 0.95
+def test_gpu_refuses_a_head_width_it_has_no_kernel_for(mox_bin, converted, ids_file, tmp_path):
+    r = subprocess.run([str(mox_bin), "logits", "-m", str(converted["f32"]), "--tokens", f"@{ids_file}", "-o",
+                        str(tmp_path / "l.npy"), "--device", "cuda"], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "head dim 32 has no CUDA kernel" in r.stderr

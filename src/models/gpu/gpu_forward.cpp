@@ -52,8 +52,10 @@ void check_supported(const Hparams& hp) {
         case SharedExpertKind::none:
         case SharedExpertKind::sigmoid_gated: break;
     }
-    if (hp.head_dim_k > 1024)
-        fail("--device cuda: {}: head dim {} is above the attention kernels' 1024", hp.arch_name(), hp.head_dim_k);
+    const int64_t hd = hp.head_dim_k;
+    if (hd != 64 && hd != 128 && hd != 256)
+        fail("--device cuda: {}: attention head dim {} has no CUDA kernel (64, 128 or 256; run it with --device cpu)",
+             hp.arch_name(), hd);
 }
 
 cuda::DeltaNetShape delta_net_shape(const Hparams& hp) {
