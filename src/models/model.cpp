@@ -414,8 +414,10 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
     // q rows per head: [query | gate] with the output gate, the query alone without.
     const int64_t q_head_stride = recipe.output_gate ? 2 * hd : hd;
     auto rope = [&](float* head, int64_t pos) {
-        if (recipe.rope == RopeKind::norm) ops::rope_norm(head, hp_.n_rot, pos, hp_.rope_theta);
-        else ops::rope_neox(head, hp_.n_rot, pos, hp_.rope_theta);
+        if (recipe.rope == RopeKind::norm)
+            ops::rope_norm(head, hp_.n_rot, pos, hp_.rope_theta);
+        else
+            ops::rope_neox(head, hp_.n_rot, pos, hp_.rope_theta);
     };
 
     std::vector<float> qg(static_cast<size_t>(n_tokens * hp_.q_proj_rows()));

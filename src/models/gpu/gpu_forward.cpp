@@ -1,4 +1,4 @@
-// Qwen3.5/3.6-MoE on one CUDA device: upload, the forward, the dense layers (gpu_forward.h says
+// A model's forward on one CUDA device: upload, the forward, the dense layers (gpu_forward.h says
 // how the pieces fit; host-resident experts are in gpu_forward_experts.cpp).
 #include "models/gpu/gpu_forward.h"
 
