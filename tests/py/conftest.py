@@ -36,8 +36,36 @@ def stand_in(tmp_path):
     return write
 
 
+# The architecture golden tests (test_goldens_<arch>.py): each module names its folder GOLDEN (and
+# optionally OUTTYPES); these fixtures convert it and run `mox logits` on the device under test.
+# (test_goldens.py and test_hybrid.py define their own.)
+@pytest.fixture(scope="module")
+def ids_file(request, tmp_path_factory):
+    import json
+    golden = request.module.GOLDEN
+    path = tmp_path_factory.mktemp("ids") / "ids.txt"
+    path.write_text(",".join(map(str, json.loads((golden / "goldens.json").read_text())["prompt_ids"])))
+    return path
+
+
+@pytest.fixture(scope="module")
+def converted(request, mox_bin, tmp_path_factory):
+    from goldens_util import convert_all
+    outtypes = getattr(request.module, "OUTTYPES", ["f32", "q8_0"])
+    return convert_all(mox_bin, request.module.GOLDEN, tmp_path_factory.mktemp("conv"), outtypes)
+
+
+@pytest.fixture(scope="module")
+def run_logits(device_args):
+    from goldens_util import logits
+
+    def run(mox_bin, model, ids_file, out, *extra):
+        return logits(mox_bin, model, ids_file, out, device_args, *extra)
+    return run
+
+
 # Skips are part of the result: every skip must match a pattern in expected_skips.txt (one line per
-# expected skip: an fnmatch pattern of the test id, then the reason it may skip; lines starting with
+# expected skip: a pattern of the test id where only * is a wildcard, then the reason it may skip; lines starting with
 # "cuda:" apply only to the GPU run, MOX_TEST_DEVICE=cuda). An unexpected skip (a missing package, a
 # claim silently dropped) fails the session.
 _skipped = []
@@ -64,10 +92,15 @@ def _expected_skip_patterns():
     return patterns
 
 
+def _matches(nodeid, pattern):
+    """`*` matches any run of characters; everything else (brackets of parametrized ids too) is literal."""
+    import re
+    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), nodeid) is not None
+
+
 def pytest_sessionfinish(session, exitstatus):
-    import fnmatch
     patterns = _expected_skip_patterns()
-    unexpected = [(n, r) for n, r in _skipped if not any(fnmatch.fnmatch(n, p) for p in patterns)]
+    unexpected = [(n, r) for n, r in _skipped if not any(_matches(n, p) for p in patterns)]
     if unexpected:
         print("\nunexpected skips (tests/py/expected_skips.txt lists the expected ones):")
         for nodeid, reason in unexpected:

@@ -7,7 +7,7 @@ import gguf
 import numpy as np
 import pytest
 
-from goldens_util import (GOLDENS, ON_GPU, argmax_agreement, bound, convert_all, expert_stack, logits,
+from goldens_util import (GOLDENS, ON_GPU, argmax_agreement, bound, expert_stack,
                           read_safetensors, rel_err)
 from goldens_util import meta as golden_meta
 
@@ -16,25 +16,6 @@ GOLDEN = GOLDENS / "qwen3moe"
 
 def meta():
     return golden_meta(GOLDEN)
-
-
-@pytest.fixture(scope="module")
-def ids_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ids") / "ids.txt"
-    path.write_text(",".join(map(str, meta()["prompt_ids"])))
-    return path
-
-
-@pytest.fixture(scope="module")
-def converted(mox_bin, tmp_path_factory):
-    return convert_all(mox_bin, GOLDEN, tmp_path_factory.mktemp("conv"), ["f32", "q8_0"])
-
-
-@pytest.fixture(scope="module")
-def run_logits(device_args):
-    def run(mox_bin, model, ids_file, out, *extra):
-        return logits(mox_bin, model, ids_file, out, device_args, *extra)
-    return run
 
 
 def test_conversion_has_llama_cpp_names_keys_and_values(converted):
