@@ -26,12 +26,6 @@ struct TensorSpec;
 
 enum class Arch : uint8_t { qwen35moe, qwen3moe, llama };
 
-// A layer's token mixer.
-enum class Mixer : uint8_t {
-    attention,  // full causal attention over a KV cache
-    deltanet,   // Gated DeltaNet: a causal conv and a recurrent state (no KV cache)
-};
-
 enum class RopeKind : uint8_t {
     neox,  // pairs (i, i + n_rot/2) of the first n_rot dims of a head (IMROPE on text equals this)
     norm,  // adjacent pairs (2i, 2i + 1): Llama-family files, whose q/k rows the converter permuted

@@ -48,7 +48,6 @@ struct Hparams {
     bool is_recurrent(int64_t layer) const {
         return recipe().has_deltanet && layer < n_trunk() && (layer + 1) % full_attn_interval != 0;
     }
-    Mixer mixer(int64_t layer) const { return is_recurrent(layer) ? Mixer::deltanet : Mixer::attention; }
     // Rows of attn_q: n_head heads of [query | gate] with the output gate, of query alone without.
     int64_t q_proj_rows() const { return (recipe().attention.output_gate ? 2 : 1) * n_head * head_dim_k; }
     bool has_shared_expert() const { return n_ff_shexp > 0 && recipe().moe.shared != SharedExpertKind::none; }
