@@ -4,6 +4,17 @@ namespace mox::models {
 
 using nlohmann::json;
 
+void read_hf_trunk(const HfConfig& c, Hparams& hp, double default_rms_eps) {
+    hp.n_embd = c.need_int("hidden_size");
+    hp.n_layer = c.need_int("num_hidden_layers");
+    hp.n_vocab = c.need_int("vocab_size");
+    hp.n_head = c.need_int("num_attention_heads");
+    hp.n_head_kv = c.int_or("num_key_value_heads", hp.n_head);
+    hp.head_dim_k = hp.head_dim_v = c.int_or("head_dim", hp.n_embd / hp.n_head);
+    hp.n_ctx_train = c.int_or("max_position_embeddings", 32768);
+    hp.rms_eps = c.float_or("rms_norm_eps", default_rms_eps);
+}
+
 HfRope read_hf_rope(const HfConfig& c, const std::string& where, double default_partial) {
     const json* rope = c.object("rope_parameters");
     if (!rope) rope = c.object("rope_scaling");

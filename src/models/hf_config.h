@@ -79,6 +79,10 @@ struct HfRope {
 };
 HfRope read_hf_rope(const HfConfig& c, const std::string& where, double default_partial);
 
+// The sizes every decoder config names alike: hidden_size, num_hidden_layers, vocab_size, the
+// attention heads and head_dim (default hidden / heads), max_position_embeddings, rms_norm_eps.
+void read_hf_trunk(const HfConfig& c, Hparams& hp, double default_rms_eps);
+
 // The HF config of a registry row (ArchInfo::hf_model_types says which model_type it reads).
 HfTextConfig qwen35moe_from_hf_config(const nlohmann::json& config);
 HfTextConfig qwen3moe_from_hf_config(const nlohmann::json& config);

@@ -26,25 +26,8 @@ HF = GOLDEN / "hf"
 # ------------------------------------------------------------------------------------------------
 # A minimal safetensors reader/writer (8-byte LE header length, JSON header, data buffer).
 
-NP_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
-
-
-def st_read(path: Path) -> dict:
-    raw = path.read_bytes()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = e["data_offsets"]
-        buf = raw[8 + n + begin:8 + n + end]
-        if e["dtype"] == "BF16":
-            a = (np.frombuffer(buf, np.uint16).astype(np.uint32) << 16).view(np.float32)
-        else:
-            a = np.frombuffer(buf, NP_DTYPES[e["dtype"]]).astype(np.float32)
-        out[name] = a.reshape(e["shape"])
-    return out
+from goldens_util import NP_DTYPES  # noqa: E402
+from goldens_util import read_safetensors as st_read  # noqa: E402
 
 
 def st_write(path: Path, tensors: dict, dtype: str = "F32", raw: dict | None = None) -> None:

@@ -13,15 +13,8 @@ HfTextConfig qwen3moe_from_hf_config(const json& config) {
     const HfConfig c(config, "");
     HfTextConfig out{.hparams = hparams_for(Arch::qwen3moe)};
     Hparams& hp = out.hparams;
-    hp.n_embd = c.need_int("hidden_size");
-    hp.n_layer = c.need_int("num_hidden_layers");
+    read_hf_trunk(c, hp, 1e-6);
     hp.n_nextn = 0;
-    hp.n_vocab = c.need_int("vocab_size");
-    hp.n_head = c.need_int("num_attention_heads");
-    hp.n_head_kv = c.int_or("num_key_value_heads", hp.n_head);
-    hp.head_dim_k = hp.head_dim_v = c.int_or("head_dim", hp.n_embd / hp.n_head);
-    hp.n_ctx_train = c.int_or("max_position_embeddings", 32768);
-    hp.rms_eps = c.float_or("rms_norm_eps", 1e-6);
     // transformers names the count num_experts in the config class, num_local_experts in some dumps.
     hp.n_expert = c.has("num_experts") ? c.need_int("num_experts") : c.need_int("num_local_experts");
     hp.n_expert_used = c.need_int("num_experts_per_tok");
