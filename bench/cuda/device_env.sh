@@ -6,10 +6,10 @@
 #   el (seconds since sourcing), start_synth / wait_synth (the synthetic Qwen3.6-35B-A3B at
 #   /tmp/q36.gguf, written in the background with 16 threads).
 # Measure nothing that uses the CPU (mox calibrate, the CPU side of hybrid runs) before wait_synth:
-# a calibration beside the synth measured CPU expert rates 10x low (bench/results/2026-11-30-merged-h200).
+# a calibration beside the synth measured CPU expert rates 10x low (bench/results/2026-11-30-mma-prefill-attention-h200).
 # And calibrate a minute or more after wait_synth (run the GPU tests or other work first): in the
 # first minute after the 20 GB file is written, calibrations read the CPU experts 10-30% low while
-# hybrid decode runs at its usual speed (bench/results/2026-11-30-s16-h200, call 4).
+# hybrid decode runs at its usual speed (bench/results/2026-11-30-planner-accuracy-h200, call 4).
 R=$PWD
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }

@@ -548,7 +548,7 @@ struct RawUnit {
 
 // The grid i-quants (a weight is a lookup in a codebook): their decode is table loads, not bytes of
 // the row, and raw staging made IQ3_XXS 3-10% slower and IQ2_XXS's 4096-token MoE 11% slower than
-// the direct loads on the H200 (session 11: bench/results/2026-11-30-s11-h200, call 1). The other
+// the direct loads on the H200 (session 11: bench/results/2026-11-30-decode-fusions-h200, call 1). The other
 // five decode the same way and are left out with them (not measured one by one).
 template <class T>
 inline constexpr bool kGridIQuant =

@@ -7,7 +7,7 @@
 # calibrated again on the same machine (still warm, nothing else running). The recomputation is
 # bench/cuda/repredict_accuracy.sh (this script's body until session 9 made it general).
 #
-#   bench/results/2026-11-30-merged-h200/repredict.sh MOX PLAN_TOOL OUT
+#   bench/results/2026-11-30-mma-prefill-attention-h200/repredict.sh MOX PLAN_TOOL OUT
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-exec "$here/../../cuda/repredict_accuracy.sh" "$1" "$2" "$here/call4/acc_call4_profile" "$here/call5/hardware-vm.json" "$3"
+exec "$here/../../cuda/repredict_accuracy.sh" "$1" "$2" "$here/probes-accuracy/acc_busy_profile" "$here/calibrate-idle/hardware-vm.json" "$3"
