@@ -1,5 +1,5 @@
 """Median, min..max and count of every (binary, test) pair of the ab_BINARY_rROUND_*.json files that
-a devrun_N.sh of this directory wrote (`mox bench -o json`, samples_ts of every repetition)."""
+one run of this directory wrote (`mox bench -o json`, samples_ts of every repetition)."""
 import collections
 import glob
 import json

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The planner accuracy table of call 4 with the predictions recomputed from call 5's profile.
+# The planner accuracy table of probes-accuracy/ with the predictions recomputed from calibrate-idle/'s profile.
 #
-# Call 4 ran `mox calibrate` while the synthetic model was being written by 16 threads, so its CPU
+# probes-accuracy/ ran `mox calibrate` while the synthetic model was being written by 16 threads, so its CPU
 # expert rates and host round trip were measured on a busy host (Q6_K 11 GB/s instead of 108, round
-# trip 236 us instead of 53): every `mox bench` row's predicted_tps came from that profile. Call 5
+# trip 236 us instead of 53): every `mox bench` row's predicted_tps came from that profile. calibrate-idle/
 # calibrated again on the same machine (still warm, nothing else running). The recomputation is
-# bench/cuda/repredict_accuracy.sh (this script's body until session 9 made it general).
+# bench/cuda/repredict_accuracy.sh.
 #
 #   bench/results/2026-11-30-mma-prefill-attention-h200/repredict.sh MOX PLAN_TOOL OUT
 set -euo pipefail

@@ -1,9 +1,0 @@
-#!/bin/bash
-# session 16, call 3 (9d65db2, warm machine: the model file of call 2): issue 5's rows
-# (bench/cuda/qwen36_h200.sh: f16, q8_0 KV, depth 32768), mox against llama.cpp's CUDA build on the
-# same file in the same run, now with the greedy token's arg max on the device.
-. bench/cuda/device_env.sh
-start_synth; wait_synth; echo "synth done t=$(el)"
-timeout $(( 585 - $(el) )) bench/cuda/qwen36_h200.sh /tmp/bin/mox /tmp/bin/llama-bench /tmp/q36.gguf $O/qwen36 3 2 > $O/qwen36.log 2>&1; echo "rc $? t=$(el)"
-grep -E "^\| (pp|tg)" $O/qwen36/*.md
-cd $OUT && tar czf r.tgz r && rm -rf r
