@@ -1,5 +1,5 @@
-# Sourced by a device-machine script (`. bench/cuda/device_env.sh`) from the repository root: the
-# preamble every session's devrun_*.sh repeated. It unpacks the binaries carried under
+# Sourced by a script run on a GPU machine (`. bench/cuda/device_env.sh`) from the repository root,
+# with mox's binaries built elsewhere. It unpacks the binaries carried under
 # out/devcarry (cuda/NAME.xz -> /tmp/bin/NAME, llama-bench.xz, the gguf wheel for the Python tests),
 # points the loader at the carried libraries and the machine's CUDA ones, and sets:
 #   R (the repository root), O ($OUT/r: what comes back), C (the --corpus flag), MOX_CACHE_DIR,
@@ -9,7 +9,7 @@
 # a calibration beside the synth measured CPU expert rates 10x low (bench/results/2026-11-30-mma-prefill-attention-h200).
 # And calibrate a minute or more after wait_synth (run the GPU tests or other work first): in the
 # first minute after the 20 GB file is written, calibrations read the CPU experts 10-30% low while
-# hybrid decode runs at its usual speed (bench/results/2026-11-30-planner-accuracy-h200, call 4).
+# hybrid decode runs at its usual speed (bench/results/2026-11-30-planner-accuracy-h200/calibration-after-synth).
 R=$PWD
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's hybrid CPU+GPU benchmark on a GPU machine: at each VRAM budget, mox's automatic plan
+# The hybrid CPU+GPU benchmark on a GPU machine: at each VRAM budget, mox's automatic plan
 # (`mox bench --plan auto --vram-budget B -c CTX`) against llama.cpp's best --n-cpu-moe (searched,
 # VRAM measured by the driver) and llama.cpp's own fit (llama-bench --fit-target), in the same run,
 # alternating engines. tg512 and pp4096 (-ub 4096). The logic is tools/hybrid_bench.py (its

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's planner accuracy table on a GPU machine: for each configuration, what the planner predicts
+# The planner accuracy table on a GPU machine: for each configuration, what the planner predicts
 # (`mox plan ... --json`, and the predicted_* fields of `mox bench` rows) against what `mox bench`
 # measures (the driver's VRAM, tg128 and pp512 t/s). tools/plan_accuracy.py joins them into
 # OUT/accuracy.md (+ accuracy.json).
@@ -107,7 +107,7 @@ group ctx -c "4096 131072" --n-cpu-moe 20
 group q8 -c "32768 131072" --n-cpu-moe 20 -ctk q8_0 -ctv q8_0
 # 2: -ub 4096 (the prefill workspace grows) with few and many layers on the CPU.
 group ub4k --n-cpu-moe "10 30" -c 32768 -ub 4096
-# 3: the automatic plan at the issue's budgets.
+# 3: the automatic plan at the hybrid benchmark's budgets (24, 16 and 8 GiB).
 BENCH_ONLY="--plan auto" group auto --vram-budget "24GiB 16GiB 8GiB" -c 32768 -ub 4096
 echo "all runs: $((SECONDS - start)) s"
 

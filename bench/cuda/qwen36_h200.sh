@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5's benchmark on a GPU machine: the full-size synthetic Qwen3.6-35B-A3B Q4_K_M entirely on the
+# The all-GPU benchmark on a GPU machine: the full-size synthetic Qwen3.6-35B-A3B Q4_K_M entirely on the
 # GPU, mox against llama.cpp's CUDA build on the same file in the same run (`mox bench --compare`, the
 # two engines alternating repetition by repetition). llama.cpp is built by hand from source; this
 # script only takes the path of its llama-bench.

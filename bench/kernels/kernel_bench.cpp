@@ -1,4 +1,4 @@
-// mox_kernel_bench: how close each CPU dot kernel gets to memory bandwidth (issue 4, item 6a).
+// mox_kernel_bench: how close each CPU dot kernel gets to memory bandwidth (bench/README.md).
 //
 // One run measures
 //  (a) a STREAM-style read bandwidth: a sum over a buffer of --size-mib, split over -t threads;
