@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU half of the test suite (issue 5), for a machine with a CUDA device: the CUDA op tests
+# The GPU half of the test suite, for a machine with a CUDA device: the CUDA op tests
 # (every kernel against the CPU reference) and the end-to-end tests (transformers goldens, mox-tiny's
 # greedy text, logits and perplexity) with the model on the GPU. CI has no GPU; this is run by hand on
 # the GPU machine and its output goes in the closing note.

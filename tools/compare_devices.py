@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Greedy generation on the CPU and on the GPU, token by token (issue 5's agreement check).
+"""Greedy generation on the CPU and on the GPU, token by token (the devices' agreement check).
 
     tools/compare_devices.py --mox build/mox -m model.gguf -n 256 [-p PROMPT] [--out report.md]
 

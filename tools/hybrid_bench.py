@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 6's hybrid CPU+GPU benchmark: mox's automatic plan against llama.cpp's best `--n-cpu-moe`
+"""The hybrid CPU+GPU benchmark: mox's automatic plan against llama.cpp's best `--n-cpu-moe`
 and llama.cpp's own fit, at several VRAM budgets, in one run (bench/cuda/hybrid_h200.sh calls this).
 
     tools/hybrid_bench.py run --mox MOX --llama-bench LB --model M --out DIR [--budgets "24 16 8"]
@@ -505,7 +505,7 @@ def _commit(runs, kind):
 def render(doc):
     meta, runs = doc["meta"], doc["runs"]
     test_pp, test_tg = f"pp{meta['pp']}", f"tg{meta['tg']}"
-    L = ["# Hybrid CPU+GPU: mox's automatic plan vs llama.cpp at fixed VRAM budgets (issue 6)\n",
+    L = ["# Hybrid CPU+GPU: mox's automatic plan vs llama.cpp at fixed VRAM budgets\n",
          f"- Model: `{meta['model']}`; tests {test_tg} and {test_pp} with -ub {meta['ub']} -b {meta['ub']}, "
          f"{meta['threads']} threads; repetitions: mox {meta['mox_reps']}, llama.cpp {meta['llama_reps']} "
          "(median t/s).",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tables of one decode step's kernels from Nsight Compute's CSV output (issue 5's profiling).
+"""Tables of one decode step's kernels from Nsight Compute's CSV output.
 
     tools/ncu_decode_table.py steps RAW.csv      # ncu --metrics gpu__time_duration.sum --csv --page raw
                                                  #   [,dram__bytes_read.sum,dram__bytes_write.sum]

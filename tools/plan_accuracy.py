@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 6's planner accuracy table: what `mox plan` / the planner predicted for each configuration
+"""The planner accuracy table: what `mox plan` / the planner predicted for each configuration
 against what `mox bench` measured (bench/cuda/plan_accuracy.sh runs them, this joins them).
 
     tools/plan_accuracy.py OUT_DIR        # writes OUT_DIR/accuracy.md and accuracy.json
@@ -221,7 +221,7 @@ def render(results):
         "worst_vram_err_mib": None if worst_v is None else worst_v / bc.MIB,
         "worst_tg_err_rel": worst_t,
     }
-    text = ["# Planner accuracy: predicted vs measured (issue 6)\n",
+    text = ["# Planner accuracy: predicted vs measured\n",
             f"{n} configurations. VRAM within max(2%, 256 MiB): **{summary['vram_pass']}/{summary['vram_scored']}**"
             + (f" (worst {summary['worst_vram_err_mib']:.0f} MiB)" if worst_v is not None else "")
             + f"; decode within 10%: **{summary['tg_pass']}/{summary['tg_scored']}**"

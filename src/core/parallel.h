@@ -1,5 +1,5 @@
-// parallel_for over an index range with plain std::threads. A stop-gap for offline tools (synth,
-// convert) until the pinned thread pool of issue 4 exists; not for per-token work.
+// parallel_for over an index range with plain std::threads, for offline tools (synth, convert);
+// per-token work runs on the pinned ThreadPool (core/thread_pool.h).
 #pragma once
 
 #include <cstdint>

@@ -199,9 +199,9 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     };
     const int64_t n_text = m.tokenizer->n_tokens();  // padding rows of the vocabulary have no text
     // The next token of tg: greedy. The GPU path finds the arg max on the device (the host scan of a
-    // 248K vocabulary took ~0.33 ms of each ~2.9 ms decode step on the H200 machine, session 15;
-    // llama-bench samples nothing); the host scans when the device's pick is a padding row or there
-    // is none.
+    // 248K vocabulary took ~0.33 ms of each ~2.9 ms decode step on the H200 machine,
+    // bench/results/2026-11-30-device-argmax-h200; llama-bench samples nothing); the host scans when
+    // the device's pick is a padding row or there is none.
     auto host_pick = [&] {
         return static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + n_text) -
                                     logits.begin());

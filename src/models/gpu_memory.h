@@ -1,5 +1,5 @@
 // What the GPU forward of a model allocates besides weights, KV cache and DeltaNet state
-// (issue 6, the memory model): activations for one micro-batch, kernel scratch, the expert staging
+// (the memory model): activations for one micro-batch, kernel scratch, the expert staging
 // buffers of prefill streaming, and the pinned host buffers of the CPU hand-off. Plain C++: the
 // planner uses it on machines without CUDA, and the backend (models/gpu) allocates exactly these
 // sizes, checking that every kernel's own need fits (a failed check is a bug in this file).

@@ -49,7 +49,7 @@ enum class ExpertHome : uint8_t {
     mmap,    // left in the mapped file (page cache), its pages locked in place for prefill streaming
 };
 
-// How the GPU forward is laid out (issue 6). place/ builds it from a Placement (the planner's or the
+// How the GPU forward is laid out. place/ builds it from a Placement (the planner's or the
 // user's flags); the backend executes it and never re-decides.
 //  - Host expert layers: at decode the GPU hands the normalized hidden state and the top-k ids to the
 //    CPU, which computes the selected experts while the GPU computes the shared expert; a prefill

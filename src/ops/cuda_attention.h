@@ -1,4 +1,4 @@
-// Gated full attention on the GPU (issue 5): KV-cache stores and flash-style causal attention over
+// Gated full attention on the GPU: KV-cache stores and flash-style causal attention over
 // a cache in f32/f16/bf16/q8_0/q4_0, grouped KV heads, the sigmoid output gate fused. Same math as
 // ops/attention.h (the CPU reference these kernels are tested against). Plain C++; kernels in
 // ops/cuda/attention.cu, linked only with -DMOX_CUDA=ON. All pointers are device memory.

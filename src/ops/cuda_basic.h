@@ -1,4 +1,4 @@
-// The small per-token operations of the forward pass on the GPU (issue 5): embedding rows, residual
+// The small per-token operations of the forward pass on the GPU: embedding rows, residual
 // add + RMSNorm, per-head q/k norm + partial NEOX RoPE, and the shared expert's sigmoid gate. Same
 // math as ops/basic.h (the CPU reference the tests compare with). Plain C++; kernels in
 // ops/cuda/basic.cu, linked only with -DMOX_CUDA=ON. All pointers are device memory, fp32 unless

@@ -1,4 +1,4 @@
-// Gated DeltaNet on the GPU (issue 5; shared/spec/qwen35moe.md §3a): the causal conv + SiLU and the
+// Gated DeltaNet on the GPU (shared/spec/qwen35moe.md §3a): the causal conv + SiLU and the
 // gated delta rule with its gated RMSNorm, for one token (decode) or a block of tokens of one
 // sequence (prefill). Same math as ops/delta_net.h and the DeltaNet part of models/qwen35moe.cpp
 // (the CPU reference these kernels are tested against). Plain C++; kernels in ops/cuda/delta_net.cu,

@@ -1,5 +1,5 @@
-// The decode hand-off between a CUDA graph and a host thread through host-mapped memory (issue 6:
-// routed experts computed by the CPU in the middle of the GPU's decode step). Plain C++ (STYLE.md
+// The decode hand-off between a CUDA graph and a host thread through host-mapped memory (routed
+// experts computed by the CPU in the middle of the GPU's decode step). Plain C++ (STYLE.md
 // #8); the kernels and the host side are ops/cuda/handoff.cu, linked only with -DMOX_CUDA=ON.
 //
 // Why not a host node (cudaLaunchHostFunc): the driver wakes one of its threads per node and the

@@ -1,4 +1,4 @@
-// Device memory, pinned host memory, streams and events for the CUDA backend (issue 5). Plain C++:
+// Device memory, pinned host memory, streams and events for the CUDA backend. Plain C++:
 // the rest of mox never includes CUDA headers; the implementation is ops/cuda/memory.cu, linked only
 // with -DMOX_CUDA=ON. Every CUDA call behind these types is checked and throws mox::Error naming the
 // call, file:line and CUDA's description.
@@ -47,7 +47,7 @@ void copy_to_host_async(void* host, const void* device, size_t bytes, StreamHand
 using HostFn = void (*)(void* arg);
 void launch_host_func(StreamHandle stream, HostFn fn, void* arg);
 
-// Device memory accounting (issue 6, --vram-budget). Every DeviceBuffer of the process counts its
+// Device memory accounting (--vram-budget). Every DeviceBuffer of the process counts its
 // bytes; with a budget set, an allocation that would bring context + allocated past it is refused
 // with a mox::Error before cudaMalloc is called. The context's bytes are what the driver reports as
 // used (total - free) when the budget is set, i.e. right after the context exists: this includes

@@ -1,4 +1,4 @@
-// Mixture-of-experts decode (batch 1) on the GPU (issue 5): router softmax/top-k, and the routed
+// Mixture-of-experts decode (batch 1) on the GPU: router softmax/top-k, and the routed
 // expert FFN in two launches that read the selected expert ids from device memory (no host sync
 // between routing and experts). Same semantics as ops/moe.h:
 //   out = sum_i w_i * down_e(silu(gate_e x) * up_e x),  e = ids[i], i < k,

@@ -1,5 +1,5 @@
-// Short measurements of CUDA device 0 for `mox calibrate` (issue 6: the hardware profile the planner's
-// speed model reads, plan/hardware.h). Plain C++ (no CUDA headers, STYLE.md #8); the implementation
+// Short measurements of CUDA device 0 for `mox calibrate` (the hardware profile the planner's speed
+// model reads, plan/hardware.h). Plain C++ (no CUDA headers, STYLE.md #8); the implementation
 // is ops/cuda/probe.cu, linked only with -DMOX_CUDA=ON. Every call makes device 0 current, checks
 // every CUDA call (mox::Error on failure), times with CUDA events after warm-up runs, and returns the
 // median of its repetitions. Rates use decimal units: GB/s = 1e9 bytes/s, TFLOP/s = 1e12 FLOP/s,
@@ -84,7 +84,7 @@ double probe_deltanet_step_s(uint64_t* state_bytes, int reps = 10);
 // matvec rate.
 double probe_attention_decode_s(int64_t keys, int reps = 10);
 
-// Prefill (issue 6: the planner's prefill prediction). The batched MoE of one layer as a micro-batch
+// Prefill (the planner's prefill prediction). The batched MoE of one layer as a micro-batch
 // of `n_tokens` runs it (ops/cuda_moe.h moe_batch: grouping, gate/up, down, combine), Qwen3.6-35B-A3B's
 // shape with every matrix of `type` and uniform random routing (~16 tokens per expert at 512): the
 // routed FLOPs (2 * n_tokens * k * 3 * 2048 * 512) per second, TFLOP/s. Well below the dense matmul's
@@ -97,7 +97,7 @@ double probe_moe_prefill_tflops(quant::TypeId type, int64_t n_tokens = 512, int 
 // *state_bytes as probe_deltanet_step_s's, to scale to other shapes.
 double probe_deltanet_prefill_token_s(uint64_t* state_bytes, int64_t n_tokens = 512, int reps = 5);
 
-// Issue 5's decode design question: a decode step is ~400 launches whose boundaries cost ~3 us each
+// A decode design question: a decode step is ~400 launches whose boundaries cost ~3 us each
 // (probe_launch_gap_s); one persistent kernel would replace each boundary by a grid-wide barrier.
 // This is that barrier's cost: `blocks_per_sm` blocks of 256 threads on every SM (a cooperative
 // launch, so all are resident) pass `iterations` barriers (an arrival counter and a generation word

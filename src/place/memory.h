@@ -1,4 +1,4 @@
-// Predicted memory per device for a Placement (issue 6, the memory model): exact bytes for what the
+// Predicted memory per device for a Placement (the memory model): exact bytes for what the
 // file and the cache shapes define, plus a stated allowance for what only a measurement can know.
 //
 //  GPU  = weights on the GPU

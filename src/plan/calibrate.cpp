@@ -97,10 +97,10 @@ uint64_t auto_stack_bytes() {
     const uint64_t llc = last_level_cache_bytes();
     // Random experts must come from DRAM as in a real model, whose host experts are many GB: with the
     // stack only 4x the last-level cache about a quarter of the picks hit it. On the H200 machine
-    // (300 MiB of L3) session 13's profile had Q6_K experts at 101 GB/s and Q4_K at 89 against a
-    // DRAM read of 84, and the speed model over-predicted every plan with host experts (up to
-    // +18.5%, bench/results/2026-11-30-cublas-projections-h200). 16x the cache (one per NUMA node, a rough upper
-    // bound) and at least 1 GiB, as the DRAM probe reads.
+    // (300 MiB of L3) a profile had Q6_K experts at 101 GB/s and Q4_K at 89 against a DRAM read of
+    // 84, and the speed model over-predicted every plan with host experts (up to +18.5%,
+    // bench/results/2026-11-30-cublas-projections-h200). 16x the cache (one per NUMA node, a rough
+    // upper bound) and at least 1 GiB, as the DRAM probe reads.
     constexpr uint64_t kMinBytes = uint64_t{1} << 30;
     uint64_t bytes = std::max(kMinBytes, 16 * llc * static_cast<uint64_t>(std::max(1, topology().numa_nodes)));
     const uint64_t ram = host_ram_bytes();

@@ -34,7 +34,8 @@ struct CalibrateOptions {
     int expert_k = 8;      // experts per token (the model's top-k)
     int decode_reps = 40;  // batch-1 calls, each with k fresh random experts (at least)
     // ... and calls until this much time has passed: 40 Q4_K calls are ~6 ms on the H200 host, a
-    // glimpse of a shared machine's momentary state (session 16: 85 vs 92 GB/s ten minutes apart).
+    // glimpse of a shared machine's momentary state (85 vs 92 GB/s ten minutes apart:
+    // bench/results/2026-11-30-planner-accuracy-h200).
     double decode_min_seconds = 0.25;
     int64_t prefill_tokens = 256;
     int prefill_reps = 3;

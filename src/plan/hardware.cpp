@@ -229,8 +229,8 @@ HardwareProfile profile_from_json(const std::string& text) {
             if (g.deltanet_step_s > 0 && g.deltanet_state_bytes == 0)
                 fail("hardware profile: 'gpu.deltanet_step_s' without 'gpu.deltanet_state_bytes'");
         }
-        // (Profiles of session 8's builds also hold "norm_epilogue_s", a probe of a decode epilogue that
-        // lost its A/B and was removed: ignored, like any key this build does not read.)
+        // (Older profiles also hold "norm_epilogue_s", a probe of a decode epilogue that lost its A/B and
+        // was removed: ignored, like any key this build does not read.)
         if (gpu.contains("handoff_roundtrip_s"))
             g.handoff_roundtrip_s = get_double(gpu, "gpu", "handoff_roundtrip_s");
         g.moe_prefill_tflops = get_rates(gpu, "gpu", "moe_prefill_tflops");

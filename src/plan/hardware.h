@@ -1,4 +1,4 @@
-// What the planner knows about a machine (issue 6, the speed model's inputs): bandwidths, latencies
+// What the planner knows about a machine (the speed model's inputs): bandwidths, latencies
 // and fixed costs measured once by `mox calibrate` and cached per machine as JSON. Tests build
 // synthetic profiles by hand (measured = false) to exercise the planner as a pure function.
 //

@@ -1,4 +1,4 @@
-// The planner's search (issue 6, item 7): for a model, a machine (HardwareProfile) and memory
+// The planner's search: for a model, a machine (HardwareProfile) and memory
 // budgets, the placement, KV cache types, context, micro-batch size and prefill streaming threshold
 // that maximise the predicted decode speed (or prefill speed, or context: Goal) without exceeding
 // the budgets. A pure, deterministic function: tests drive it with hand-written profiles.

@@ -144,7 +144,8 @@ public:
     // this too (the caller takes the larger of it and their bytes): the short-context kernel is the
     // same latency chain for every type, and beyond it only f16 has the tensor-core kernel. Charged by
     // bytes alone, q8_0 came out ~5% faster than f16, so the planner chose it at 24 GiB, and it
-    // measured 4% slower (session 11: tg128 324.5 vs 338.3 t/s in one run).
+    // measured 4% slower (tg128 324.5 vs 338.3 t/s in one run,
+    // bench/results/2026-11-30-decode-fusions-h200).
     std::optional<double> gpu_attention_decode(const models::Hparams& hp, int64_t depth) const {
         if (!has_gpu()) return std::nullopt;
         const auto& pts = gpu().attention_decode_f16;

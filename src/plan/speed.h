@@ -1,4 +1,4 @@
-// The speed model (issue 6, item 6): predicted decode and prefill tokens/s of a Placement on a
+// The speed model: predicted decode and prefill tokens/s of a Placement on a
 // machine described by a HardwareProfile (plan/hardware.h, measured by `mox calibrate`).
 //
 // It models what the hybrid runtime executes (docs/plan.md "Speed model" has the formulas):
@@ -33,15 +33,15 @@ namespace mox::plan {
 
 // Kernel launches the decode graph replays per trunk layer and for the output, each charged
 // GpuProfile::launch_gap_s unless a calibrated probe measured it (DecodePrediction::probed_kernels).
-// A Gated DeltaNet layer: in-projection, conv (since session 11 inside the projection's store, but
+// A Gated DeltaNet layer: in-projection, conv (inside the projection's store, but
 // the DeltaNet probe still times it as a launch of its own, so it stays counted here), delta rule
 // (+ gated norm), out-projection, the MoE input norm with the router, MoE gate/up, MoE down, residual
 // add + the next layer's norm; an attention layer: q/gate, k and v projections, q/k norm + RoPE (+ the
 // KV cache store), attention, out-projection, the norm with the router, MoE gate/up and down, the next
 // norm. A layer whose experts stay on the host keeps the MoE input norm as a launch of its own
-// (kDecodeKernelsHostNorm). Output: the first norm, the head, and (since session 15) the greedy
-// token's arg max, a memset and a kernel. (ncu of one all-GPU step of Qwen3.6-35B-A3B, session 11:
-// 312 launches = 30 x 7 + 10 x 10 + 2, before the arg max.)
+// (kDecodeKernelsHostNorm). Output: the first norm, the head, and the greedy token's arg max, a
+// memset and a kernel. (ncu of one all-GPU step of Qwen3.6-35B-A3B: 312 launches = 30 x 7 + 10 x 10 + 2
+// and the arg max, bench/results/2026-12-01-decode-step-h200.)
 inline constexpr int64_t kDecodeKernelsRecurrent = 8;
 inline constexpr int64_t kDecodeKernelsAttention = 10;
 inline constexpr int64_t kDecodeKernelsHostNorm = 1;

@@ -1,4 +1,4 @@
-// Quantized matrix products for batches of tokens on the GPU (issue 5, prefill): Y = X W^T with W
+// Quantized matrix products for batches of tokens on the GPU (prefill): Y = X W^T with W
 // in its GGUF block format in device memory, on the tensor cores. Plain C++; kernels in
 // quant/cuda/matmul.cu, linked only with -DMOX_CUDA=ON. Decode (1..8 columns) uses cuda_matvec.h.
 #pragma once

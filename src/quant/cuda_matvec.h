@@ -1,4 +1,4 @@
-// Quantized matrix-vector products on the GPU (issue 5): y = W x for 1..8 activation columns, with
+// Quantized matrix-vector products on the GPU: y = W x for 1..8 activation columns, with
 // W in its GGUF block format in device memory. Plain C++ (no CUDA headers); kernels in
 // quant/cuda/matvec.cu, linked only with -DMOX_CUDA=ON.
 //

@@ -1,5 +1,5 @@
 // Dot-product kernels between a weight row in its block format and activation rows, the inner loop
-// of every matvec/matmul on the CPU (issue 4). Each weight type has a scalar kernel (dequantize the
+// of every matvec/matmul on the CPU. Each weight type has a scalar kernel (dequantize the
 // row, fp32 dot with fp32 activations: the reference) and SIMD kernels per instruction set, which
 // read activations quantized to the type's `act` format (Q8_0, Q8_1, Q8_K; F32 for float weights).
 // The op layer picks one kernel per call: the best the CPU supports, capped by `--isa`.

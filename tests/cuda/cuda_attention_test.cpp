@@ -399,7 +399,8 @@ TEST(CudaAttention, Prefill512RealShape) {
 
 // A 952-token prefill of Qwen3.6's attention splits the context in two (a 4096-token one does not):
 // it runs with its own workspace size and refuses one byte less instead of writing past it (the
-// model once sized the buffer for 1 and 4096 queries only: an illegal address, session 11).
+// model once sized the buffer for 1 and 4096 queries only: an illegal address,
+// bench/results/2026-11-30-decode-fusions-h200).
 TEST(CudaAttention, PrefillWorkspaceIsChecked) {
     MOX_REQUIRE_CUDA_DEVICE();
     const ops::AttentionShape shape{16, 2, 256, 1.0f / 16.0f};

@@ -160,7 +160,7 @@ std::vector<float> nan_vec(size_t n) {
 // double, the GPU in float and in another order, so differences are rounding that the delta rule
 // carries over the steps: relative 1e-4 on outputs and states after up to a few hundred tokens.
 // The chunked form reassociates everything and multiplies in split tf32 (~21 mantissa bits): it is
-// held to `rel` = 1e-3 (it lands below 1e-6 since 2026-11-30; the printed line shows the worst seen).
+// held to `rel` = 1e-3 (it lands below 1e-6; the printed line shows the worst seen).
 void run_case(const Case& c, const std::vector<int64_t>& blocks, uint32_t seed,
               DeltaNetMethod method = DeltaNetMethod::sequential, double rel = 1e-4) {
     SCOPED_TRACE(

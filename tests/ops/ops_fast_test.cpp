@@ -1,4 +1,4 @@
-// The op-level harness (issue 4, item 5): linear, the shared-expert FFN and the grouped MoE operator
+// The op-level harness: linear, the shared-expert FFN and the grouped MoE operator
 // through the fast kernels (this CPU's best tier) against the same ops on the scalar reference
 // kernels, for every weight type and odd shapes: one token, a large batch, experts that receive no
 // token, every token on one expert. Outputs sit between guard regions that must stay untouched.

@@ -166,7 +166,7 @@ TEST(HardwareProfile, OptionalPartsMayBeLeftOut) {
 // Profiles written before the MoE and DeltaNet decode probes existed still load, without them (the
 // speed model then charges bytes at the matvec rate); a step time without its state size is refused.
 TEST(HardwareProfile, DecodeProbesMayBeAbsent) {
-    {  // a key this build does not read (session 8's norm_epilogue_s) is ignored
+    {  // a key this build does not read (an older profile's norm_epilogue_s) is ignored
         nlohmann::json old = nlohmann::json::parse(profile_to_json(full_profile()));
         old["gpu"]["norm_epilogue_s"] = 4.05e-6;
         expect_same(profile_from_json(old.dump()), full_profile());

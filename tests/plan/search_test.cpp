@@ -154,9 +154,10 @@ TEST(PlanSearch, EverythingOnTheGpuWhenItFits) {
     EXPECT_EQ(big.vram_budget, 140 * kGiB);
 }
 
-// 24 GiB at 32768 tokens, with the decode-attention probe's points of the H200 (session 11's
-// calibration): both f16 and q8_0 caches fit and decode alike, so the plan keeps f16. Charged by its
-// bytes alone, q8_0 came out ahead by more than kKvTolerance and the plan took it; it measured 4% slower.
+// 24 GiB at 32768 tokens, with the decode-attention probe's points of the H200 (the calibration
+// of bench/results/2026-11-30-decode-fusions-h200): both f16 and q8_0 caches fit and decode alike, so
+// the plan keeps f16. Charged by its bytes alone, q8_0 came out ahead by more than kKvTolerance and
+// the plan took it; it measured 4% slower.
 TEST(PlanSearch, ProbedAttentionKeepsTheF16Cache) {
     const auto& m = q36_q4km();
     HardwareProfile prof = h200_like();

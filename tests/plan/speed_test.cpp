@@ -416,8 +416,8 @@ TEST(PlanSpeed, DecodeAtAnyDepth) {
 
 // With the attention probe's points, an attention layer's decode costs the interpolated launch time
 // (f16 caches) instead of its cache bytes at the matvec rate, and its launch pays no gap; a quantized
-// cache costs the larger of the probe's time and its bytes (never less than f16: session 11 measured
-// q8_0 4% slower, and bytes alone had predicted it faster).
+// cache costs the larger of the probe's time and its bytes (never less than f16: q8_0 measured 4% slower,
+// and bytes alone had predicted it faster; bench/results/2026-11-30-decode-fusions-h200).
 TEST(PlanSpeed, AttentionProbeReplacesTheCacheBytes) {
     const place::Placement p = hybrid({});
     HardwareProfile probed = h200_like();

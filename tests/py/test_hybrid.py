@@ -1,4 +1,4 @@
-"""Hybrid CPU+GPU execution (issue 6): the model on the GPU with the routed experts of some layers left
+"""Hybrid CPU+GPU execution: the model on the GPU with the routed experts of some layers left
 in host memory, against the transformers goldens (tests/data/goldens/qwen35moe). The GPU cases run
 only with MOX_TEST_DEVICE=cuda (scripts/gpu_check.sh); the refusals run everywhere.
 

@@ -1,4 +1,4 @@
-"""The embedded default model (assets/mox-tiny, issue 8) against the references transformers
+"""The embedded default model (assets/mox-tiny) against the references transformers
 recorded when it was trained (tools/train/finish.py): greedy text, logits and perplexity."""
 import json
 import re
@@ -44,7 +44,8 @@ def test_logits_match_transformers(mox_bin, device_args, tmp_path):
     err = np.abs(got - ref).max() / np.abs(ref).max()
     print(f"measured rel err {err:.3e}")
     # The GPU's prefill matmuls round operands to fp16 (see test_goldens.py); measured 1.8e-4 on an
-    # H200 (bench/results/2026-11-29-cuda-qwen36-h200).
+    # H200 (bench/results/2026-11-29-cuda-qwen36-h200), 1.67e-2 with the later fp16 prefill paths
+    # (bench/results/2026-12-01-qwen3moe-h200: above this bound until float weights keep their precision).
     assert err < (5e-3 if device_args else 1e-3)
     assert (got.argmax(-1) == ref.argmax(-1)).all()
 

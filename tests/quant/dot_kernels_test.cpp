@@ -1,4 +1,4 @@
-// The dot-kernel harness (issue 4, item 5): every registered kernel, at every tier this CPU runs,
+// The dot-kernel harness: every registered kernel, at every tier this CPU runs,
 // against a double-precision reference over the dequantized weight row and the dequantized
 // activation row it actually reads, for odd shapes and every tile width 1..kMaxDotCols. Kernels of
 // tiers the CPU lacks are skipped and listed as untested (they run on the GPU machine's CPU).

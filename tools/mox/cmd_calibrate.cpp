@@ -1,5 +1,5 @@
 // mox calibrate: measures this machine's bandwidths and fixed costs for the planner's speed model
-// (issue 6) and caches them as a hardware profile (plan/hardware.h); --show prints a saved one.
+// (docs/calibrate.md) and caches them as a hardware profile (plan/hardware.h); --show prints a saved one.
 #include "commands.h"
 #include "core/error.h"
 #include "core/units.h"

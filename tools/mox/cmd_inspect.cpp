@@ -1,4 +1,4 @@
-// mox inspect MODEL.gguf: what the file holds and what it costs to run (issue 2 item 6).
+// mox inspect MODEL.gguf: what the file holds and what it costs to run.
 #include "commands.h"
 #include "core/units.h"
 #include "gguf/reader.h"

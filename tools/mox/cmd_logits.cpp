@@ -1,5 +1,5 @@
 // mox logits: logits of every position as float32 .npy [n_tokens, n_vocab]. The interface every
-// correctness test and comparison uses (issue 3 item 7).
+// correctness test and comparison uses.
 #include "commands.h"
 #include "common_options.h"
 #include "core/error.h"

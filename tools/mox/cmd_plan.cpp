@@ -1,5 +1,5 @@
 // mox plan -m MODEL [placement flags]: where every tensor and expert would live and what memory
-// that predicts per device (issue 6: placement as data + exact memory accounting).
+// that predicts per device (placement as data + exact memory accounting).
 // With --plan auto, a budget (--vram-budget, --ram-budget), --goal or --ctx max, it searches instead
 // (plan::plan_auto): the manual flags become constraints, and the hardware profile that
 // `mox calibrate` caches supplies the speed model's rates (docs/plan.md).

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
     // by a few MiB after mox measured it for --vram-budget (inside the planner's margin; `mox
     // calibrate` measures the context after its probes ran the kernels). Eager loading made that
     // exact while mox was the only library, but it also loads every kernel cuBLAS has for the GPU:
-    // ~460 MiB on the H200 (session 14), VRAM a small card needs for experts.
+    // ~460 MiB on the H200 (bench/results/2026-11-30-cublas-projections-h200), VRAM a small card needs
+    // for experts.
     CLI::App app{"mox: Mixture-of-Experts inference that plans its own GPU/CPU placement"};
     app.require_subcommand(1);
     bool verbose = false;

@@ -1,4 +1,4 @@
-// Routed experts that stay in host memory while the rest of the model runs on the GPU (issue 6).
+// Routed experts that stay in host memory while the rest of the model runs on the GPU.
 //
 // Decode: the GPU computes the router and top-k, a kernel stores the normalized hidden state and the
 // routing (8 KiB for Qwen3.6) straight into host-mapped memory and raises that layer's `ready` word;

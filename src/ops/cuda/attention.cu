@@ -417,7 +417,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
 // through shared memory. K/V rows are read once per query head; at <= 1024 keys they stay in L2.
 // A warp's steps form one dependent chain (load, dot, butterfly, exp, accumulate: ~0.5 us each on the
 // H200), so with W warps a context of n keys costs ~n / (4 W) steps: tg512 ran 5% slower than tg128
-// at 4 warps (session 9). W = 8 and 16 shorten the chain (short_warps chooses; see there).
+// at 4 warps (bench/results/2026-11-30-norm-epilogue-bisect-h200). W = 8 and 16 shorten the chain
+// (short_warps chooses; see there).
 constexpr int kShortKeys = 4;  // keys per warp and step
 constexpr int64_t kShortMaxKeys = 1024;  // the longest context it serves (short_max_keys may lower it)
 
@@ -624,8 +625,9 @@ bool mma_attention_enabled() {
 }
 
 // Warps per block of attention_short_kernel for a graph sized for max_keys keys: 4 up to 256 keys, 8 up
-// to 512, 16 beyond (each warp then walks at most 16 steps). Session 10's A/B on the H200: tg512 326.6
-// vs 319.4 t/s with 4 warps at every length, tg128 unchanged (336.0 vs 335.7).
+// to 512, 16 beyond (each warp then walks at most 16 steps). An A/B on the H200: tg512 326.6 vs
+// 319.4 t/s with 4 warps at every length, tg128 unchanged (336.0 vs 335.7;
+// bench/results/2026-11-30-raw-staged-tiles-h200).
 // MOX_CUDA_ATTN_SHORT_WARPS = 4, 8 or 16 forces a count ("auto": the default). Read at every launch
 // (not cached), so tests can switch it; decode graphs read it once, at capture.
 int short_warps(int64_t max_keys) {
@@ -654,9 +656,10 @@ void launch_short(int warps, unsigned blocks, StreamHandle stream, const AttnPar
 }
 
 // Decode graphs sized for at most this many keys take attention_short_kernel: kShortMaxKeys, or
-// MOX_CUDA_ATTN_SHORT_MAX=512 / 256 for an A/B (session 10's probe put the short kernel at 1024 keys,
-// 26.4 us a layer with 16 warps, above the tensor-core kernel at 1025 keys, 23.6 us with a 2048-key
-// bucket; not yet measured end to end). Read at every launch, so tests can switch it.
+// MOX_CUDA_ATTN_SHORT_MAX=512 / 256 for an A/B (the decode-attention probe put the short kernel at
+// 1024 keys, 26.4 us a layer with 16 warps, above the tensor-core kernel at 1025 keys, 23.6 us with a
+// 2048-key bucket; end to end, tg512: 1024 329.6, 512 328.4, 256 326.4 t/s,
+// bench/results/2026-11-30-decode-fusions-h200). Read at every launch, so tests can switch it.
 int64_t short_max_keys() {
     const char* env = std::getenv("MOX_CUDA_ATTN_SHORT_MAX");
     if (env == nullptr || *env == '\0' || std::strcmp(env, "1024") == 0) return kShortMaxKeys;
@@ -695,7 +698,7 @@ size_t attention_workspace_bound(const ops::AttentionShape& shape, int64_t max_n
     // A call's splits never exceed first_splits (the rounding to whole key steps only lowers them),
     // which only grows with max_keys. Over the query counts the need is not monotone: 4096 queries
     // fill the GPU without splits, 952 take two (the workspace sized for 1 and 4096 queries
-    // overflowed, session 11).
+    // overflowed: bench/results/2026-11-30-decode-fusions-h200).
     MOX_CHECK(max_n_q >= 1 && max_keys >= 1 && shape.n_head_kv >= 1, "attention bound of {} queries, {} keys",
               max_n_q, max_keys);
     size_t most = 0;

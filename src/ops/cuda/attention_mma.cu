@@ -224,7 +224,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const Att
 // prefill on the tensor cores
 //
 // attention_kernel gives prefill 8 query rows per block and fp32 FMAs: 9.5 ms per Qwen3.6 attention
-// layer for a 1695-token prompt on the H200 (ncu, call 1 of session 8), 39% of the prompt's time.
+// layer for a 1695-token prompt on the H200 (ncu, bench/results/2026-11-30-mma-prefill-attention-h200),
+// 39% of the prompt's time.
 // Here a block stages 64 query rows (Q hi and lo parts, f16) once, then per tile of 32 keys copies K
 // and V into shared memory (cp.async), and each warp computes S (16 x 32) = Q K^T, the online softmax
 // of its 16 rows (a row's 32 scores sit in the 4 lanes of a quad), and O (16 x D) += P V, with P

@@ -13,7 +13,8 @@
 // layout, dot order and warp sums, so the rows match a plain matvec bit for bit and the conv
 // matches conv_silu_kernel's summation order (the test checks both exactly). ncu of the first version,
 // which held the taps and state in registers across the dot products: 99 registers (matvec_kernel:
-// 64), 2 blocks per SM instead of 4, 12.9 us against 10.5 + 4.3 for the two launches (session 11).
+// 64), 2 blocks per SM instead of 4, 12.9 us against 10.5 + 4.3 for the two launches
+// (bench/results/2026-11-30-decode-fusions-h200).
 #include "ops/cuda_delta_net.h"
 #include "quant/cuda/launch.cuh"
 #include "quant/cuda/matvec.cuh"

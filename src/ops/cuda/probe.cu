@@ -327,7 +327,7 @@ double probe_matvec_gbps(quant::TypeId type, size_t min_bytes, int reps) {
     // The marginal rate between 2048- and 8192-row slices (an out-projection's and a DeltaNet
     // in-projection's shapes): each launch also costs a fixed start and drain, which the speed model
     // charges as gpu.launch_gap_s per kernel. The plain rate of 8192-row slices counted that cost
-    // twice (~0.3 ms of a ~2.7 ms Qwen3.6 step on the H200, session 15).
+    // twice (~0.3 ms of a ~2.7 ms Qwen3.6 step on the H200, bench/results/2026-11-30-device-argmax-h200).
     const auto [t_big, b_big] = per_launch_s(8192);
     const auto [t_small, b_small] = per_launch_s(2048);
     if (b_big > b_small && t_big > 1.05 * t_small) return (b_big - b_small) / (t_big - t_small) / 1e9;

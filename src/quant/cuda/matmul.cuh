@@ -524,8 +524,9 @@ __device__ void mma_tile2(const uint8_t* const (&wrow)[NW], int64_t n_in, const 
 
 // ---- Raw staging (quantized weights, token tiles 32 and 64, not precise): stage_chunk's weight
 // loads were the tile's bottleneck at ~16 tokens per expert (ncu of the MoE gate/up at 512 tokens,
-// session 10: 43% of the warps' cycles waiting on them, L1 at 84% of its throughput with 4.8 useful
-// bytes of each 32-byte sector: a warp's lanes read 16 rows' segments, a row apart). Here the block
+// bench/results/2026-11-30-raw-staged-tiles-h200: 43% of the warps' cycles waiting on them, L1 at 84%
+// of its throughput with 4.8 useful bytes of each 32-byte sector: a warp's lanes read 16 rows'
+// segments, a row apart). Here the block
 // first copies the next whole blocks of its 128 rows ("units") into shared memory with cp.async,
 // consecutive threads taking consecutive 16-byte pieces of a row, one unit ahead of the decode, which
 // then reads them there (segments.cuh's Smem loaders). A unit is at least two chunks (one K-quant
@@ -538,9 +539,10 @@ struct RawUnit {
     // A unit starts anywhere in a 16-byte piece (blocks of 18, 34, 210 bytes...): its slot holds
     // the 16-byte aligned span around it, in an odd number of pieces, so that the rows a warp decodes
     // (16, at the same offsets) fall on different banks: 128-byte slots (Q3_K, IQ3_XXS) put every
-    // row on the same banks, and those types ran 20-35% slower than with direct loads in session
-    // 10's calibrations (Q5_K's 192 bytes, 8 rows a bank: no gain). With odd slots Q3_K gained 5-14%
-    // over the direct loads (session 11, bench/cuda/raw_tiles_ab.sh); IQ3_XXS still lost (below).
+    // row on the same banks, and those types ran 20-35% slower than with direct loads in the
+    // calibrations of bench/results/2026-11-30-raw-staged-tiles-h200 (Q5_K's 192 bytes, 8 rows a bank: no
+    // gain). With odd slots Q3_K gained 5-14% over the direct loads (bench/cuda/raw_tiles_ab.sh in
+    // bench/results/2026-11-30-decode-fusions-h200); IQ3_XXS still lost (below).
     static constexpr int kPieces = (kBytes + 15 + 15) / 16 | 1;
     static constexpr int kSlot = 16 * kPieces;
     static constexpr int kRingBytes = 2 * kBR * kSlot;
@@ -548,8 +550,8 @@ struct RawUnit {
 
 // The grid i-quants (a weight is a lookup in a codebook): their decode is table loads, not bytes of
 // the row, and raw staging made IQ3_XXS 3-10% slower and IQ2_XXS's 4096-token MoE 11% slower than
-// the direct loads on the H200 (session 11: bench/results/2026-11-30-decode-fusions-h200, call 1). The other
-// five decode the same way and are left out with them (not measured one by one).
+// the direct loads on the H200 (bench/results/2026-11-30-decode-fusions-h200/raw-tiles-by-type). The
+// other five decode the same way and are left out with them (not measured one by one).
 template <class T>
 inline constexpr bool kGridIQuant =
     std::is_same_v<T, seg::IQ2_XXS> || std::is_same_v<T, seg::IQ2_XS> || std::is_same_v<T, seg::IQ2_S> ||
@@ -560,8 +562,8 @@ inline constexpr bool kGridIQuant =
 // 64, not precise. Whether it runs is decided per device (raw_tiles_fit, matmul.cu): only where two
 // of its blocks fit on an SM. Its ring costs 28-60 KB of shared memory; Q6_K's 240-byte slots at
 // tile 64 leave one block per SM on the H200 and ran 16% slower than the direct loads there
-// (session 10); on GPUs with ~100 KB per SM (such as sm_86 and sm_89) no raw tile fits twice, so
-// they keep the direct loads.
+// (bench/results/2026-11-30-raw-staged-tiles-h200); on GPUs with ~100 KB per SM (such as sm_86 and
+// sm_89) no raw tile fits twice, so they keep the direct loads.
 template <class T, int BT, bool P>
 inline constexpr bool kRawEligible = !seg::kIsFloat<T> && !kGridIQuant<T> && !P && BT <= 64;
 

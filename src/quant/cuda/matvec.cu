@@ -141,7 +141,8 @@ void launch_kernel(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
 // blocks above put the router's 2.1 MB on 17 SMs (9.2 us, ncu: each SM's loads in flight were
 // the limit); one-warp blocks that staged x were slower still (12.0 us), as 32 threads stage 2048
 // floats in several dependent round trips. Here a lane's x and weight loads leave together.
-// (Two or four warps per row pair splitting its segments were no faster: session 10's A/B.)
+// (Two or four warps per row pair splitting its segments were no faster:
+// bench/results/2026-11-30-raw-staged-tiles-h200.)
 template <class T>
 __global__ void __launch_bounds__(kWarp)
     matvec_short_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
