@@ -212,10 +212,11 @@ __global__ void __launch_bounds__(kMmThreads)
 // Version 2 of gate_up_kernel: the tile's activations are rows of xh (x permuted to fp16, stride
 // xs halves), the pipeline is mma_tile1 with a token tile of BT. The block's 128 tile rows are 64
 // rows of gate then the same 64 rows of up, one weight segment per thread and step as in the dense
-// product, so silu(gate) * up pairs tile rows r and 64 + r through the staged accumulators. Session
-// 10 replaced a pair layout (128 rows of both matrices, two segments per thread: 141 registers at
-// token tile 64, one block per SM) with this: one layer's batched MoE at 4096 tokens 2.58 vs 3.05 ms
-// (80.0 vs 67.7 TFLOP/s, `CudaBench.MoeBatchTflops` on the H200), the same at 512 tokens (0.89 / 0.88).
+// product, so silu(gate) * up pairs tile rows r and 64 + r through the staged accumulators. Against
+// a pair layout (128 rows of both matrices, two segments per thread: 141 registers at token tile 64,
+// one block per SM): one layer's batched MoE at 4096 tokens 2.58 vs 3.05 ms (80.0 vs 67.7 TFLOP/s,
+// `CudaBench.MoeBatchTflops` on the H200), the same at 512 tokens (0.89 / 0.88;
+// bench/results/2026-11-30-raw-staged-tiles-h200/gate-up-halves).
 template <class T, int BT, bool P, bool R>
 __global__ void __launch_bounds__(kMmThreads)
     gate_up2_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t row_bytes,
