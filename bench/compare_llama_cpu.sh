@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# mox bench and llama.cpp's llama-bench on the same file, alternating rounds in one run (until
-# `mox bench --compare` exists). Usage:
+# mox bench and llama.cpp's llama-bench on the same file, alternating rounds in one run (what
+# `mox bench --compare` does in one command; bench/results/2026-11-29-cpu-reference-mox-tiny was
+# made with this script). Usage:
 #   bench/compare_llama_cpu.sh LLAMA_BENCH MODEL OUT_DIR [ROUNDS] [-- extra args for both, e.g. -p 64 -n 32 -t 2]
 # Writes OUT_DIR/{machine.txt,mox_N.json,llama_N.json,commands.txt}. llama-bench runs with --repack 0
 # and OMP_WAIT_POLICY=passive (see bench/README.md for why, on the dev machine).
