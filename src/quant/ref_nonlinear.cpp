@@ -46,9 +46,9 @@ int nearest_iq4nl_index(float x) {
 }
 
 // Fits one 32-element block to d * kvalues_iq4nl[L[j]] with weights x^2 (no imatrix).
-// Start: 1/d = kvalues[0]/max (ntry > 0) or -kvalues[0]/max (the IQ4_NL ref, ntry = -1), max being the
-// signed largest-|x| element; pick nearest entries; refit d by weighted least squares. Then, for
-// itry in [-ntry, ntry], try 1/d = (itry + kvalues[0])/max and keep the d that maximises
+// Start: 1/d = kvalues[0]/max (ntry > 0) or -kvalues[0]/max (ggml's quantize_row_iq4_nl_ref, ntry = -1),
+// max being the signed largest-|x| element; pick nearest entries; refit d by weighted least squares. Then,
+// for itry in [-ntry, ntry], try 1/d = (itry + kvalues[0])/max and keep the d that maximises
 // (sum wqx)^2 / sum wq^2 (the loop is empty for ntry = -1). Returns d, or 0 for an all-zero block
 // (L untouched then). L holds the entries of the *starting* scale: callers that want entries matching
 // the returned d re-pick them.
@@ -66,7 +66,7 @@ float fit_iq4_block(const float* x, int ntry, uint8_t* L) {
         sumqx += w * q * x[j];
         sumq2 += w * q * q;
     }
-    d = sumqx / sumq2;
+    d = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
     float best = d * sumqx;
     for (int itry = -ntry; itry <= ntry; ++itry) {
         id = static_cast<float>(itry + kValuesIq4nl[0]) / max;
@@ -112,14 +112,19 @@ void dequantize_iq4_nl(const void* src, float* dst, int64_t n) {
     }
 }
 
-// quantize_row_iq4_nl_ref: ntry = -1, so the quants are those of the starting scale -max/127 and d is their
-// least-squares fit (what llama-quantize writes differs: it uses ntry = 7, spec §5).
+// What llama-quantize writes (ggml's quantize_iq4_nl without an imatrix): the fit with ntry = 7, then every
+// element's entry re-picked for the fitted fp32 d; an all-zero block gets d = 0 and entry 8 (the value 1,
+// nearest to 0) everywhere. Not quantize_row_iq4_nl_ref (ntry = -1: the entries of the starting scale),
+// which ggml's CPU backend uses for tensors it converts at run time (an IQ4_NL KV cache) and which loses
+// more. tests/quant/quant_oracle_test.cpp compares these bytes with llama.cpp's.
 void quantize_iq4_nl(const float* src, void* dst, int64_t n) {
     auto* b = static_cast<uint8_t*>(dst);
     for (int64_t i = 0; i < n / kQK; ++i, b += kIq4nlBytes, src += kQK) {
-        uint8_t L[kQK] = {};  // an all-zero block keeps index 0 everywhere (d = 0 makes it 0 anyway)
-        const float d = fit_iq4_block(src, -1, L);
+        uint8_t L[kQK];
+        const float d = fit_iq4_block(src, 7, L);
         store_f16(b, d);
+        const float id = d != 0 ? 1 / d : 0.f;
+        for (int j = 0; j < kQK; ++j) L[j] = static_cast<uint8_t>(nearest_iq4nl_index(id * src[j]));
         pack_nibbles(b + 2, L);
     }
 }

@@ -1,5 +1,7 @@
 // Scalar reference conversions for the float, legacy, K-quant, IQ4 and MXFP4 formats. Bit-exact with
-// ggml's dequantize_row_* / quantize_row_*_ref (shared/spec/gguf-and-quants.md §3, §5).
+// ggml's dequantize_row_* / quantize_row_*_ref (shared/spec/gguf-and-quants.md §3, §5), except that IQ4_NL
+// quantizes as llama-quantize does (quantize_iq4_nl); tests/quant/quant_oracle_test.cpp holds every
+// quantizer to llama.cpp's bytes.
 //
 // Every function has the registry's signatures (quant/types.h): n is the element count, a multiple of the
 // type's block size; `src`/`dst` point to packed blocks with no alignment requirement.
