@@ -24,7 +24,7 @@ struct Hparams;
 struct HfTextConfig;
 struct TensorSpec;
 
-enum class Arch : uint8_t { qwen35moe, qwen3moe, llama };
+enum class Arch : uint8_t { qwen35moe, qwen3moe, llama, phimoe };
 
 enum class RopeKind : uint8_t {
     neox,  // pairs (i, i + n_rot/2) of the first n_rot dims of a head (IMROPE on text equals this)
@@ -33,6 +33,16 @@ enum class RopeKind : uint8_t {
 
 enum class RouterKind : uint8_t {
     softmax_topk,  // softmax over every expert's logit, then the top-k of the probabilities
+    // Phi-3.5-MoE's sparsemixer at inference (top-2): expert 1 = arg max; its weight = softmax over
+    // the logits within a relative margin of the max; expert 2 and its weight the same over the
+    // logits without expert 1. The weights are not renormalised.
+    sparsemixer,
+};
+
+// The normalisation before each block and before the head.
+enum class NormKind : uint8_t {
+    rms,    // x / sqrt(mean(x^2) + eps) * w
+    layer,  // (x - mean) / sqrt(var + eps) * w + b: LayerNorm with a bias tensor beside each weight
 };
 
 enum class SharedExpertKind : uint8_t {
@@ -44,6 +54,11 @@ struct AttentionRecipe {
     bool qk_norm = true;      // per-head RMSNorm of q and k (attn_q_norm, attn_k_norm) before RoPE
     bool output_gate = true;  // attn_q rows hold [query | gate] per head; the output is * sigmoid(gate)
     RopeKind rope = RopeKind::neox;
+    bool biases = false;  // attn_q/k/v/output carry .bias tensors (added after the projection)
+    // Per-pair frequency divisors rope_factors_short / rope_factors_long (Phi-3 "longrope"): the
+    // long set when the sequence's context exceeds rope.scaling.original_context_length; cos and sin
+    // are scaled by rope.scaling.attn_factor.
+    bool rope_factors = false;
 };
 
 struct MoeRecipe {
@@ -62,6 +77,8 @@ struct ArchRecipe {
     bool has_deltanet = false;
     // The HF RMSNorm weights are zero-centred (the converter adds 1), as in Qwen3.5.
     bool hf_norm_plus_one = false;
+    NormKind norm = NormKind::rms;
+    bool output_bias = false;  // the lm head adds output.bias
 };
 
 // One architecture. The functions read or write what only this architecture has; the keys every

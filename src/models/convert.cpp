@@ -66,12 +66,13 @@ struct Plan {
     std::function<RowRef(int64_t)> row;  // output row -> source row
     std::vector<int64_t> col_perm;       // empty: identity; else out[c] = in[col_perm[c]]
     ValueOp op = ValueOp::none;
+    std::vector<float> values;  // a tensor config.json holds (no sources): its values, one row
 };
 
 class Planner {
   public:
-    Planner(const SafetensorsCheckpoint& ck, const Hparams& hp, std::string prefix)
-        : ck_(ck), hp_(hp), prefix_(std::move(prefix)) {}
+    Planner(const SafetensorsCheckpoint& ck, const HfTextConfig& cfg, std::string prefix)
+        : ck_(ck), cfg_(cfg), hp_(cfg.hparams), prefix_(std::move(prefix)) {}
 
     std::vector<Plan> plan_all(bool tied) {
         std::vector<Plan> plans;
@@ -135,8 +136,17 @@ class Planner {
             p = simple(spec, source(prefix_ + "embed_tokens.weight", {hp_.n_vocab, d}));
         } else if (n == "output_norm.weight") {
             p = simple(spec, source(prefix_ + "norm.weight", {d}), norm_op());
+        } else if (n == "output_norm.bias") {
+            p = simple(spec, source(prefix_ + "norm.bias", {d}));
         } else if (n == "output.weight") {
             p = simple(spec, source("lm_head.weight", {hp_.n_vocab, d}));
+        } else if (n == "output.bias") {
+            p = simple(spec, source("lm_head.bias", {hp_.n_vocab}));
+        } else if (n == "rope_factors_short.weight" || n == "rope_factors_long.weight") {
+            p.spec = spec;
+            p.values = n == "rope_factors_short.weight" ? cfg_.rope_factors_short : cfg_.rope_factors_long;
+            MOX_CHECK(static_cast<int64_t>(p.values.size()) == spec.ne[0], "{}: {} factors for {} pairs", n,
+                      p.values.size(), spec.ne[0]);
         } else {
             p = plan_layer(spec);
         }
@@ -146,7 +156,7 @@ class Planner {
         if (!p.row) p.row = [](int64_t r) { return RowRef{0, r}; };
         // Every output element has a source element (a fused gate_up source holds twice as many;
         // st_read_f32 checks each row's range).
-        int64_t src_elements = 0;
+        auto src_elements = static_cast<int64_t>(p.values.size());
         for (const StTensor* s : p.sources) src_elements += s->n_elements();
         MOX_CHECK(src_elements >= p.ne0 * p.n_rows, "{}: source elements {} < {}", n, src_elements,
                   p.ne0 * p.n_rows);
@@ -187,6 +197,9 @@ class Planner {
             return simple(spec, source(base + "input_layernorm.weight", {d}), norm_op());
         if (kind == fmt::format("{}.weight", hp_.recipe().ffn_norm))
             return simple(spec, source(base + "post_attention_layernorm.weight", {d}), norm_op());
+        if (kind == "attn_norm.bias") return simple(spec, source(base + "input_layernorm.bias", {d}));
+        if (kind == fmt::format("{}.bias", hp_.recipe().ffn_norm))
+            return simple(spec, source(base + "post_attention_layernorm.bias", {d}));
         // Gated DeltaNet
         if (kind == "attn_qkv.weight") {
             p = simple(spec, source(la + "in_proj_qkv.weight", {conv, d}));
@@ -245,6 +258,22 @@ class Planner {
             }
             return p;
         }
+        if (kind == "attn_q.bias" || kind == "attn_k.bias") {
+            const bool q = kind == "attn_q.bias";
+            p = simple(spec, source(sa + (q ? "q_proj.bias" : "k_proj.bias"),
+                                    {q ? hp_.q_proj_rows() : hp_.n_head_kv * hp_.head_dim_k}));
+            // The weight's row permutation (NORM rotary) applies to the bias's elements.
+            if (hp_.recipe().attention.rope == RopeKind::norm) {
+                const int64_t hd = hp_.head_dim_k;
+                for (int64_t r = 0; r < spec.ne[0]; ++r) {
+                    const int64_t j = r % hd;
+                    p.col_perm.push_back(r - j + (j % 2) * (hd / 2) + j / 2);
+                }
+            }
+            return p;
+        }
+        if (kind == "attn_v.bias") return simple(spec, source(sa + "v_proj.bias", {hp_.n_head_kv * hp_.head_dim_v}));
+        if (kind == "attn_output.bias") return simple(spec, source(sa + "o_proj.bias", {d}));
         if (kind == "attn_v.weight")
             return simple(spec, source(sa + "v_proj.weight", {hp_.n_head_kv * hp_.head_dim_v, d}));
         if (kind == "attn_q_norm.weight")
@@ -254,8 +283,11 @@ class Planner {
         if (kind == "attn_output.weight")
             return simple(spec, source(sa + "o_proj.weight", {d, hp_.n_head * hp_.head_dim_v}));
         // MoE
-        if (kind == "ffn_gate_inp.weight")
-            return simple(spec, source(mlp + "gate.weight", {hp_.n_expert, d}));
+        if (kind == "ffn_gate_inp.weight") {
+            // transformers 5 names Phi-3.5-MoE's router mlp.router (its checkpoints: block_sparse_moe.gate).
+            const std::string router = ck_.find(mlp + "router.weight") ? "router.weight" : "gate.weight";
+            return simple(spec, source(mlp + router, {hp_.n_expert, d}));
+        }
         if (kind == "ffn_gate_inp_shexp.weight")
             return simple(spec, source_any(mlp + "shared_expert_gate.weight", {{1, d}, {d}}));
         if (kind == "ffn_gate_shexp.weight")
@@ -303,6 +335,7 @@ class Planner {
     }
 
     const SafetensorsCheckpoint& ck_;
+    const HfTextConfig& cfg_;
     const Hparams& hp_;
     std::string prefix_;
     std::set<std::string> used_;
@@ -312,8 +345,12 @@ class Planner {
 void fill_rows(const Plan& p, int64_t row0, int64_t rows, float* out) {
     std::vector<float> scratch(p.col_perm.empty() ? 0 : static_cast<size_t>(p.ne0));
     for (int64_t r = 0; r < rows; ++r) {
-        const RowRef ref = p.row(row0 + r);
         float* dst = out + r * p.ne0;
+        if (!p.values.empty()) {
+            std::copy(p.values.begin(), p.values.end(), dst);
+            continue;
+        }
+        const RowRef ref = p.row(row0 + r);
         const StTensor& src = *p.sources[ref.src];
         if (p.col_perm.empty()) {
             st_read_f32(src, ref.row * p.ne0, p.ne0, dst);
@@ -418,7 +455,7 @@ ConvertSummary convert_hf(const ConvertOptions& o,
     else
         fail("{}: no model.language_model.embed_tokens.weight or model.embed_tokens.weight", o.hf_dir);
 
-    Planner planner(ck, hp, prefix);
+    Planner planner(ck, cfg, prefix);
     const std::vector<Plan> plans = planner.plan_all(cfg.tie_word_embeddings);
     for (const std::string& name : ck.names()) {
         const bool skipped = name.starts_with("model.visual.") || name.starts_with("visual.") ||

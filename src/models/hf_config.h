@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mox::models {
 
@@ -17,6 +18,8 @@ namespace mox::models {
 struct HfTextConfig {
     Hparams hparams;
     bool tie_word_embeddings = false;
+    // The recipe's rope_factors, from the config's rope section (rope_factors_short/long tensors).
+    std::vector<float> rope_factors_short, rope_factors_long;
 };
 
 // One object of config.json (the top level or a nested text_config); `where` prefixes key names in
@@ -87,5 +90,6 @@ void read_hf_trunk(const HfConfig& c, Hparams& hp, double default_rms_eps);
 HfTextConfig qwen35moe_from_hf_config(const nlohmann::json& config);
 HfTextConfig qwen3moe_from_hf_config(const nlohmann::json& config);
 HfTextConfig mixtral_from_hf_config(const nlohmann::json& config);
+HfTextConfig phimoe_from_hf_config(const nlohmann::json& config);
 
 }  // namespace mox::models

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace mox::models {
 
 std::string arch_key(const Hparams& hp, const char* suffix) {
@@ -51,6 +53,13 @@ void Hparams::validate() const {
     need(n_ff_exp > 0, "expert_feed_forward_length must be positive");
     need(n_ff_shexp >= 0, "expert_shared_feed_forward_length must be >= 0");
     need(n_ctx_train > 0, "context_length must be positive");
+    need(rope_attn_factor > 0 && std::isfinite(rope_attn_factor),
+         "rope.scaling.attn_factor must be positive");
+    if (recipe().attention.rope_factors)
+        need(n_ctx_orig > 0,
+             "rope.scaling.original_context_length must be positive (the rope factors need it)");
+    if (recipe().moe.router == RouterKind::sparsemixer)
+        need(n_expert_used == 2, "sparsemixer routing selects exactly 2 experts (expert_used_count)");
     if (!recipe().has_deltanet) return;
     need(full_attn_interval >= 1, "full_attention_interval must be >= 1");
     need(ssm_conv_kernel >= 1, "ssm.conv_kernel must be >= 1");
@@ -130,13 +139,21 @@ std::vector<TensorSpec> model_tensors(const Hparams& hp) {
     std::vector<TensorSpec> t;
     const int64_t d = hp.n_embd;
     t.push_back({"token_embd.weight", {d, hp.n_vocab}, -1});
+    const bool layer_norm = r.norm == NormKind::layer;
     t.push_back({"output_norm.weight", {d}, -1});
+    if (layer_norm) t.push_back({"output_norm.bias", {d}, -1});
     t.push_back({"output.weight", {d, hp.n_vocab}, -1});
+    if (r.output_bias) t.push_back({"output.bias", {hp.n_vocab}, -1});
+    if (r.attention.rope_factors) {
+        t.push_back({"rope_factors_long.weight", {hp.n_rot / 2}, -1});
+        t.push_back({"rope_factors_short.weight", {hp.n_rot / 2}, -1});
+    }
     for (int64_t i = 0; i < hp.n_layer; ++i) {
         auto add = [&](const std::string& name, std::vector<int64_t> ne) {
             t.push_back({fmt::format("blk.{}.{}", i, name), std::move(ne), i});
         };
         add("attn_norm.weight", {d});
+        if (layer_norm) add("attn_norm.bias", {d});
         if (hp.is_recurrent(i)) {
             add("attn_qkv.weight", {d, hp.conv_channels()});
             add("attn_gate.weight", {d, hp.ssm_inner});
@@ -148,16 +165,22 @@ std::vector<TensorSpec> model_tensors(const Hparams& hp) {
             add("ssm_norm.weight", {hp.ssm_state});
             add("ssm_out.weight", {hp.ssm_inner, d});
         } else {
+            const bool b = r.attention.biases;
             add("attn_q.weight", {d, hp.q_proj_rows()});
+            if (b) add("attn_q.bias", {hp.q_proj_rows()});
             add("attn_k.weight", {d, hp.n_head_kv * hp.head_dim_k});
+            if (b) add("attn_k.bias", {hp.n_head_kv * hp.head_dim_k});
             add("attn_v.weight", {d, hp.n_head_kv * hp.head_dim_v});
+            if (b) add("attn_v.bias", {hp.n_head_kv * hp.head_dim_v});
             if (r.attention.qk_norm) {
                 add("attn_q_norm.weight", {hp.head_dim_k});
                 add("attn_k_norm.weight", {hp.head_dim_k});
             }
             add("attn_output.weight", {hp.n_head * hp.head_dim_v, d});
+            if (b) add("attn_output.bias", {d});
         }
         add(fmt::format("{}.weight", r.ffn_norm), {d});
+        if (layer_norm) add(fmt::format("{}.bias", r.ffn_norm), {d});
         add("ffn_gate_inp.weight", {d, hp.n_expert});
         add("ffn_gate_exps.weight", {d, hp.n_ff_exp, hp.n_expert});
         add("ffn_up_exps.weight", {d, hp.n_ff_exp, hp.n_expert});

@@ -28,7 +28,10 @@ struct Hparams {
     int64_t n_rot = 64;        // rope.dimension_count (partial rotary)
     double rope_theta = 1e7;
     std::vector<int32_t> rope_sections{11, 11, 10, 0};
-    double rms_eps = 1e-6;
+    double rms_eps = 1e-6;          // the norms' epsilon (LayerNorm's too where the recipe has it)
+    int64_t n_ctx_orig = 0;         // rope.scaling.original_context_length (the recipe's rope_factors)
+    double rope_attn_factor = 1.0;  // rope.scaling.attn_factor: cos and sin are scaled by it
+    double router_jitter = 0.01;    // sparsemixer's relative margin (Phi-3.5-MoE's router_jitter_noise)
     int64_t n_expert = 256;
     int64_t n_expert_used = 8;
     int64_t n_ff_exp = 512;    // expert_feed_forward_length

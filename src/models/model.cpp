@@ -62,6 +62,13 @@ std::vector<float> load_vector(const gguf::File& file, const std::string& name,
     return v;
 }
 
+// y[t, :] += bias for n rows of bias.size() values; nothing when the bias is empty (no such tensor).
+void add_bias(const std::vector<float>& bias, int64_t n, float* y) {
+    const auto w = static_cast<int64_t>(bias.size());
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i < w; ++i) y[t * w + i] += bias[static_cast<size_t>(i)];
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -158,8 +165,19 @@ Model::Model(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_thr
     output_norm_ = load_vector(file, "output_norm.weight", {d});
     // Files without a separate lm head tie it to the embedding (llama.cpp's fallback).
     output_ = file.find_tensor("output.weight") ? bind(file, "output.weight", {d, hp_.n_vocab}) : token_embd_;
-
     const ArchRecipe& recipe = hp_.recipe();
+    const bool layer_norm = recipe.norm == NormKind::layer;
+    if (layer_norm) output_norm_b_ = load_vector(file, "output_norm.bias", {d});
+    if (recipe.output_bias) output_b_ = load_vector(file, "output.bias", {hp_.n_vocab});
+    if (recipe.attention.rope_factors) {
+        rope_factors_short_ = load_vector(file, "rope_factors_short.weight", {hp_.n_rot / 2});
+        rope_factors_long_ = load_vector(file, "rope_factors_long.weight", {hp_.n_rot / 2});
+        for (const std::vector<float>* f : {&rope_factors_short_, &rope_factors_long_})
+            for (float v : *f)
+                if (!(v > 0) || !std::isfinite(v))
+                    fail("{}: rope factors must be positive, found {}", file.path(), v);
+    }
+
     const int64_t n_trunk = hp_.n_trunk();
     layers_.resize(static_cast<size_t>(n_trunk));
     attn_index_.assign(static_cast<size_t>(n_trunk), -1);
@@ -171,6 +189,10 @@ Model::Model(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_thr
         L.recurrent = hp_.is_recurrent(i);
         L.attn_norm = load_vector(file, name("attn_norm.weight"), {d});
         L.ffn_norm = load_vector(file, name(fmt::format("{}.weight", recipe.ffn_norm).c_str()), {d});
+        if (layer_norm) {
+            L.attn_norm_b = load_vector(file, name("attn_norm.bias"), {d});
+            L.ffn_norm_b = load_vector(file, name(fmt::format("{}.bias", recipe.ffn_norm).c_str()), {d});
+        }
         if (L.recurrent) {
             rec_index_[static_cast<size_t>(i)] = n_rec++;
             const int64_t C = hp_.conv_channels(), Hv = hp_.ssm_v_heads;
@@ -193,6 +215,12 @@ Model::Model(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_thr
                 L.attn_k_norm = load_vector(file, name("attn_k_norm.weight"), {hp_.head_dim_k});
             }
             L.attn_output = bind(file, name("attn_output.weight"), {hp_.n_head * hp_.head_dim_v, d});
+            if (recipe.attention.biases) {
+                L.attn_q_b = load_vector(file, name("attn_q.bias"), {hp_.q_proj_rows()});
+                L.attn_k_b = load_vector(file, name("attn_k.bias"), {hp_.n_head_kv * hp_.head_dim_k});
+                L.attn_v_b = load_vector(file, name("attn_v.bias"), {hp_.n_head_kv * hp_.head_dim_v});
+                L.attn_output_b = load_vector(file, name("attn_output.bias"), {d});
+            }
         }
         L.router = bind(file, name("ffn_gate_inp.weight"), {d, hp_.n_expert});
         L.experts.gate = bind(file, name("ffn_gate_exps.weight"), {d, hp_.n_ff_exp, hp_.n_expert});
@@ -272,9 +300,7 @@ void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::
     };
     for (int64_t il = 0; il < hp_.n_trunk(); ++il) {
         const LayerWeights& L = layers_[static_cast<size_t>(il)];
-        const float eps = static_cast<float>(hp_.rms_eps);
-        for (int64_t t = 0; t < n_tokens; ++t)
-            ops::rms_norm(&x[t * d], L.attn_norm.data(), d, eps, &u[t * d]);
+        norm(x.data(), L.attn_norm, L.attn_norm_b, n_tokens, u.data());
         if (L.recurrent)
             deltanet(L, il, batch, u.data(), mixed.data());
         else
@@ -283,7 +309,7 @@ void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::
         dump(il, "mixer_out", mixed);
         for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
 
-        for (int64_t t = 0; t < n_tokens; ++t) ops::rms_norm(&x[t * d], L.ffn_norm.data(), d, eps, &u[t * d]);
+        norm(x.data(), L.ffn_norm, L.ffn_norm_b, n_tokens, u.data());
         moe(L, il, u.data(), n_tokens, mixed.data());
         dump(il, "moe_in", u);
         dump(il, "moe_out", mixed);
@@ -306,10 +332,32 @@ void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::
     }
     std::vector<float> h(rows.size() * static_cast<size_t>(d));
     for (size_t r = 0; r < rows.size(); ++r)
-        ops::rms_norm(&x[static_cast<size_t>(rows[r] * d)], output_norm_.data(), d,
-                      static_cast<float>(hp_.rms_eps), &h[r * static_cast<size_t>(d)]);
+        norm(&x[static_cast<size_t>(rows[r] * d)], output_norm_, output_norm_b_, 1,
+             &h[r * static_cast<size_t>(d)]);
     logits.resize(rows.size() * static_cast<size_t>(hp_.n_vocab));
     ops::linear(ctx, output_, h.data(), static_cast<int64_t>(rows.size()), logits.data());
+    add_bias(output_b_, static_cast<int64_t>(rows.size()), logits.data());
+}
+
+void Model::norm(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n_tokens,
+                 float* out) const {
+    const int64_t d = hp_.n_embd;
+    const float eps = static_cast<float>(hp_.rms_eps);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        switch (hp_.recipe().norm) {
+            case NormKind::rms:
+                ops::rms_norm(x + t * d, w.data(), d, eps, out + t * d);
+                break;
+            case NormKind::layer:
+                ops::layer_norm(x + t * d, w.data(), b.data(), d, eps, out + t * d);
+                break;
+        }
+    }
+}
+
+const float* Model::rope_factors(int64_t n_ctx) const {
+    if (!hp_.recipe().attention.rope_factors) return nullptr;
+    return n_ctx > hp_.n_ctx_orig ? rope_factors_long_.data() : rope_factors_short_.data();
 }
 
 // Gated DeltaNet (spec §3a): projections for the whole batch, then the conv and delta rule token
@@ -413,11 +461,15 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
     const float eps = static_cast<float>(hp_.rms_eps);
     // q rows per head: [query | gate] with the output gate, the query alone without.
     const int64_t q_head_stride = recipe.output_gate ? 2 * hd : hd;
-    auto rope = [&](float* head, int64_t pos) {
-        if (recipe.rope == RopeKind::norm)
-            ops::rope_norm(head, hp_.n_rot, pos, hp_.rope_theta);
-        else
-            ops::rope_neox(head, hp_.n_rot, pos, hp_.rope_theta);
+    auto rope = [&](float* head, int64_t pos, const ops::RopeScaling& scaling) {
+        switch (recipe.rope) {
+            case RopeKind::norm:
+                ops::rope_norm(head, hp_.n_rot, pos, hp_.rope_theta, scaling);
+                break;
+            case RopeKind::neox:
+                ops::rope_neox(head, hp_.n_rot, pos, hp_.rope_theta, scaling);
+                break;
+        }
     };
 
     std::vector<float> qg(static_cast<size_t>(n_tokens * hp_.q_proj_rows()));
@@ -425,6 +477,9 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
     ops::linear(ctx, L.attn_q, u, n_tokens, qg.data());
     ops::linear(ctx, L.attn_k, u, n_tokens, k.data());
     ops::linear(ctx, L.attn_v, u, n_tokens, v.data());
+    add_bias(L.attn_q_b, n_tokens, qg.data());
+    add_bias(L.attn_k_b, n_tokens, k.data());
+    add_bias(L.attn_v_b, n_tokens, v.data());
 
     std::vector<float> q(static_cast<size_t>(n_tokens * H * hd)), o(q.size());
     // Take each head's query, norm and rotate q and k, store K/V.
@@ -443,6 +498,7 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
                        quant::row_bytes(so.v_type, Hkv * hd),
                        so.n_ctx};
         const int64_t t0 = t;
+        const ops::RopeScaling scaling{rope_factors(so.n_ctx), static_cast<float>(hp_.rope_attn_factor)};
         for (size_t i = 0; i < b.tokens.size(); ++i, ++t) {
             const int64_t pos = st.n_past_ + static_cast<int64_t>(i);
             for (int64_t h = 0; h < H; ++h) {
@@ -450,12 +506,12 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
                 std::memcpy(qh, &qg[static_cast<size_t>((t * H + h) * q_head_stride)],
                             static_cast<size_t>(hd) * sizeof(float));
                 if (recipe.qk_norm) ops::rms_norm(qh, L.attn_q_norm.data(), hd, eps, qh);
-                rope(qh, pos);
+                rope(qh, pos, scaling);
             }
             for (int64_t h = 0; h < Hkv; ++h) {
                 float* kh = &k[static_cast<size_t>((t * Hkv + h) * hd)];
                 if (recipe.qk_norm) ops::rms_norm(kh, L.attn_k_norm.data(), hd, eps, kh);
-                rope(kh, pos);
+                rope(kh, pos, scaling);
             }
             ops::kv_store(kv, pos, &k[static_cast<size_t>(t * Hkv * hd)],
                           &v[static_cast<size_t>(t * Hkv * hd)]);
@@ -474,6 +530,7 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
         });
     }
     ops::linear(ctx, L.attn_output, o.data(), n_tokens, out);
+    add_bias(L.attn_output_b, n_tokens, out);
 }
 
 // Routed experts (the recipe's router) plus, where the model has one, the sigmoid-gated shared expert.
@@ -484,8 +541,16 @@ void Model::moe(const LayerWeights& L, int64_t il, const float* u, int64_t n_tok
     ops::linear(ctx, L.router, u, n_tokens, router_logits.data());
     ops::Routing routing;
     const MoeRecipe& recipe = hp_.recipe().moe;
-    ops::route_softmax_topk(router_logits.data(), n_tokens, hp_.n_expert, hp_.n_expert_used,
-                            recipe.renormalize, routing);
+    switch (recipe.router) {
+        case RouterKind::softmax_topk:
+            ops::route_softmax_topk(router_logits.data(), n_tokens, hp_.n_expert, hp_.n_expert_used,
+                                    recipe.renormalize, routing);
+            break;
+        case RouterKind::sparsemixer:
+            ops::route_sparsemixer(router_logits.data(), n_tokens, hp_.n_expert,
+                                   static_cast<float>(hp_.router_jitter), routing);
+            break;
+    }
     auto& usage = expert_usage_[static_cast<size_t>(il)];
     for (int64_t e = 0; e < hp_.n_expert; ++e)
         usage[static_cast<size_t>(e)] += routing.expert_counts[static_cast<size_t>(e)];

@@ -23,14 +23,16 @@
 namespace mox::models {
 
 struct LayerWeights {
-    bool recurrent = false;                  // the mixer is Gated DeltaNet (else attention)
-    std::vector<float> attn_norm, ffn_norm;  // the mixer's and the MoE's input norms
+    bool recurrent = false;                      // the mixer is Gated DeltaNet (else attention)
+    std::vector<float> attn_norm, ffn_norm;      // the mixer's and the MoE's input norms
+    std::vector<float> attn_norm_b, ffn_norm_b;  // their biases (NormKind::layer), else empty
     // Gated DeltaNet
     ops::Weight attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out;
     std::vector<float> ssm_conv1d, ssm_dt_bias, ssm_a, ssm_norm;
     // Full attention (attn_q holds [query | gate] per head when the recipe gates the output)
     ops::Weight attn_q, attn_k, attn_v, attn_output;
-    std::vector<float> attn_q_norm, attn_k_norm;  // empty without the recipe's q/k norms
+    std::vector<float> attn_q_norm, attn_k_norm;                     // empty without the recipe's q/k norms
+    std::vector<float> attn_q_b, attn_k_b, attn_v_b, attn_output_b;  // the recipe's biases, else empty
     // MoE
     ops::Weight router;
     ops::ExpertStack experts;
@@ -192,12 +194,19 @@ private:
     void attention(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
                    float* out);
     void moe(const LayerWeights& L, int64_t il, const float* u, int64_t n_tokens, float* out);
+    // The recipe's norm of n_tokens rows: RMSNorm (b unused) or LayerNorm.
+    void norm(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n_tokens,
+              float* out) const;
+    // The rotary frequency factors of a sequence with this context (the recipe's rope_factors: the
+    // long set beyond the original context), or null.
+    const float* rope_factors(int64_t n_ctx) const;
 
     Hparams hp_;
     ThreadPool pool_;
     ops::Context ctx_;
     ops::Weight token_embd_, output_;
-    std::vector<float> output_norm_;
+    std::vector<float> output_norm_, output_norm_b_, output_b_;
+    std::vector<float> rope_factors_short_, rope_factors_long_;
     std::vector<LayerWeights> layers_;
     std::vector<int64_t> attn_index_, rec_index_;  // layer -> index among attention / DeltaNet layers
     std::vector<std::vector<int64_t>> expert_usage_;

@@ -213,8 +213,41 @@ Hparams synth_preset(const std::string& name) {
         }
         return hp;
     }
+    if (name == "phi-3.5-moe" || name == "phimoe-tiny") {
+        // Phi-3.5-MoE (shared/spec/archs.md §5.1): LayerNorm, biases, longrope factors (all one
+        // here), 16 experts top-2 by sparsemixer; cos/sin scaled by transformers' mscale 1.243163.
+        hp = hparams_for(Arch::phimoe);
+        hp.n_ff_shexp = 0;
+        hp.n_expert = 16;
+        hp.n_expert_used = 2;
+        hp.rope_theta = 1e4;
+        hp.rms_eps = 1e-5;
+        hp.rope_attn_factor = 1.243163121016122;
+        if (name == "phi-3.5-moe") {
+            hp.n_layer = 32;
+            hp.n_ctx_train = 131072;
+            hp.n_ctx_orig = 4096;
+            hp.n_embd = 4096;
+            hp.n_vocab = 32064;
+            hp.n_head = 32;
+            hp.n_head_kv = 8;
+            hp.head_dim_k = hp.head_dim_v = hp.n_rot = 128;
+            hp.n_ff_exp = 6400;
+        } else {
+            hp.n_layer = 4;
+            hp.n_ctx_train = 4096;
+            hp.n_ctx_orig = 1024;
+            hp.n_embd = 256;
+            hp.n_vocab = 2048;
+            hp.n_head = 4;
+            hp.n_head_kv = 2;
+            hp.head_dim_k = hp.head_dim_v = hp.n_rot = 64;
+            hp.n_ff_exp = 256;
+        }
+        return hp;
+    }
     fail("unknown preset '{}' (expected qwen3.6-35b-a3b, tiny, qwen3-30b-a3b, qwen3-235b-a22b, qwen3moe-tiny, "
-         "mixtral-8x7b or mixtral-tiny)",
+         "mixtral-8x7b, mixtral-tiny, phi-3.5-moe or phimoe-tiny)",
          name);
 }
 
@@ -284,6 +317,8 @@ ValueRecipe recipe_for(const TensorSpec& spec) {
     if (ends_with(n, "norm.weight")) return {1.0f, 0.1f};  // every norm incl. the gated ssm_norm
     if (ends_with(n, "ssm_a")) return {0, 0, true};
     if (ends_with(n, "ssm_dt.bias")) return {1.0f, 0.1f};
+    if (has(n, "rope_factors_")) return {1.0f, 0.0f};  // unscaled rotary
+    if (ends_with(n, ".bias")) return {0, 0.02f};       // projection and LayerNorm biases
     if (has(n, "ssm_conv1d")) return {0, 1.0f / std::sqrt(static_cast<float>(spec.ne[0]))};
     if (n == "token_embd.weight") return {0, 1.0f};
     // Projections: unit-variance outputs for unit-variance inputs.

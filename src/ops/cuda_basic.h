@@ -21,6 +21,13 @@ void embed_rows(const ops::Weight& table, const int32_t* ids, int64_t n, float* 
 void add_rms_norm(float* x, const float* add, const float* w, int64_t n, int64_t d, float eps, float* out,
                   StreamHandle stream = nullptr, const float* add2 = nullptr);
 
+// add_rms_norm with LayerNorm: out = (x - mean) / sqrt(var + eps) * w + b (ops::layer_norm).
+void add_layer_norm(float* x, const float* add, const float* w, const float* b, int64_t n, int64_t d, float eps,
+                    float* out, StreamHandle stream = nullptr, const float* add2 = nullptr);
+
+// y[r, :] += bias[:] for n_rows contiguous rows of `width` values (a projection's bias).
+void add_bias(float* y, const float* bias, int64_t n_rows, int64_t width, StreamHandle stream = nullptr);
+
 // One token (decode), one launch: out = add_rms_norm's out for x + add (d = W.n_in), and y = W out
 // (W: n_out rows of float weights, such as the MoE router), both bit for bit what add_rms_norm and
 // then matvec compute. x is not updated: the caller adds `add` later (the next add_rms_norm's add,
@@ -37,7 +44,8 @@ void add_rms_norm_matvec(const float* x, const float* add, const float* norm_w, 
 //   k[t, h, :] = rope(rms_norm(k[t, h, :]) * k_norm)       in place, [n][n_head_kv][hd]
 // Without qk_norm the norms are skipped (q_norm, k_norm unused: Mixtral). rope: NEOX rotation of the
 // first n_rot dims (pairs i, i + n_rot/2), or with rope_adjacent NORM rotation (pairs 2i, 2i + 1);
-// angle pos * theta^(-2i/n_rot).
+// angle pos * theta^(-2i/n_rot), divided by rope_factors[i] when given (device, n_rot/2 floats);
+// cos and sin scaled by attn_factor.
 struct QkPrepShape {
     int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
     float eps = 1e-6f;
@@ -45,6 +53,8 @@ struct QkPrepShape {
     int64_t q_head_stride = 0;  // >= head_dim
     bool qk_norm = true;
     bool rope_adjacent = false;
+    const float* rope_factors = nullptr;
+    float attn_factor = 1.0f;
 };
 // With `store` (a cache of f32, f16 or bf16 K and V: qk_cache_store_supported), the prepared k and
 // the v rows (v[t * v_stride + h * head_dim ..]) go straight into cache rows *pos0 + t, as

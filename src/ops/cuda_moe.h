@@ -24,6 +24,11 @@ void route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert,
                         int32_t* ids, float* weights, StreamHandle stream = nullptr,
                         int64_t logits_stride = 0);
 
+// ops::route_sparsemixer on the device (Phi-3.5-MoE; top-2, not renormalised): ids, weights
+// [n_tokens, 2]; logits rows at logits + t * logits_stride (0: n_expert). n_expert <= 1024.
+void route_sparsemixer(const float* logits, int64_t n_tokens, int64_t n_expert, float jitter, int32_t* ids,
+                       float* weights, StreamHandle stream = nullptr, int64_t logits_stride = 0);
+
 // The shared expert of Qwen-style MoE layers, fused into the routed launches below:
 //   out = sum_i w_i down_e_i(h_i) + sigmoid(*gate_logit) * down_s(silu(gate_s x) * up_s x).
 // gate/up: {n_embd, n_ff_s} and down: {n_ff_s, n_embd} single-expert weights on the device, of any

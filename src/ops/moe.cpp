@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -37,6 +38,52 @@ void route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert,
             out.weights[static_cast<size_t>(t * k + i)] = p[static_cast<size_t>(e)] * norm;
             out.expert_counts[static_cast<size_t>(e)]++;
         }
+    }
+}
+
+namespace {
+
+// One sparsemixer step over the logits s of one token (archs.md §5.3, transformers' inference form):
+// among the experts not yet taken, e = the arg max m (lowest id on ties); the candidates are the
+// experts j whose (m - s_j) / max(|s_j|, m) <= 2 * jitter; the weight is e's softmax probability
+// among the candidates. Float arithmetic throughout, as transformers computes it in the logits' fp32.
+int32_t sparsemixer_pick(const float* s, int64_t n_expert, int32_t taken, float jitter, float& weight) {
+    int32_t e = -1;
+    for (int64_t j = 0; j < n_expert; ++j)
+        if (j != taken && (e < 0 || s[j] > s[e])) e = static_cast<int32_t>(j);
+    const float m = s[e];
+    const float margin = 2.0f * jitter;
+    double sum = 0;
+    for (int64_t j = 0; j < n_expert; ++j) {
+        if (j == taken) continue;
+        const float factor = std::max(std::fabs(s[j]), m);
+        if ((m - s[j]) / factor > margin) continue;
+        sum += std::exp(static_cast<double>(s[j]) - m);
+    }
+    weight = static_cast<float>(1.0 / sum);
+    return e;
+}
+
+}  // namespace
+
+void route_sparsemixer(const float* logits, int64_t n_tokens, int64_t n_expert, float jitter, Routing& out) {
+    MOX_CHECK(n_expert >= 2);
+    out.n_tokens = n_tokens;
+    out.k = 2;
+    out.ids.resize(static_cast<size_t>(n_tokens * 2));
+    out.weights.resize(static_cast<size_t>(n_tokens * 2));
+    out.expert_counts.assign(static_cast<size_t>(n_expert), 0);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* s = logits + t * n_expert;
+        float w1 = 0, w2 = 0;
+        const int32_t e1 = sparsemixer_pick(s, n_expert, -1, jitter, w1);
+        const int32_t e2 = sparsemixer_pick(s, n_expert, e1, jitter, w2);
+        out.ids[static_cast<size_t>(2 * t)] = e1;
+        out.ids[static_cast<size_t>(2 * t + 1)] = e2;
+        out.weights[static_cast<size_t>(2 * t)] = w1;
+        out.weights[static_cast<size_t>(2 * t + 1)] = w2;
+        out.expert_counts[static_cast<size_t>(e1)]++;
+        out.expert_counts[static_cast<size_t>(e2)]++;
     }
 }
 

@@ -34,6 +34,12 @@ struct Routing {
 void route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool renormalize,
                         Routing& out);
 
+// Phi-3.5-MoE's sparsemixer (RouterKind::sparsemixer; top-2, weights not renormalised): per token,
+// expert 1 is the arg max m of the logits s and its weight e's softmax probability among the experts
+// with (m - s_j) / max(|s_j|, m) <= 2 * jitter; expert 2 and its weight the same over the logits
+// without expert 1 (its own max, the margin still measured on the logits). Ties: the lower id.
+void route_sparsemixer(const float* logits, int64_t n_tokens, int64_t n_expert, float jitter, Routing& out);
+
 // 3-D expert stacks: gate/up {n_embd, n_ff, n_expert}, down {n_ff, n_embd, n_expert}.
 struct ExpertStack {
     Weight gate, up, down;

@@ -1,4 +1,5 @@
-"""What the MoE golden scripts share (make_qwen3moe_goldens.py, make_mixtral_goldens.py): the
+"""What the MoE golden scripts share (make_qwen3moe_goldens.py, make_mixtral_goldens.py,
+make_phimoe_goldens.py): the
 perturbation of a tiny random model's parameters, and the run that writes its checkpoint, logits
 and goldens.json. Each script builds its config and model, then calls `write_goldens`."""
 
@@ -28,9 +29,11 @@ def perturb(model: torch.nn.Module, gen: torch.Generator) -> None:
                 v = normal(0.3, 1.0)
             elif name.endswith("embed_tokens.weight"):
                 v = normal(1.0)
+            elif name.endswith("norm.bias"):  # LayerNorm
+                v = normal(0.1)
             elif name == "lm_head.weight":
                 v = normal(3.0 / math.sqrt(p.shape[-1]))
-            elif name.endswith(".gate.weight"):  # the router
+            elif name.endswith(".gate.weight") or name.endswith("router.weight"):  # the router
                 v = normal(0.3)
             else:  # fan-in is the last axis
                 v = normal(1.0 / math.sqrt(p.shape[-1]))
@@ -46,11 +49,13 @@ def sha256(path: str) -> str:
 
 
 def write_goldens(model, cfg, out: str, *, generator: str, seed: int, n_tokens: int, decode_prefill: int,
-                  routers: list, n_experts: int, top_k: int) -> None:
+                  routers: list, n_experts: int, top_k: int, short_prefill: int = 0) -> None:
     """Saves the checkpoint (BF16) to out/hf and writes logits_prefill.npy (one forward over the
     prompt), logits_decode.npy (prefill decode_prefill tokens with a cache, then the rest one at a
-    time) and goldens.json (versions, seed, prompt, per-layer expert usage of the prefill, config,
-    file hashes). `routers` are the router modules, one per layer, in layer order."""
+    time), with short_prefill > 0 logits_short.npy (one forward over the first short_prefill tokens
+    alone: a model whose rotary depends on the sequence length), and goldens.json (versions, seed,
+    prompt, per-layer expert usage of the prefill, config, file hashes). `routers` are the router
+    modules, one per layer, in layer order."""
     os.makedirs(out, exist_ok=True)
     copy.deepcopy(model).to(torch.bfloat16).save_pretrained(os.path.join(out, "hf"))
     rng = np.random.default_rng(seed)
@@ -83,6 +88,10 @@ def write_goldens(model, cfg, out: str, *, generator: str, seed: int, n_tokens: 
             decode.append(step.logits[0, -1].float().numpy())
     decode = np.stack(decode)
 
+    if short_prefill > 0:
+        with torch.no_grad():
+            short = model(input_ids=ids[:, :short_prefill], use_cache=False).logits[0].float().numpy()
+        np.save(os.path.join(out, "logits_short.npy"), short.astype(np.float32))
     np.save(os.path.join(out, "logits_prefill.npy"), prefill.astype(np.float32))
     np.save(os.path.join(out, "logits_decode.npy"), decode.astype(np.float32))
     files = sorted(os.path.relpath(os.path.join(d, n), out) for d, _, ns in os.walk(out) for n in ns
@@ -102,6 +111,8 @@ def write_goldens(model, cfg, out: str, *, generator: str, seed: int, n_tokens: 
         "logits_prefill": {"file": "logits_prefill.npy", "shape": list(prefill.shape)},
         "logits_decode": {"file": "logits_decode.npy", "shape": list(decode.shape),
                           "positions": [decode_prefill, n_tokens - 1]},
+        **({"logits_short": {"file": "logits_short.npy", "shape": [short_prefill, cfg.vocab_size]}}
+           if short_prefill > 0 else {}),
         "expert_usage_prefill": {str(k): v for k, v in sorted(usage.items())},
         "config": cfg.to_dict(),
         "sha256": {f: sha256(os.path.join(out, f)) for f in files},

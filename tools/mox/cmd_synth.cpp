@@ -37,8 +37,8 @@ void register_synth(CLI::App& app) {
     auto o = std::make_shared<SynthCli>();
     CLI::App* cmd = app.add_subcommand("synth", "Write a synthetic model (random weights) as GGUF");
     cmd->add_option("--preset", o->preset,
-                    "qwen3.6-35b-a3b, qwen3-30b-a3b, qwen3-235b-a22b, mixtral-8x7b (full size); tiny, qwen3moe-tiny, "
-                    "mixtral-tiny")->capture_default_str();
+                    "qwen3.6-35b-a3b, qwen3-30b-a3b, qwen3-235b-a22b, mixtral-8x7b, phi-3.5-moe (full size); tiny, "
+                    "qwen3moe-tiny, mixtral-tiny, phimoe-tiny")->capture_default_str();
     cmd->add_option("-o,--output", o->output, "Output .gguf path")->required();
     cmd->add_option("--mix", o->mix,
                     "Per-tensor type recipe: q4_k_m, q8_0, q6_k, iq4_xs, bf16, f16, f32 (default q4_k_m)");

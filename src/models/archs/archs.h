@@ -8,5 +8,6 @@ namespace mox::models::archs {
 ArchInfo qwen35moe();
 ArchInfo qwen3moe();
 ArchInfo llama();
+ArchInfo phimoe();
 
 }  // namespace mox::models::archs

@@ -24,7 +24,8 @@ using nlohmann::json;
 // The HF config (archs.md §4.1): `mixtral`.
 HfTextConfig mixtral_from_hf_config(const json& config) {
     const HfConfig c(config, "");
-    HfTextConfig out{.hparams = hparams_for(Arch::llama)};
+    HfTextConfig out;
+    out.hparams = hparams_for(Arch::llama);
     Hparams& hp = out.hparams;
     read_hf_trunk(c, hp, 1e-5);
     hp.n_expert = c.need_int("num_local_experts");

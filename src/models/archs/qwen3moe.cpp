@@ -11,7 +11,8 @@ using nlohmann::json;
 // The HF config (archs.md §2.1): every layer attention + MoE, no shared expert.
 HfTextConfig qwen3moe_from_hf_config(const json& config) {
     const HfConfig c(config, "");
-    HfTextConfig out{.hparams = hparams_for(Arch::qwen3moe)};
+    HfTextConfig out;
+    out.hparams = hparams_for(Arch::qwen3moe);
     Hparams& hp = out.hparams;
     read_hf_trunk(c, hp, 1e-6);
     hp.n_nextn = 0;

@@ -46,7 +46,12 @@ void check_supported(const Hparams& hp) {
         case RopeKind::norm: break;
     }
     switch (r.moe.router) {
-        case RouterKind::softmax_topk: break;
+        case RouterKind::softmax_topk:
+        case RouterKind::sparsemixer: break;
+    }
+    switch (r.norm) {
+        case NormKind::rms:
+        case NormKind::layer: break;
     }
     switch (r.moe.shared) {
         case SharedExpertKind::none:
@@ -272,6 +277,8 @@ uint64_t GpuForward::upload_weights(const GpuOptions& o, WeightArena& arena) {
     auto upf = [&](const std::vector<float>& v) {
         return reinterpret_cast<const float*>(arena.put({{v.data(), v.size() * sizeof(float)}}, s));
     };
+    // A tensor the recipe may lack (empty on the host): null on the device then.
+    auto upf_opt = [&](const std::vector<float>& v) { return v.empty() ? nullptr : upf(v); };
     // Projections sharing an input, back to back in one run (InputGroup).
     auto upg = [&](const std::vector<const ops::Weight*>& ws) {
         std::vector<std::pair<const void*, size_t>> parts;
@@ -300,12 +307,18 @@ uint64_t GpuForward::upload_weights(const GpuOptions& o, WeightArena& arena) {
     token_embd_ = o.token_embd_on_gpu ? upw(m.token_embd_) : ops::Weight{};
     output_ = upw(m.output_);
     output_norm_ = upf(m.output_norm_);
+    output_norm_b_ = upf_opt(m.output_norm_b_);
+    output_b_ = upf_opt(m.output_b_);
+    rope_factors_short_ = upf_opt(m.rope_factors_short_);
+    rope_factors_long_ = upf_opt(m.rope_factors_long_);
     layers_.assign(m.layers_.size(), GpuLayer{});
     for (size_t i = 0; i < m.layers_.size(); ++i) {
         const LayerWeights& L = m.layers_[i];
         GpuLayer& G = layers_[i];
         G.attn_norm = upf(L.attn_norm);
         G.ffn_norm = upf(L.ffn_norm);
+        G.attn_norm_b = upf_opt(L.attn_norm_b);
+        G.ffn_norm_b = upf_opt(L.ffn_norm_b);
         if (L.recurrent) {
             G.dn_in = upg({&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha});
             G.ssm_out = upw(L.ssm_out);
@@ -316,6 +329,10 @@ uint64_t GpuForward::upload_weights(const GpuOptions& o, WeightArena& arena) {
         } else {
             G.attn_in = upg({&L.attn_q, &L.attn_k, &L.attn_v});
             G.attn_output = upw(L.attn_output);
+            G.attn_in_b[0] = upf_opt(L.attn_q_b);
+            G.attn_in_b[1] = upf_opt(L.attn_k_b);
+            G.attn_in_b[2] = upf_opt(L.attn_v_b);
+            G.attn_output_b = upf_opt(L.attn_output_b);
             if (hp_.recipe().attention.qk_norm) {
                 G.attn_q_norm = upf(L.attn_q_norm);
                 G.attn_k_norm = upf(L.attn_k_norm);
@@ -500,6 +517,7 @@ void GpuForward::logits_compute(int64_t r0, int64_t count) {
     float* logits = logits_.as<float>();
     cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * hp_.n_embd,
                  static_cast<int>(count), logits, stream_.handle());
+    if (output_b_) cuda::add_bias(logits, output_b_, count, hp_.n_vocab, stream_.handle());
     // A single row (every decode step, a prompt's last token) also gets its arg max on the device.
     if (count == 1 && device_argmax_)
         cuda::argmax(logits, hp_.n_vocab, argmax_slot(logits), stream_.handle());
@@ -576,7 +594,7 @@ void GpuForward::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     for (size_t il = 0; il < layers_.size(); ++il) {
         const GpuLayer& L = layers_[il];
         const auto li = static_cast<int64_t>(il);
-        cuda::add_rms_norm(x, pending, L.attn_norm, n, d, eps, u, s, pending2);
+        norm(x, pending, L.attn_norm, L.attn_norm_b, n, u, pending2);
         const bool fused = fused_norm_router(li, n);
         float* mixed = fused ? mixer_out_.as<float>() : mix;
         if (m_.layers_[il].recurrent)
@@ -590,17 +608,48 @@ void GpuForward::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
             moe(L, li, n, true);
             pending = mixed, pending2 = mix;
         } else {
-            cuda::add_rms_norm(x, mix, L.ffn_norm, n, d, eps, u, s);
+            norm(x, mix, L.ffn_norm, L.ffn_norm_b, n, u);
             moe(L, li, n);
             pending = mix, pending2 = nullptr;
         }
     }
-    cuda::add_rms_norm(x, pending, output_norm_, n, d, eps, u, s, pending2);
+    norm(x, pending, output_norm_, output_norm_b_, n, u, pending2);
+}
+
+void GpuForward::norm(float* x, const float* add, const float* w, const float* b, int64_t n, float* out,
+                      const float* add2) {
+    const cuda::StreamHandle s = stream_.handle();
+    const float eps = static_cast<float>(hp_.rms_eps);
+    switch (hp_.recipe().norm) {
+        case NormKind::rms: cuda::add_rms_norm(x, add, w, n, hp_.n_embd, eps, out, s, add2); break;
+        case NormKind::layer: cuda::add_layer_norm(x, add, w, b, n, hp_.n_embd, eps, out, s, add2); break;
+    }
+}
+
+void GpuForward::route(int64_t n, int64_t stride, cuda::StreamHandle s) {
+    const float* logits = router_logits_.as<float>();
+    const MoeRecipe& r = hp_.recipe().moe;
+    switch (r.router) {
+        case RouterKind::softmax_topk:
+            cuda::route_softmax_topk(logits, n, hp_.n_expert, hp_.n_expert_used, r.renormalize, ids_.as<int32_t>(),
+                                     weights_.as<float>(), s, stride);
+            break;
+        case RouterKind::sparsemixer:
+            cuda::route_sparsemixer(logits, n, hp_.n_expert, static_cast<float>(hp_.router_jitter), ids_.as<int32_t>(),
+                                    weights_.as<float>(), s, stride);
+            break;
+    }
+}
+
+const float* GpuForward::rope_factors(int64_t n_ctx) const {
+    if (!hp_.recipe().attention.rope_factors) return nullptr;
+    return n_ctx > hp_.n_ctx_orig ? rope_factors_long_ : rope_factors_short_;
 }
 
 bool GpuForward::fused_norm_router(int64_t il, int64_t n) const {
     const GpuLayer& L = layers_[static_cast<size_t>(il)];
-    return n == 1 && fuse_norm_router_ && host_index_[static_cast<size_t>(il)] < 0 &&
+    return n == 1 && fuse_norm_router_ && hp_.recipe().norm == NormKind::rms &&
+           hp_.recipe().moe.router == RouterKind::softmax_topk && host_index_[static_cast<size_t>(il)] < 0 &&
            L.router_in.runs.size() == 1 &&
            cuda::add_rms_norm_matvec_supported(L.router_in.runs.front().whole);
 }
@@ -647,6 +696,9 @@ void GpuForward::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int6
     float* qg = L.attn_in.out(proj, 0, n, n_ubatch_);  // [n][H][query: hd | gate: hd] or [n][H][query: hd]
     float* k = L.attn_in.out(proj, 1, n, n_ubatch_);
     float* v = L.attn_in.out(proj, 2, n, n_ubatch_);
+    for (size_t i = 0; i < 3; ++i)
+        if (L.attn_in_b[i])
+            cuda::add_bias(L.attn_in.out(proj, i, n, n_ubatch_), L.attn_in_b[i], n, L.attn_in.parts[i].n_out, s);
     const int64_t q_head_stride = gated ? 2 * hd : hd;
     const AttentionRecipe& recipe = hp_.recipe().attention;
     const cuda::QkPrepShape qs{.n_head = H,
@@ -657,7 +709,9 @@ void GpuForward::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int6
                                .theta = static_cast<float>(hp_.rope_theta),
                                .q_head_stride = q_head_stride,
                                .qk_norm = recipe.qk_norm,
-                               .rope_adjacent = recipe.rope == RopeKind::norm};
+                               .rope_adjacent = recipe.rope == RopeKind::norm,
+                               .rope_factors = rope_factors(seq.options.n_ctx),
+                               .attn_factor = static_cast<float>(hp_.rope_attn_factor)};
     const StateOptions& so = seq.options;
     const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(), seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
                          so.k_type, so.v_type, Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd),
@@ -676,6 +730,7 @@ void GpuForward::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int6
     cuda::attention(kv, shape, q_.as<float>(), n, pos_.as<int32_t>(), max_keys, gate, o_.as<float>(),
                     attn_ws_.data(), attn_ws_.size(), s);
     linear(L.attn_output, o_.as<float>(), n, out);
+    if (L.attn_output_b) cuda::add_bias(out, L.attn_output_b, n, hp_.n_embd, s);
 }
 
 // Routed experts plus, where the model has one, the sigmoid-gated shared expert: u_ -> mix_.
@@ -687,6 +742,14 @@ void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
     if (host_index_[static_cast<size_t>(il)] >= 0) {
         if (streaming(n) && stream_order_[static_cast<size_t>(il)] >= 0) host_moe_streamed(L, il, n);
         else host_moe_handoff(L, il, n);
+        return;
+    }
+    if (n == 1 && hp_.recipe().moe.router != RouterKind::softmax_topk) {
+        // Decode with a router the fused launch does not compute: route, then the two expert launches.
+        if (!logits_ready) project(L.router_in, u, 1, logits);
+        route(1, L.router_in.n_out, s);
+        cuda::moe_gate_up(L.gate_exps, L.up_exps, ids_.as<int32_t>(), K, u, h_.as<float>(), s);
+        cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s);
         return;
     }
     if (n == 1) {
@@ -704,7 +767,7 @@ void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
         return;
     }
     linear(L.router_in.parts[0], u, n, logits);
-    cuda::route_softmax_topk(logits, n, E, K, hp_.recipe().moe.renormalize, ids_.as<int32_t>(), weights_.as<float>(), s);
+    route(n, E, s);
     cuda::moe_batch(L.gate_exps, L.up_exps, L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
                     mix_.as<float>(), work_.data(), s);
     if (!hp_.has_shared_expert()) return;

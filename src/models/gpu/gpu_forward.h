@@ -48,6 +48,7 @@ struct InputGroup {
 // Device views of one layer's weights (all inside the WeightArena); fp32 vectors as plain pointers.
 struct GpuLayer {
     const float *attn_norm = nullptr, *ffn_norm = nullptr;
+    const float *attn_norm_b = nullptr, *ffn_norm_b = nullptr;  // LayerNorm biases (NormKind::layer)
     // Gated DeltaNet
     InputGroup dn_in;  // attn_qkv, attn_gate (z), ssm_beta, ssm_alpha
     ops::Weight ssm_out;
@@ -56,6 +57,9 @@ struct GpuLayer {
     InputGroup attn_in;  // attn_q (query, and the gate where the recipe has one), attn_k, attn_v
     ops::Weight attn_output;
     const float *attn_q_norm = nullptr, *attn_k_norm = nullptr;
+    // The recipe's projection biases, or null: one per part of attn_in (q, k, v), then the output's.
+    const float* attn_in_b[3] = {nullptr, nullptr, nullptr};
+    const float* attn_output_b = nullptr;
     // MoE
     // The router, with the shared expert's gate vector as one more row when there is a shared
     // expert: a decode step gets n_expert + 1 logits from one matvec, the last one the shared gate's.
@@ -141,6 +145,13 @@ private:
     // router in one run: cuda::add_rms_norm_matvec); trunk then leaves the logits to moe().
     bool fused_norm_router(int64_t il, int64_t n) const;
     void moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready = false);
+    // The recipe's norm of n rows (add_rms_norm's or add_layer_norm's residual adds, then the norm).
+    void norm(float* x, const float* add, const float* w, const float* b, int64_t n, float* out,
+              const float* add2 = nullptr);
+    // The recipe's router over n rows of router_logits_ (row stride `stride`) into ids_ / weights_.
+    void route(int64_t n, int64_t stride, cuda::StreamHandle stream);
+    // The rotary frequency factors on the device for a sequence of this context, or null.
+    const float* rope_factors(int64_t n_ctx) const;
     // shared_ [n, d] = the shared expert of u_ (not yet gated), on `stream`.
     void shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle stream);
     // Uploads every weight the options place on the GPU into `arena`; returns their bytes.
@@ -190,6 +201,9 @@ private:
     WeightArena arena_;
     ops::Weight token_embd_, output_;  // token_embd_ not valid() when it stays on the host
     const float* output_norm_ = nullptr;
+    const float* output_norm_b_ = nullptr;  // NormKind::layer
+    const float* output_b_ = nullptr;       // the recipe's output_bias
+    const float *rope_factors_short_ = nullptr, *rope_factors_long_ = nullptr;
     std::vector<GpuLayer> layers_;
     // Host expert layers: per trunk layer an index into host_ (-1: on the GPU).
     std::vector<int64_t> host_index_;

@@ -244,7 +244,7 @@ void GpuForward::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
     float* logits = router_logits_.as<float>();
     if (n == 1) project(L.router_in, u, 1, logits);  // n_expert + 1 logits (the last: shared gate)
     else linear(L.router_in.parts[0], u, n, logits);
-    cuda::route_softmax_topk(logits, n, E, K, hp_.recipe().moe.renormalize, ids_.as<int32_t>(), weights_.as<float>(), s);
+    route(n, E, s);
     const bool shared = hp_.n_ff_shexp > 0;
     if (shared) {  // fork: the shared expert runs on the side stream while the CPU works
         fork_.record(s);

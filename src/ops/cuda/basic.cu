@@ -3,6 +3,8 @@
 #include "quant/cuda/launch.cuh"
 #include "quant/cuda/matvec.cuh"
 
+#include <algorithm>
+
 namespace mox::cuda {
 
 namespace {
@@ -54,9 +56,12 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes
 // one per strided loop trip (8 dependent trips for a 2048-wide row took ~6.7 us of a ~2 us kernel).
 inline constexpr int kNormPer = 16;
 
+// kLayer: LayerNorm, (x - mean) / sqrt(var + eps) * w + b, instead of RMSNorm.
+template <bool kLayer>
 __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ add, const float* __restrict__ add2,
-                        const float* __restrict__ w, int64_t d, float eps, float* __restrict__ out) {
+                        const float* __restrict__ w, const float* __restrict__ b, int64_t d, float eps,
+                        float* __restrict__ out) {
     __shared__ float red[kNormThreads / kWarp];
     const int tid = static_cast<int>(threadIdx.x);
     const bool in_registers = d <= static_cast<int64_t>(kNormThreads) * kNormPer;
@@ -83,22 +88,34 @@ __global__ void __launch_bounds__(kNormThreads)
             if (ar && i < d) v[k] += ar[i];
             if (ar2 && i < d) v[k] += ar2[i];
         }
+        float mean = 0.0f;
+        if constexpr (kLayer) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int k = 0; k < kNormPer; ++k) sum += v[k];
+            mean = block_sum(sum, red) / static_cast<float>(d);
+        }
         float ss = 0.0f;
 #pragma unroll
         for (int k = 0; k < kNormPer; ++k) {
             const int64_t i = tid + static_cast<int64_t>(k) * kNormThreads;
             if (ar && i < d) xr[i] = v[k];
+            if constexpr (kLayer) v[k] = i < d ? v[k] - mean : 0.0f;
             ss += v[k] * v[k];
         }
         const float scale = rsqrtf(block_sum(ss, red) / static_cast<float>(d) + eps);
 #pragma unroll
         for (int k = 0; k < kNormPer; ++k) {
             const int64_t i = tid + static_cast<int64_t>(k) * kNormThreads;
-            if (i < d) o[i] = v[k] * scale * wr[k];
+            if constexpr (kLayer) {
+                if (i < d) o[i] = v[k] * scale * wr[k] + b[i];
+            } else {
+                if (i < d) o[i] = v[k] * scale * wr[k];
+            }
         }
         return;
     }
-    float ss = 0.0f;
+    float sum = 0.0f;
     for (int64_t i = tid; i < d; i += blockDim.x) {
         float v = xr[i];
         if (ar) {
@@ -106,10 +123,22 @@ __global__ void __launch_bounds__(kNormThreads)
             if (ar2) v += ar2[i];
             xr[i] = v;
         }
-        ss += v * v;
+        sum += v;
     }
+    const float mean = kLayer ? block_sum(sum, red) / static_cast<float>(d) : 0.0f;
+    float ss = 0.0f;
+    for (int64_t i = tid; i < d; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
     const float scale = rsqrtf(block_sum(ss, red) / static_cast<float>(d) + eps);
-    for (int64_t i = tid; i < d; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+    for (int64_t i = tid; i < d; i += blockDim.x) o[i] = (xr[i] - mean) * scale * w[i] + (kLayer ? b[i] : 0.0f);
+}
+
+// y[r, :] += bias for n rows of width values.
+__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t width, int64_t count) {
+    dependency_wait();
+    allow_next_launch();
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        y[i] += bias[i % width];
 }
 
 // Decode's MoE input in one launch (add_rms_norm_matvec): every block computes add_rms_norm_kernel's
@@ -238,11 +267,12 @@ __global__ void qk_norm_rope_kernel(const float* __restrict__ qg, const float* _
     if (i < sh.n_rot) {
         // Angles in double: at position 262143 a float angle would be off by ~0.02 rad.
         const int64_t pair = sh.rope_adjacent ? i / 2 : (i < half ? i : i - half);
-        const double freq = pow(static_cast<double>(sh.theta), -2.0 * static_cast<double>(pair) / static_cast<double>(sh.n_rot));
+        double freq = pow(static_cast<double>(sh.theta), -2.0 * static_cast<double>(pair) / static_cast<double>(sh.n_rot));
+        if (sh.rope_factors) freq /= sh.rope_factors[pair];
         const double angle = static_cast<double>(*pos0 + t) * freq;
         double sd, cd;
         sincos(angle, &sd, &cd);
-        const float c = static_cast<float>(cd), s = static_cast<float>(sd);
+        const float c = static_cast<float>(cd * sh.attn_factor), s = static_cast<float>(sd * sh.attn_factor);
         if (sh.rope_adjacent)
             r = i % 2 == 0 ? head[i] * c - head[i + 1] * s : head[i - 1] * s + head[i] * c;
         else
@@ -301,9 +331,27 @@ void add_rms_norm(float* x, const float* add, const float* w, int64_t n, int64_t
                   StreamHandle stream, const float* add2) {
     if (add2 != nullptr && add == nullptr) fail("add_rms_norm: a second addend without a first");
     if (n == 0) return;
-    launch_overlapped(add_rms_norm_kernel, static_cast<unsigned>(n), kNormThreads, 0, stream, x, add, add2, w,
-                      d, eps, out);
+    launch_overlapped(add_rms_norm_kernel<false>, static_cast<unsigned>(n), kNormThreads, 0, stream, x, add, add2,
+                      w, static_cast<const float*>(nullptr), d, eps, out);
     MOX_CUDA_CHECK_LAUNCH("add_rms_norm_kernel");
+}
+
+void add_layer_norm(float* x, const float* add, const float* w, const float* b, int64_t n, int64_t d, float eps,
+                    float* out, StreamHandle stream, const float* add2) {
+    if (add2 != nullptr && add == nullptr) fail("add_layer_norm: a second addend without a first");
+    if (n == 0) return;
+    launch_overlapped(add_rms_norm_kernel<true>, static_cast<unsigned>(n), kNormThreads, 0, stream, x, add, add2, w,
+                      b, d, eps, out);
+    MOX_CUDA_CHECK_LAUNCH("add_layer_norm_kernel");
+}
+
+void add_bias(float* y, const float* bias, int64_t n_rows, int64_t width, StreamHandle stream) {
+    const int64_t count = n_rows * width;
+    if (count == 0) return;
+    const int threads = 256;
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>((count + threads - 1) / threads, 4096));
+    launch_overlapped(add_bias_kernel, blocks, threads, 0, stream, y, bias, width, count);
+    MOX_CUDA_CHECK_LAUNCH("add_bias_kernel");
 }
 
 bool add_rms_norm_matvec_supported(const ops::Weight& w) {

@@ -424,6 +424,58 @@ void check_stack(const ops::Weight& w, const char* name) {
 
 }  // namespace
 
+namespace {
+
+// One sparsemixer step (ops::route_sparsemixer) for one token's logits s: the arg max among the
+// experts other than `taken` and its weight, the softmax probability among the experts within the
+// relative margin. One thread: the routers it serves have a few dozen experts.
+__device__ int sparsemixer_pick(const float* s, int n_expert, int taken, float margin, float& weight) {
+    int e = -1;
+    for (int j = 0; j < n_expert; ++j)
+        if (j != taken && (e < 0 || s[j] > s[e])) e = j;
+    const float m = s[e];
+    double sum = 0;
+    for (int j = 0; j < n_expert; ++j) {
+        if (j == taken) continue;
+        const float factor = fmaxf(fabsf(s[j]), m);
+        if ((m - s[j]) / factor > margin) continue;
+        sum += exp(static_cast<double>(s[j]) - m);
+    }
+    weight = static_cast<float>(1.0 / sum);
+    return e;
+}
+
+__global__ void sparsemixer_kernel(const float* __restrict__ logits, int64_t stride, int64_t n_tokens,
+                                   int n_expert, float margin, int32_t* __restrict__ ids, float* __restrict__ weights) {
+    dependency_wait();
+    allow_next_launch();
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= n_tokens) return;
+    const float* s = logits + t * stride;
+    float w1 = 0.0f, w2 = 0.0f;
+    const int e1 = sparsemixer_pick(s, n_expert, -1, margin, w1);
+    const int e2 = sparsemixer_pick(s, n_expert, e1, margin, w2);
+    ids[2 * t] = e1;
+    ids[2 * t + 1] = e2;
+    weights[2 * t] = w1;
+    weights[2 * t + 1] = w2;
+}
+
+}  // namespace
+
+void route_sparsemixer(const float* logits, int64_t n_tokens, int64_t n_expert, float jitter, int32_t* ids,
+                       float* weights, StreamHandle stream, int64_t logits_stride) {
+    if (n_expert < 2 || n_expert > 1024) fail("CUDA sparsemixer router: {} experts (supported: 2..1024)", n_expert);
+    if (logits_stride == 0) logits_stride = n_expert;
+    MOX_CHECK(logits_stride >= n_expert, "router logits stride {} < {} experts", logits_stride, n_expert);
+    if (n_tokens == 0) return;
+    const int threads = 64;
+    launch_overlapped(sparsemixer_kernel, static_cast<unsigned>((n_tokens + threads - 1) / threads), threads, 0,
+                      stream, logits, logits_stride, n_tokens, static_cast<int>(n_expert), 2.0f * jitter, ids,
+                      weights);
+    MOX_CUDA_CHECK_LAUNCH("sparsemixer_kernel");
+}
+
 void route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool renormalize,
                         int32_t* ids, float* weights, StreamHandle stream, int64_t logits_stride) {
     if (n_expert < 1 || n_expert > kWarp * kRouterPerLane || k < 1 || k > kMaxK || k > n_expert)
