@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -86,7 +87,11 @@ void register_synth(CLI::App& app) {
             if (!in) fail("cannot read chat template '{}'", o->chat_template);
             s.chat_template.assign(std::istreambuf_iterator<char>(in), {});
         }
-        s.name = fmt::format("mox-synthetic-{}-{}", o->preset, models::quant_mix_name(s.mix));
+        // llama.cpp patches token attributes by model name (a name with "phi-3" must hold Phi-3's special
+        // tokens, which the placeholder vocabulary has not): the preset's dashes and dots become '_'.
+        std::string preset = o->preset;
+        std::replace_if(preset.begin(), preset.end(), [](char c) { return c == '-' || c == '.'; }, '_');
+        s.name = fmt::format("mox-synthetic-{}-{}", preset, models::quant_mix_name(s.mix));
 
         const auto start = std::chrono::steady_clock::now();
         const bool tty = isatty(STDERR_FILENO);
