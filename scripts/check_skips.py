@@ -16,7 +16,9 @@ def main() -> int:
         if line and not line.startswith("#"):
             pattern, _, why = line.partition(" ")
             patterns.append((pattern, why.strip()))
-    skipped = re.findall(r"^\s*\d+ - (\S+) \(Skipped\)", open(log, encoding="utf-8", errors="replace").read(), re.M)
+    # A value-parametrized test's ctest name ends in "  # GetParam() = ...": the name is what precedes it.
+    skipped = re.findall(r"^\s*\d+ - (\S+)(?:\s+# GetParam\(\) = .*)? \(Skipped\)",
+                         open(log, encoding="utf-8", errors="replace").read(), re.M)
     unexpected = []
     for name in skipped:
         match = next((why for pattern, why in patterns if fnmatch.fnmatch(name, pattern)), None)

@@ -5,6 +5,7 @@
 // Conv and delta-rule states carry over between calls on both sides and are compared after each
 // call, along with every output (outputs are NaN-poisoned before each launch).
 #include "cuda_test_util.h"
+#include "delta_net_layer.h"
 
 #include "ops/basic.h"
 #include "ops/cuda_delta_net.h"
@@ -19,47 +20,11 @@ namespace mox::cuda {
 
 namespace {
 
-struct Case {
-    int64_t hk, hv, dk, dv;
-    int64_t kernel = 4;
-    int64_t x_pad = 0;  // x rows are channels + x_pad floats apart
-};
-
-// Layer constants and the running states, host side.
-struct Layer {
-    Case cs;
-    int64_t C = 0;  // conv channels: 2 hk dk + hv dv
-    std::vector<float> conv_w, a, dt_bias, norm;
-    std::vector<float> conv_state, S;  // [(kernel-1)][C], [hv][dv][dk]
-
-    Layer(const Case& c, uint32_t seed) : cs(c), C(2 * c.hk * c.dk + c.hv * c.dv) {
-        conv_w = test::randn(static_cast<size_t>(C * c.kernel), seed, 0.5f);
-        a = test::randn(static_cast<size_t>(c.hv), seed + 1, 0.5f);
-        // ssm_a = -exp(A_log) < 0; small, so decays are near 1 (about 0.97) as in trained models and
-        // the state remembers tens of tokens (rounding differences can accumulate).
-        for (float& x : a) x = -std::exp(x - 3.0f);
-        dt_bias = test::randn(static_cast<size_t>(c.hv), seed + 2, 0.5f);
-        norm = test::randn(static_cast<size_t>(c.dv), seed + 3, 0.1f);
-        for (float& x : norm) x += 1.0f;
-        conv_state = test::randn(static_cast<size_t>((c.kernel - 1) * C), seed + 4);
-        S = test::randn(static_cast<size_t>(c.hv * c.dv * c.dk), seed + 5, 0.1f);
-    }
-};
-
-// One call's inputs: x [n][C + x_pad] (the qkv projection), b / alpha [n][hv], z [n][hv dv].
-struct Inputs {
-    int64_t n;
-    std::vector<float> x, b, alpha, z;
-};
-
-Inputs make_inputs(const Layer& L, int64_t n, uint32_t seed) {
-    const Case& c = L.cs;
-    return Inputs{.n = n,
-                  .x = test::randn(static_cast<size_t>(n * (L.C + c.x_pad)), seed),
-                  .b = test::randn(static_cast<size_t>(n * c.hv), seed + 1),
-                  .alpha = test::randn(static_cast<size_t>(n * c.hv), seed + 2),
-                  .z = test::randn(static_cast<size_t>(n * c.hv * c.dv), seed + 3)};
-}
+using Case = test::DeltaNetCase;
+using Layer = test::DeltaNetLayer;
+using Inputs = test::DeltaNetInputs;
+using GpuLayer = test::GpuDeltaNetLayer;
+using test::make_inputs;
 
 // The model's composition on the CPU, updating L's states. conv_out [n][C], out [n][hv dv].
 void cpu_deltanet(Layer& L, const Inputs& in, std::vector<float>& conv_out, std::vector<float>& out) {
@@ -97,28 +62,6 @@ void cpu_deltanet(Layer& L, const Inputs& in, std::vector<float>& conv_out, std:
         }
     }
 }
-
-// The same layer on the GPU: weights and states resident, inputs uploaded per call.
-struct GpuLayer {
-    Case cs;
-    int64_t C;
-    DeviceBuffer conv_w, a, dt_bias, norm, conv_state, S;
-
-    explicit GpuLayer(const Layer& L)
-        : cs(L.cs),
-          C(L.C),
-          conv_w(test::to_device(L.conv_w)),
-          a(test::to_device(L.a)),
-          dt_bias(test::to_device(L.dt_bias)),
-          norm(test::to_device(L.norm)),
-          conv_state(test::to_device(L.conv_state)),
-          S(test::to_device(L.S)) {}
-
-    DeltaNetShape shape() const { return {.n_k_heads = cs.hk, .n_v_heads = cs.hv, .dk = cs.dk, .dv = cs.dv}; }
-    DeltaNetWeights weights() const {
-        return {.a = a.as<float>(), .dt_bias = dt_bias.as<float>(), .norm = norm.as<float>()};
-    }
-};
 
 // ||got - ref|| / ||ref||.
 double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
@@ -216,7 +159,7 @@ const Case kSmall16{.hk = 2, .hv = 4, .dk = 16, .dv = 16};
 const Case kSmall32{.hk = 2, .hv = 4, .dk = 32, .dv = 32, .x_pad = 5};
 const Case kSmall64{.hk = 2, .hv = 4, .dk = 64, .dv = 64};
 const Case kMixed{.hk = 1, .hv = 3, .dk = 48, .dv = 80, .kernel = 3, .x_pad = 3};  // odd dims, Hv = 3 Hk
-const Case kReal{.hk = 16, .hv = 32, .dk = 128, .dv = 128};                        // Qwen3.5/3.6-MoE
+const Case kReal = test::kDeltaNetReal;
 const Case kChunkMixed{
     .hk = 1, .hv = 3, .dk = 64, .dv = 96, .x_pad = 3};  // chunked: 3 column blocks, Hv = 3 Hk
 
@@ -322,65 +265,6 @@ TEST(CudaDeltaNet, RejectsUnsupportedShapes) {
                  Error);
     EXPECT_THROW(delta_net(nullptr, nullptr, nullptr, nullptr, nullptr, w, shape, 16, nullptr, nullptr, 0),
                  Error);
-}
-
-// Timings (printed, not asserted) at the real shape: decode reads and writes the whole state of
-// the layer (32 heads x 128 x 128 fp32 = 2 MiB) once per call.
-TEST(CudaDeltaNet, Timing) {
-    MOX_REQUIRE_CUDA_DEVICE();
-    Layer L(kReal, 31);
-    GpuLayer G(L);
-    const int64_t max_n = 4096, inner = kReal.hv * kReal.dv;
-    const Inputs in = make_inputs(L, max_n, 32);
-    DeviceBuffer x = test::to_device(in.x), b = test::to_device(in.b), alpha = test::to_device(in.alpha),
-                 z = test::to_device(in.z);
-    DeviceBuffer conv_out(static_cast<size_t>(max_n * G.C) * 4), out(static_cast<size_t>(max_n * inner) * 4);
-    auto time_us = [&](int reps, auto&& fn) {
-        for (int i = 0; i < 3; ++i) fn();
-        std::vector<float> ms;
-        Event e0, e1;
-        for (int i = 0; i < reps; ++i) {
-            e0.record();
-            fn();
-            e1.record();
-            e1.synchronize();
-            ms.push_back(Event::elapsed_ms(e0, e1));
-        }
-        std::sort(ms.begin(), ms.end());
-        return 1e3 * ms[ms.size() / 2];
-    };
-    auto conv = [&](int64_t n) {
-        conv_silu(G.conv_state.as<float>(), G.conv_w.as<float>(), x.as<float>(), G.C, n, G.C, 4,
-                  conv_out.as<float>());
-    };
-    DeviceBuffer work(delta_net_workspace_bytes(G.shape(), max_n));
-    auto dnet = [&](int64_t n, DeltaNetMethod m = DeltaNetMethod::automatic) {
-        delta_net(G.S.as<float>(), conv_out.as<float>(), b.as<float>(), alpha.as<float>(), z.as<float>(),
-                  G.weights(), G.shape(), n, out.as<float>(), work.data(), work.size(), nullptr, m);
-    };
-    conv(max_n);  // the delta rule reads real conv outputs
-    const double state_bytes = 2.0 * static_cast<double>(L.S.size()) * 4;
-    const double us_dec = time_us(50, [&] { dnet(1); });
-    std::printf("[bench] delta_net decode (Hv 32, 128x128): %7.2f us  (state r+w %.1f MB: %.0f GB/s)\n",
-                us_dec, state_bytes / 1e6, state_bytes / (us_dec * 1e-6) / 1e9);
-    const double us_conv = time_us(50, [&] { conv(1); });
-    std::printf("[bench] conv_silu decode (8192 channels):  %7.2f us\n", us_conv);
-    const double us_both = time_us(50, [&] {
-        conv(1);
-        dnet(1);
-    });
-    std::printf("[bench] conv_silu + delta_net decode:      %7.2f us\n", us_both);
-    for (int64_t n : {16, 64, 512, 2048, 4096}) {
-        const double us_c = time_us(5, [&] { conv(n); });
-        const double us_s = time_us(5, [&] { dnet(n, DeltaNetMethod::sequential); });
-        const double us_k = time_us(5, [&] { dnet(n, DeltaNetMethod::chunked); });
-        std::printf(
-            "[bench] prefill %4lld tokens: conv_silu %8.1f us, delta_net sequential %8.1f us (%.2f "
-            "us/token), "
-            "chunked %8.1f us (%.3f us/token)\n",
-            static_cast<long long>(n), us_c, us_s, us_s / static_cast<double>(n), us_k,
-            us_k / static_cast<double>(n));
-    }
 }
 
 }  // namespace mox::cuda

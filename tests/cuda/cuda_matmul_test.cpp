@@ -2,7 +2,7 @@
 // loop over the reference dequantizer's weights: every supported type, 1..512 tokens (partial token
 // tiles), n_out not a multiple of the 128-row tile, one and several blocks along n_in; the tile
 // kernels with the cuBLAS path off, and the cuBLAS path (kCublasMinTokens tokens and more) on its
-// own. Plus timings at the model's dense sizes (printed, not asserted).
+// own. (Their timings at the model's dense sizes: mox_cuda_bench, CudaBench.MatmulTflops.)
 #include "cuda_test_util.h"
 
 #include "quant/cuda_matmul.h"
@@ -261,65 +261,6 @@ TEST(CudaMatmul, ModelSizes) {
     check_case(TypeId::q8_0, 512, 2048, 100, 103);
     check_case(TypeId::bf16, 2048, 300, 40, 104);
     check_case(TypeId::iq4_xs, 4096, 130, 33, 105);
-}
-
-namespace {
-
-template <typename Fn>
-float time_ms(int reps, Fn&& fn) {
-    for (int i = 0; i < 3; ++i) fn();
-    std::vector<float> ms;
-    Event a, b;
-    for (int i = 0; i < reps; ++i) {
-        a.record();
-        fn();
-        b.record();
-        b.synchronize();
-        ms.push_back(Event::elapsed_ms(a, b));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
-
-void bench(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, bool precise = false) {
-    const size_t rb = quant::row_bytes(type, n_in);
-    DeviceBuffer w(rb * static_cast<size_t>(n_out) + 16), x(static_cast<size_t>(n_in * n_tokens) * 4),
-        y(static_cast<size_t>(n_out * n_tokens) * 4),
-        ws(std::max<size_t>(1, matmul_workspace_bytes(type, n_in, n_out, n_tokens)));
-    w.zero();  // speed does not depend on the values
-    x.zero();
-    const float ms = time_ms(10, [&] {
-        matmul(type, w.data(), rb, n_in, n_out, x.as<float>(), n_tokens, y.as<float>(), ws.data(), nullptr,
-               precise);
-    });
-    const double flops = 2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * n_tokens;
-    std::printf(
-        "%s",
-        fmt::format("[bench] matmul {:<6} {:>5} -> {:>5}, {:>4} tokens{}: {:8.3f} ms  {:7.1f} TFLOP/s\n",
-                    quant::traits(type).name, n_in, n_out, n_tokens, precise ? " precise" : "", ms,
-                    flops / (ms * 1e-3) / 1e12)
-            .c_str());
-}
-
-}  // namespace
-
-// Each size twice: the default (cuBLAS from kCublasMinTokens tokens) and the tile kernels alone.
-TEST(CudaBench, MatmulTflops) {
-    MOX_REQUIRE_CUDA_DEVICE();
-    for (const char* path : {"1", "0"}) {
-        const ScopedEnv env("MOX_CUDA_CUBLAS", path);
-        std::printf("[bench] MOX_CUDA_CUBLAS=%s\n", path);
-        for (int64_t n_tokens : {128, 256, 512, 4096}) {
-            bench(TypeId::q4_k, 2048, 8192, n_tokens);
-            bench(TypeId::q8_0, 2048, 4096, n_tokens);
-            bench(TypeId::q6_k, 4096, 2048, n_tokens);
-            bench(TypeId::q4_k, 2048, 512, n_tokens);
-            bench(TypeId::q5_k, 512, 2048, n_tokens);
-            bench(TypeId::bf16, 2048, 8192, n_tokens);
-        }
-    }
-    bench(TypeId::q4_k, 2048, 8192, 512, true);
-    bench(TypeId::q4_k, 2048, 512, 512, true);
 }
 
 }  // namespace mox::cuda

@@ -179,40 +179,4 @@ TEST(CudaMatvec, RejectsWhatItCannotDo) {
     EXPECT_THROW(matvec(TypeId::q4_k, buf.data(), 144, 200, 1, buf.as<float>(), 1, buf.as<float>()), Error);
 }
 
-// Timing, printed and not asserted: batch-1 matvec 2048 -> 32768 per block type, on random bytes so
-// the i-quants' grid lookups scatter as in real weights (all-zero bytes would hit one entry).
-TEST(CudaMatvec, BlockTypeBandwidth) {
-    MOX_REQUIRE_CUDA_DEVICE();
-    const int64_t n_in = 2048, n_out = 32768;
-    for (TypeId type :
-         {TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::q4_1, TypeId::q5_0, TypeId::q5_1, TypeId::iq2_xxs,
-          TypeId::iq2_xs, TypeId::iq2_s, TypeId::iq3_xxs, TypeId::iq3_s, TypeId::iq1_s, TypeId::iq1_m}) {
-        const size_t rb = quant::row_bytes(type, n_in), bytes = rb * static_cast<size_t>(n_out);
-        std::mt19937 rng(5);
-        std::vector<uint32_t> words((bytes + 3) / 4);
-        for (auto& v : words) v = rng();
-        std::vector<uint8_t> host(bytes + 16);
-        std::memcpy(host.data(), words.data(), bytes);
-        DeviceBuffer w = test::to_device(host);
-        DeviceBuffer x = test::to_device(test::randn(static_cast<size_t>(n_in), 6));
-        DeviceBuffer y(static_cast<size_t>(n_out) * sizeof(float));
-        const auto run = [&] { matvec(type, w.data(), rb, n_in, n_out, x.as<float>(), 1, y.as<float>()); };
-        for (int i = 0; i < 3; ++i) run();
-        std::vector<float> ms;
-        Event a, b;
-        for (int i = 0; i < 20; ++i) {
-            a.record();
-            run();
-            b.record();
-            b.synchronize();
-            ms.push_back(Event::elapsed_ms(a, b));
-        }
-        std::sort(ms.begin(), ms.end());
-        const float med = ms[ms.size() / 2];
-        std::printf("[bench] matvec %-8s 2048 -> 32768, batch 1: %7.1f MB %8.3f ms %7.1f GB/s\n",
-                    std::string(quant::type_name(type)).c_str(), static_cast<double>(bytes) / 1e6, med,
-                    static_cast<double>(bytes) / (med * 1e-3) / 1e9);
-    }
-}
-
 }  // namespace mox::cuda

@@ -1,7 +1,7 @@
 // Batched (prefill) MoE on the GPU against ops::moe_ffn with the scalar reference kernels
 // (dequantize, fp32 dot): routing patterns with experts that get no token, every token on one
-// expert, k = 1 and k = n_expert, 1..600 tokens; bitwise repeatability; a timing at the model's
-// sizes (printed, not asserted).
+// expert, k = 1 and k = n_expert, 1..600 tokens; bitwise repeatability. (The timing at the model's
+// sizes: mox_cuda_bench, CudaBench.MoeBatchTflops.)
 #include "cuda_test_util.h"
 #include "expert_stack.h"
 
@@ -192,62 +192,6 @@ TEST(CudaMoeBatch, ModelSizes) {
     // Qwen3.6-35B-A3B's expert shapes (fewer experts, to keep the CPU reference short).
     check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 10, 8, 64, Pattern::random, 90);  // tile 64
     check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 32, 8, 64, Pattern::random, 91);  // tile 32, ~16 each
-}
-
-TEST(CudaBench, MoeBatchTflops) {
-    MOX_REQUIRE_CUDA_DEVICE();
-    // One Qwen3.5-MoE layer's routed experts: 256 experts, top 8, n_embd 2048, n_ff 512, Q4_K gate/up,
-    // Q6_K down. Zero weights and activations (speed does not depend on them); random routing.
-    const int64_t n_expert = 256, k = 8, n_embd = 2048, n_ff = 512;
-    const auto stack = [&](TypeId type, int64_t n_in, int64_t n_out) {
-        const size_t rb = quant::row_bytes(type, n_in);
-        auto buf = std::make_unique<DeviceBuffer>(rb * static_cast<size_t>(n_out * n_expert) + 16);
-        buf->zero();
-        return std::pair{std::move(buf), ops::Weight{.data = nullptr,
-                                                     .type = type,
-                                                     .n_in = n_in,
-                                                     .n_out = n_out,
-                                                     .n_expert = n_expert,
-                                                     .row_bytes = rb}};
-    };
-    auto [gbuf, gate] = stack(TypeId::q4_k, n_embd, n_ff);
-    auto [ubuf, up] = stack(TypeId::q4_k, n_embd, n_ff);
-    auto [dbuf, down] = stack(TypeId::q6_k, n_ff, n_embd);
-    gate.data = static_cast<const uint8_t*>(gbuf->data());
-    up.data = static_cast<const uint8_t*>(ubuf->data());
-    down.data = static_cast<const uint8_t*>(dbuf->data());
-    const std::pair<int64_t, bool> cases[] = {{512, false}, {4096, false}, {512, true}};  // tokens, precise
-    for (const auto& [n_tokens, precise] : cases) {
-        const ops::Routing r = make_routing(n_tokens, n_expert, k, Pattern::random, 7);
-        DeviceBuffer di = test::to_device(r.ids), dw = test::to_device(r.weights);
-        DeviceBuffer x(static_cast<size_t>(n_tokens * n_embd) * 4),
-            out(static_cast<size_t>(n_tokens * n_embd) * 4);
-        x.zero();
-        DeviceBuffer ws(moe_batch_workspace_bytes(gate, down, n_tokens, k));
-        const auto once = [&] {
-            moe_batch(gate, up, down, di.as<int32_t>(), dw.as<float>(), n_tokens, k, x.as<float>(),
-                      out.as<float>(), ws.data(), nullptr, precise);
-        };
-        for (int i = 0; i < 3; ++i) once();
-        std::vector<float> ms;
-        Event a, b;
-        for (int i = 0; i < 10; ++i) {
-            a.record();
-            once();
-            b.record();
-            b.synchronize();
-            ms.push_back(Event::elapsed_ms(a, b));
-        }
-        std::sort(ms.begin(), ms.end());
-        const double flops =
-            2.0 * 3.0 * static_cast<double>(n_tokens * k) * static_cast<double>(n_embd * n_ff);
-        std::printf("%s",
-                    fmt::format("[bench] moe_batch Q4_K/Q6_K 256 experts top-8 2048x512, {:>4} tokens{}: "
-                                "{:8.3f} ms  {:7.1f} TFLOP/s\n",
-                                n_tokens, precise ? " precise" : "", ms[ms.size() / 2],
-                                flops / (ms[ms.size() / 2] * 1e-3) / 1e12)
-                        .c_str());
-    }
 }
 
 }  // namespace mox::cuda

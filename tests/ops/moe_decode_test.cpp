@@ -1,7 +1,7 @@
 // The one-job MoE path (few tokens: decode) against the two-job path it replaces for small batches.
 // Both run the same kernels on the same bytes in the same order per output, so they must agree bit
 // for bit, whatever the task size, prefetch distance, thread count or routing (duplicated ids, all
-// tokens on one expert, mixed gate/down types). ops_fast_test checks both against the scalar kernels.
+// tokens on one expert, mixed gate/down types). ops_fast_test checks both against double precision.
 #include "core/thread_pool.h"
 #include "ops/moe.h"
 #include "quant/dot.h"
