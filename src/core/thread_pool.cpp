@@ -2,10 +2,9 @@
 
 #include "core/error.h"
 #include "core/topology.h"
+#include "core/tuning.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -17,10 +16,6 @@
 namespace mox {
 
 namespace {
-
-// How long an idle worker spins before sleeping: longer than the serial gaps between the ops of a
-// decode step, short enough not to burn a core between requests.
-constexpr int64_t kDefaultSpinUs = 200;
 
 // state_ = generation (28 bits) | task count (18 bits) | next index (18 bits). The count travels in the
 // same word as the generation, so a worker can never pair one job's index with another job's count.
@@ -34,22 +29,13 @@ int64_t index_of(uint64_t state) { return static_cast<int64_t>(state & kIndexMas
 constexpr int64_t kMaxThreads = 4096;
 constexpr int64_t kMaxTasksPerRound = static_cast<int64_t>(kIndexMask) - kMaxThreads;
 
-int64_t spin_us_from_env() {
-    const char* s = std::getenv("MOX_SPIN_US");
-    if (s == nullptr || *s == '\0') return kDefaultSpinUs;
-    char* end = nullptr;
-    const long long v = std::strtoll(s, &end, 10);
-    if (*end != '\0' || v < 0 || v > 60'000'000) fail("MOX_SPIN_US={}: expected microseconds, 0 to 60000000", s);
-    return v;
-}
-
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads, bool pin) {
     const Topology& topo = topology();
     if (n_threads <= 0) n_threads = topo.physical_cores;
     MOX_CHECK(n_threads < kMaxThreads, "{} threads", n_threads);
-    spin_ns_.store(spin_us_from_env() * 1000);
+    spin_ns_.store(tuning().spin_us * 1000);
     // Workers take cores 1..n-1; the caller is left unbound (threads it creates later inherit its
     // mask) and the scheduler finds it the one free core.
     pinned_ = pin && n_threads <= topo.physical_cores && n_threads > 1;

@@ -4,7 +4,7 @@
 //
 // Decode calls run() hundreds of times per token with tasks of a few microseconds, so workers spin
 // (with pause) for a while after each job before sleeping (a futex wait): a wake-up through
-// the kernel costs more than many of those tasks. The spin window (default 200 us, env MOX_SPIN_US,
+// the kernel costs more than many of those tasks. The spin window (tuning().spin_us, core/tuning.h;
 // set_spin()) should outlast the serial gaps between the pool's jobs, e.g. the GPU's work between two
 // host expert layers; hold() keeps the workers spinning however long the gaps are, for a stretch of
 // work the caller knows is dense (a decode step). Threads are pinned to physical cores

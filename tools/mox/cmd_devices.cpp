@@ -1,6 +1,8 @@
-// mox devices: the hardware mox sees (CPU threads, memory, CUDA GPUs when built with CUDA).
+// mox devices: the hardware mox sees (CPU threads, memory, CUDA GPUs when built with CUDA) and the
+// tuning values it runs with (core/tuning.h).
 #include "commands.h"
 #include "core/parallel.h"
+#include "core/tuning.h"
 #include "core/units.h"
 #ifdef MOX_HAVE_CUDA
 #include "ops/cuda_device.h"
@@ -26,6 +28,7 @@ void register_devices(CLI::App& app) {
 #else
         fmt::print("cuda: not built (configure with -DMOX_CUDA=ON)\n");
 #endif
+        fmt::print("{}\n", format_tuning(tuning()));
     });
 }
 

@@ -2,6 +2,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/tuning.h"
 
 #include <CLI/CLI.hpp>
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     app.add_flag("-v,--verbose", verbose, "Debug logging");
     app.parse_complete_callback([&] {
         if (verbose) mox::log::set_level(mox::log::Level::debug);
+        mox::tuning();  // a bad MOX_* tuning value is an error before any command runs (core/tuning.h)
     });
     mox::cli::register_run(app);
     mox::cli::register_chat(app);
