@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A/B of mox's experiment switches (environment variables, docs/cuda.md) on one GPU: every variant's
-# `mox bench` run in turn, ROUNDS times over (alternating, so drift hits every variant alike), then a
-# table of each variant's medians over all its repetitions with min..max.
+# A/B of mox's tuning values (environment variables, `mox devices`, docs/cuda.md) or of builds on one
+# GPU: every variant's `mox bench` run in turn, ROUNDS times over (alternating, so drift hits every
+# variant alike), then a table of each variant's medians over all its repetitions with min..max.
 #
 #   bench/cuda/ab_env.sh MOX MODEL OUT "VAR=VALUE ..." ["VAR=VALUE ..." ...]
 #
@@ -10,8 +10,8 @@
 # Environment: ROUNDS (3), REPS (3 per run), TESTS (the bench flags, default "-p 0 -n 128,512"),
 # EXTRA (more bench flags). Writes OUT/runs.jsonl (every run's rows with its variant) and OUT/ab.md.
 #
-#   bench/cuda/ab_env.sh /tmp/bin/mox /tmp/q36.gguf /tmp/ab - MOX_CUDA_ATTN_SHORT_WARPS=4 \
-#       "MOX_CUDA_ATTN_SHORT=0 MOX_PDL=0"
+#   bench/cuda/ab_env.sh /tmp/bin/mox /tmp/q36.gguf /tmp/ab - MOX_CUDA_ATTN_SHORT_MAX=512 \
+#       "MOX_CUDA_ATTN_SHORT_MAX=256 MOX_SPIN_US=50"
 set -euo pipefail
 if [ $# -lt 4 ]; then sed -n 2,13p "$0"; exit 2; fi
 mox="$1"; model="$2"; out="$3"; shift 3

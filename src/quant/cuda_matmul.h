@@ -14,8 +14,8 @@ namespace mox::cuda {
 // Whether `type` has a matmul path (at least every type matvec_supported() accepts).
 bool matmul_supported(quant::TypeId type);
 
-// Batches of at least kCublasMinTokens tokens (env MOX_CUDA_CUBLAS_MIN_TOKENS raises the threshold;
-// MOX_CUDA_CUBLAS=0 turns the path off) run through cuBLAS: the weight is decoded once per call into
+// Batches of at least tuning().cublas_min_tokens tokens (core/tuning.h: kCublasMinTokens unless
+// MOX_CUDA_CUBLAS_MIN_TOKENS raises it) run through cuBLAS: the weight is decoded once per call into
 // fp16 rows in the workspace, the activations rounded to fp16 likewise, and cuBLAS multiplies them
 // with fp32 accumulation: the same operands and rounding as the tensor-core tiles, which decode each
 // weight tile again for every token tile. Not for weights of more than kCublasMaxWeightElems values
@@ -40,5 +40,10 @@ size_t matmul_workspace_bytes(quant::TypeId type, int64_t n_in, int64_t n_out, i
 // decoded weight) and three MMAs per product, for about 1e-5 relative at 2-3x the time.
 void matmul(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
             int64_t n_tokens, float* y, void* workspace, StreamHandle stream = nullptr, bool precise = false);
+
+// Tests: while `direct` is set, the prefill tiles (matmul and batched MoE) load quantized weights
+// directly, as on GPUs whose shared memory does not fit the raw-staged tiles twice per SM (sm_86,
+// sm_89); unset (the default), they stage them raw wherever that fits (quant/cuda/matmul.cuh).
+void set_direct_tiles(bool direct);
 
 }  // namespace mox::cuda

@@ -35,7 +35,7 @@ void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
             int n_cols, float* y, StreamHandle stream = nullptr);
 
 // Whether one-column products with `type` weights (matvec with n_cols 1, the batch-1 MoE kernels)
-// use 8-bit activations: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, unless MOX_CUDA_INT8=0. The rule: x is cut
+// use 8-bit activations: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. The rule: x is cut
 // into the type's 32-value segments (activation_segments); for each, amax = max |x|, dx = amax / 127
 // and q = round-half-even(x * (127 / amax)) in fp32 (q = 0, dx = 0 when amax is 0); the kernel then
 // computes W (dx q) exactly up to fp32 summation order.

@@ -3,6 +3,7 @@
 // the same cache bytes (written by the CPU's ops::kv_store), with the sigmoid gate applied on the host.
 #include "cuda_test_util.h"
 
+#include "core/tuning.h"
 #include "ops/attention.h"
 #include "ops/basic.h"
 #include "ops/cuda_attention.h"
@@ -237,41 +238,33 @@ void decode_every_kv_type(int64_t len, int64_t max_keys, uint32_t& seed) {
     }
 }
 
-// A switch set to a value the kernels do not know: the attention call fails; the switch is unset after.
-void expect_refused(const char* var, const char* value) {
-    ASSERT_EQ(setenv(var, value, 1), 0);
-    Case c;
-    EXPECT_THROW(run_case(c, 1), Error);
-    ASSERT_EQ(unsetenv(var), 0);
-}
-
-// MOX_CUDA_ATTN_SHORT_MAX lowers the longest context the short-context kernel serves: graphs sized
-// for 1024 keys then take the other decode kernels, with the same results; other values are errors.
+// A lower tuning().attn_short_max_keys (MOX_CUDA_ATTN_SHORT_MAX) lowers the longest context the
+// short-context kernel serves: graphs sized for up to 1024 keys then take the other decode kernels,
+// with the same results.
 TEST(CudaAttention, DecodeShortContextBound) {
     MOX_REQUIRE_CUDA_DEVICE();
     uint32_t seed = 950;
-    for (const char* bound : {"512", "256"}) {
-        ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_MAX", bound, 1), 0);
+    for (const int64_t bound : {512, 256}) {
+        Tuning t = tuning();
+        t.attn_short_max_keys = bound;
+        const ScopedTuning scoped(t);
         for (int64_t len : {200, 300, 700, 1024})
             decode_every_kv_type(len, len <= 256 ? 256 : len <= 512 ? 512 : 1024, seed);
     }
-    expect_refused("MOX_CUDA_ATTN_SHORT_MAX", "2048");
 }
 
-// The short-context kernel with 4, 8 and 16 warps per block (MOX_CUDA_ATTN_SHORT_WARPS; "auto", the
-// default, picks by the graph's key bound): the same results as the reference for lengths that leave
+// The short-context kernel with 4, 8 and 16 warps per block (short_warps picks by the graph's key
+// bound: up to 256, 512 and 1024 keys): the same results as the reference for lengths that leave
 // some warps without a key, and at the bound, every KV type.
 TEST(CudaAttention, DecodeShortContextWarps) {
     MOX_REQUIRE_CUDA_DEVICE();
     uint32_t seed = 900;
-    for (const char* warps : {"4", "8", "16", "auto"}) {
-        ASSERT_EQ(setenv("MOX_CUDA_ATTN_SHORT_WARPS", warps, 1), 0);
-        for (int64_t len : {1, 5, 70, 300, 513, 1024})
-            decode_every_kv_type(len, std::max<int64_t>(256, len), seed);
+    for (const int64_t bound : {256, 512, 1024}) {
+        for (int64_t len : {1, 5, 70, 256, 300, 513, 1024})
+            if (len <= bound) decode_every_kv_type(len, bound, seed);
         for (int64_t dim : {64, 128})  // the other head sizes the kernel has
-            run_case({.n_head = 8, .n_head_kv = 2, .head_dim = dim, .pos0 = 699, .max_keys = 1024}, ++seed);
+            run_case({.n_head = 8, .n_head_kv = 2, .head_dim = dim, .pos0 = bound - 5, .max_keys = bound}, ++seed);
     }
-    expect_refused("MOX_CUDA_ATTN_SHORT_WARPS", "2");  // not a count the kernel has
 }
 
 // Decode over f16 caches beyond 1024 keys takes the tensor-core kernel (attention_mma_kernel, f16 K and

@@ -82,7 +82,6 @@ void check_case(const Case& c) {
 
 TEST(CudaConvProjection, MatchesMatvecThenConv) {
     MOX_REQUIRE_CUDA_DEVICE();
-    if (!int8_activations(TypeId::q4_k)) GTEST_SKIP() << "MOX_CUDA_INT8=0: no fused kernel";
     // Qwen3.6's DeltaNet: 2048 -> 8192 conv channels + 4096 (z) + 2 x 32 (b, alpha) rows, kernel 4;
     // odd channel counts and rows that end inside a warp's row pair; kernels 1..4 (1: no state).
     const Case cases[] = {
@@ -105,7 +104,6 @@ TEST(CudaConvProjection, RejectsWhatItCannotDo) {
     EXPECT_THROW(
         conv_projection(TypeId::f32, nullptr, rb, 64, 8, nullptr, nullptr, nullptr, nullptr, 4, 8, nullptr),
         Error);
-    if (!int8_activations(TypeId::q4_k)) return;
     const size_t rbk = quant::row_bytes(TypeId::q4_k, 256);
     // More conv channels than rows; a kernel past conv_silu's limit.
     EXPECT_THROW(conv_projection(TypeId::q4_k, nullptr, rbk, 256, 8, nullptr, nullptr, nullptr, nullptr, 4, 9,

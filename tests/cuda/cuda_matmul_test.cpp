@@ -5,6 +5,7 @@
 // own. (Their timings at the model's dense sizes: mox_cuda_bench, CudaBench.MatmulTflops.)
 #include "cuda_test_util.h"
 
+#include "core/tuning.h"
 #include "quant/cuda_matmul.h"
 #include "quant/types.h"
 
@@ -33,11 +34,16 @@ const TypeId kTypes[] = {TypeId::f32,    TypeId::f16,   TypeId::bf16,  TypeId::q
 // dropped lo x lo term 2^-22 of the product), chunks of 64 products summed by the tensor cores
 // (<= a few ulp of fp32) and chunk sums added in fp32: |err| <= 2e-5 sum |w_i x_i| (about 5x above the
 // worst case of those terms) and relative L2 below 2e-5 (typically ~1e-6).
-// Sets an environment variable for one scope (the matmul reads its switches at every call).
-struct ScopedEnv {
-    const char* name;
-    ScopedEnv(const char* n, const char* v) : name(n) { EXPECT_EQ(setenv(n, v, 1), 0); }
-    ~ScopedEnv() { unsetenv(name); }
+// The process's tuning with another cuBLAS threshold (the matmul reads it at every call).
+Tuning with_cublas_min(int64_t n_tokens) {
+    Tuning t = tuning();
+    t.cublas_min_tokens = n_tokens;
+    return t;
+}
+
+// The tile kernels at every batch size of these tests, for one scope.
+struct TilesOnly {
+    ScopedTuning scoped{with_cublas_min(int64_t{1} << 30)};
 };
 
 void check_case(TypeId type, int64_t n_in, int64_t n_out, int64_t n_tokens, uint32_t seed,
@@ -109,7 +115,7 @@ TEST(CudaMatmul, SupportsEveryMatvecType) {
 
 TEST(CudaMatmul, MatchesReferenceEveryType) {
     MOX_REQUIRE_CUDA_DEVICE();
-    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
+    const TilesOnly tiles;
     uint32_t seed = 1;
     for (TypeId type : kTypes) {
         const int64_t be = quant::traits(type).block_elems;
@@ -130,7 +136,7 @@ TEST(CudaMatmul, MatchesReferenceEveryType) {
 // one output row and odd n_out.
 TEST(CudaMatmul, SplitInnerDimension) {
     MOX_REQUIRE_CUDA_DEVICE();
-    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
+    const TilesOnly tiles;
     check_case(TypeId::q8_0, 544, 1, 1, 201);      // 17 segments: 9 chunks, 2 splits, padded last chunk
     check_case(TypeId::q8_0, 544, 131, 63, 202);   // 2 x 1 tiles
     check_case(TypeId::q4_k, 1792, 77, 65, 203);   // 56 segments: 28 chunks over 7 splits of 4
@@ -148,19 +154,19 @@ TEST(CudaMatmul, SplitInnerDimension) {
 // with 5), and a float type whose rows end in a partial segment.
 TEST(CudaMatmul, BigTokenTiles) {
     MOX_REQUIRE_CUDA_DEVICE();
-    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
+    const TilesOnly tiles;
     check_case(TypeId::q4_k, 256, 4100, 1029, 501);
     check_case(TypeId::q8_0, 512, 8200, 650, 502);
     check_case(TypeId::f16, 100, 8193, 600, 503);
 }
 
 // Where a device fits the raw-staged tiles (the H200 does for every quantized type at token tile 32
-// or 64 but Q6_K at 64), the tests above run them; MOX_CUDA_MM_RAW=0 runs their direct-load twins,
+// or 64 but Q6_K at 64), the tests above run them; set_direct_tiles runs their direct-load twins,
 // which GPUs with ~100 KB of shared memory per SM take: every quantized type, split and unsplit.
 TEST(CudaMatmul, DirectLoadTiles) {
     MOX_REQUIRE_CUDA_DEVICE();
-    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
-    ASSERT_EQ(setenv("MOX_CUDA_MM_RAW", "0", 1), 0);
+    const TilesOnly tiles;
+    set_direct_tiles(true);
     uint32_t seed = 401;
     for (TypeId type : kTypes) {
         if (!quant::traits(type).is_quantized) continue;
@@ -169,16 +175,18 @@ TEST(CudaMatmul, DirectLoadTiles) {
     }
     check_case(TypeId::q8_0, 544, 131, 63, seed++);  // 2 splits, padded last chunk
     check_case(TypeId::q4_k, 1792, 77, 65, seed++);  // 7 splits
-    ASSERT_EQ(unsetenv("MOX_CUDA_MM_RAW"), 0);
+    set_direct_tiles(false);
 }
 
-// The version-1 kernel (MOX_MATMUL_V1=1) stays available as a fallback and stays correct.
+// The version-1 kernel (tuning().matmul_v1, MOX_MATMUL_V1=1) stays available as a fallback and stays
+// correct.
 TEST(CudaMatmul, Version1Fallback) {
     MOX_REQUIRE_CUDA_DEVICE();
-    setenv("MOX_MATMUL_V1", "1", 1);
+    Tuning t = tuning();
+    t.matmul_v1 = true;
+    const ScopedTuning v1(t);
     check_case(TypeId::q4_k, 768, 129, 16, 301);
     check_case(TypeId::bf16, 777, 200, 130, 302);
-    unsetenv("MOX_MATMUL_V1");
 }
 
 // Precise mode on every type (quantized weights are split too: a decoded d q - m is not an fp16
@@ -215,8 +223,8 @@ TEST(CudaMatmul, CublasEveryType) {
     check_case(TypeId::q6_k, 2048, 1000, 1029, seed++);
 }
 
-// Below the threshold the tiles run, and MOX_CUDA_CUBLAS_MIN_TOKENS only raises it: both give the
-// tile kernels' results bit for bit (the cuBLAS sums come in another order).
+// Below the threshold the tiles run, and tuning().cublas_min_tokens (MOX_CUDA_CUBLAS_MIN_TOKENS) only
+// raises it: both give the tile kernels' results bit for bit (the cuBLAS sums come in another order).
 TEST(CudaMatmul, CublasThreshold) {
     MOX_REQUIRE_CUDA_DEVICE();
     const TypeId type = TypeId::q4_k;
@@ -238,24 +246,24 @@ TEST(CudaMatmul, CublasThreshold) {
     const std::vector<float> with_blas = run();
     std::vector<float> tiles, raised;
     {
-        const ScopedEnv off("MOX_CUDA_CUBLAS", "0");
+        const TilesOnly off;
         tiles = run();
     }
     {
-        const ScopedEnv up("MOX_CUDA_CUBLAS_MIN_TOKENS", "100000");
+        const ScopedTuning up(with_cublas_min(n + 1));
         raised = run();
     }
     EXPECT_EQ(tiles, raised);
     EXPECT_NE(tiles, with_blas);  // the path did run: another summation order moves some last bits
     {
-        const ScopedEnv down("MOX_CUDA_CUBLAS_MIN_TOKENS", "1");  // clamped to kCublasMinTokens
+        const ScopedTuning down(with_cublas_min(1));  // clamped to kCublasMinTokens
         EXPECT_EQ(run(), with_blas);
     }
 }
 
 TEST(CudaMatmul, ModelSizes) {
     MOX_REQUIRE_CUDA_DEVICE();
-    const ScopedEnv tiles("MOX_CUDA_CUBLAS", "0");
+    const TilesOnly tiles;
     check_case(TypeId::q4_k, 2048, 513, 512, 101);
     check_case(TypeId::q6_k, 4096, 256, 65, 102);
     check_case(TypeId::q8_0, 512, 2048, 100, 103);

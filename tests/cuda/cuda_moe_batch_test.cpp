@@ -5,9 +5,11 @@
 #include "cuda_test_util.h"
 #include "expert_stack.h"
 
+#include "core/tuning.h"
 #include "ops/context.h"
 #include "ops/cuda_moe.h"
 #include "ops/moe.h"
+#include "quant/cuda_matmul.h"
 #include "quant/types.h"
 
 #include <algorithm>
@@ -168,23 +170,25 @@ TEST(CudaMoeBatch, Precise) {
     check_batch(TypeId::q4_k, TypeId::q6_k, 2048, 512, 10, 8, 40, Pattern::random, 134, true);
 }
 
-// The direct-load twins of the raw-staged tiles (MOX_CUDA_MM_RAW=0; GPUs with ~100 KB of shared
+// The direct-load twins of the raw-staged tiles (set_direct_tiles; GPUs with ~100 KB of shared
 // memory per SM take them), both token tiles.
 TEST(CudaMoeBatch, DirectLoadTiles) {
     MOX_REQUIRE_CUDA_DEVICE();
-    ASSERT_EQ(setenv("MOX_CUDA_MM_RAW", "0", 1), 0);
+    set_direct_tiles(true);
     check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 32, 8, 100, Pattern::random, 150);      // tile 32
     check_batch(TypeId::iq4_xs, TypeId::q4_k, 256, 256, 2, 1, 65, Pattern::one_expert, 151);  // tile 64
     check_batch(TypeId::q8_0, TypeId::q5_k, 256, 256, 16, 3, 16, Pattern::cyclic, 152);
-    ASSERT_EQ(unsetenv("MOX_CUDA_MM_RAW"), 0);
+    set_direct_tiles(false);
 }
 
-// The version-1 kernels (MOX_MATMUL_V1=1) stay available as a fallback and stay correct.
+// The version-1 kernels (tuning().matmul_v1, MOX_MATMUL_V1=1) stay available as a fallback and stay
+// correct.
 TEST(CudaMoeBatch, Version1Fallback) {
     MOX_REQUIRE_CUDA_DEVICE();
-    setenv("MOX_MATMUL_V1", "1", 1);
+    Tuning t = tuning();
+    t.matmul_v1 = true;
+    const ScopedTuning v1(t);
     check_batch(TypeId::q4_k, TypeId::q6_k, 256, 256, 32, 8, 100, Pattern::random, 120);
-    unsetenv("MOX_MATMUL_V1");
 }
 
 TEST(CudaMoeBatch, ModelSizes) {

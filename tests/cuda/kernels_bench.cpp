@@ -6,6 +6,7 @@
 #include "cuda_test_util.h"
 #include "delta_net_layer.h"
 
+#include "core/tuning.h"
 #include "ops/cuda_attention.h"
 #include "ops/cuda_delta_net.h"
 #include "ops/cuda_device.h"
@@ -71,13 +72,6 @@ void bench_matvec(TypeId type, int64_t n_in, int64_t n_out, int n_cols, const ch
         20, [&](int) { matvec(type, w.data(), rb, n_in, n_out, x.as<float>(), n_cols, y.as<float>()); });
     report(what, static_cast<double>(rb) * static_cast<double>(n_out), ms);
 }
-
-// Sets an environment variable for one scope (the matmul reads its switches at every call).
-struct ScopedEnv {
-    const char* name;
-    ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-    ~ScopedEnv() { unsetenv(name); }
-};
 
 int32_t* device_pos(DeviceBuffer& buf, int32_t pos) {
     buf.upload(&pos, sizeof pos);
@@ -315,9 +309,11 @@ TEST(CudaBench, MatvecBlockTypes) {
 // Each size twice: the default (cuBLAS from kCublasMinTokens tokens) and the tile kernels alone.
 TEST(CudaBench, MatmulTflops) {
     MOX_REQUIRE_CUDA_DEVICE();
-    for (const char* path : {"1", "0"}) {
-        const ScopedEnv env("MOX_CUDA_CUBLAS", path);
-        std::printf("[bench] MOX_CUDA_CUBLAS=%s\n", path);
+    for (const int64_t min_tokens : {kCublasMinTokens, int64_t{1} << 30}) {
+        Tuning t = tuning();
+        t.cublas_min_tokens = min_tokens;
+        const ScopedTuning scoped(t);
+        std::printf("[bench] cuBLAS from %lld tokens\n", static_cast<long long>(min_tokens));
         for (int64_t n_tokens : {128, 256, 512, 4096}) {
             bench_matmul(TypeId::q4_k, 2048, 8192, n_tokens);
             bench_matmul(TypeId::q8_0, 2048, 4096, n_tokens);

@@ -129,44 +129,11 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
     cuda::matmul_init();
     cuda::set_vram_budget(o.vram_budget);
     const ops::CudaDeviceInfo info = ops::cuda_devices().front();
-    // MOX_CUDA_DELTANET=sequential|chunked forces one DeltaNet prefill kernel (to compare them on
-    // the GPU machine); unset, the launcher picks by batch size.
     if (const char* e = std::getenv("MOX_PROFILE"); e && *e == '1') profile_ = true;
     if (const char* e = std::getenv("MOX_CUDA_PROFILE_STEP"); e && *e) {
         char* end = nullptr;
         profile_step_ = std::strtoll(e, &end, 10);
         if (*end != '\0' || profile_step_ < 0) fail("MOX_CUDA_PROFILE_STEP={}: expected a decode step number", e);
-    }
-    if (const char* e = std::getenv("MOX_CUDA_KV_FUSE"); e && *e) {
-        const std::string v = e;
-        if (v != "0" && v != "1") fail("MOX_CUDA_KV_FUSE={}: expected 0 or 1", v);
-        fuse_kv_store_ = v == "1";
-    }
-    if (const char* e = std::getenv("MOX_CUDA_CONV_FUSE"); e && *e) {
-        const std::string v = e;
-        if (v != "0" && v != "1") fail("MOX_CUDA_CONV_FUSE={}: expected 0 or 1", v);
-        fuse_conv_ = v == "1";
-    }
-    if (const char* e = std::getenv("MOX_CUDA_NORM_FUSE"); e && *e) {
-        const std::string v = e;
-        if (v != "0" && v != "1") fail("MOX_CUDA_NORM_FUSE={}: expected 0 or 1", v);
-        fuse_norm_router_ = v == "1";
-    }
-    if (const char* e = std::getenv("MOX_CUDA_ARGMAX"); e && *e) {
-        const std::string v = e;
-        if (v != "0" && v != "1") fail("MOX_CUDA_ARGMAX={}: expected 0 or 1", v);
-        device_argmax_ = v == "1";
-    }
-    if (const char* e = std::getenv("MOX_CUDA_ARGMAX_ONLY"); e && *e) {
-        const std::string v = e;
-        if (v != "0" && v != "1") fail("MOX_CUDA_ARGMAX_ONLY={}: expected 0 or 1", v);
-        argmax_only_ = v == "1";
-    }
-    if (const char* e = std::getenv("MOX_CUDA_DELTANET"); e && *e) {
-        const std::string v = e;
-        if (v == "sequential") deltanet_method_ = cuda::DeltaNetMethod::sequential;
-        else if (v == "chunked") deltanet_method_ = cuda::DeltaNetMethod::chunked;
-        else if (v != "auto") fail("MOX_CUDA_DELTANET={}: expected auto, sequential or chunked", v);
     }
     // Two passes over the same upload code: count, allocate once, fill.
     upload_weights(o, arena_);
@@ -518,9 +485,10 @@ void GpuForward::logits_compute(int64_t r0, int64_t count) {
     cuda::matvec(w.type, w.data, w.row_bytes, w.n_in, w.n_out, u_.as<float>() + r0 * hp_.n_embd,
                  static_cast<int>(count), logits, stream_.handle());
     if (output_b_) cuda::add_bias(logits, output_b_, count, hp_.n_vocab, stream_.handle());
-    // A single row (every decode step, a prompt's last token) also gets its arg max on the device.
-    if (count == 1 && device_argmax_)
-        cuda::argmax(logits, hp_.n_vocab, argmax_slot(logits), stream_.handle());
+    // A single row (every decode step, a prompt's last token) also gets its arg max on the device:
+    // `mox bench` takes its greedy token from it instead of scanning the row on the host while the
+    // GPU waits (tg128 391.5 vs 346.7 t/s on the H200, bench/results/2026-11-30-device-argmax-h200).
+    if (count == 1) cuda::argmax(logits, hp_.n_vocab, argmax_slot(logits), stream_.handle());
 }
 
 uint64_t* GpuForward::argmax_slot(void* logits_base) const {
@@ -530,7 +498,7 @@ uint64_t* GpuForward::argmax_slot(void* logits_base) const {
 std::optional<int32_t> GpuForward::forward_argmax(std::span<const SequenceBatch> batch,
                                                     int64_t n_candidates, std::vector<float>& logits) {
     MOX_CHECK(n_candidates > 0 && n_candidates <= hp_.n_vocab, "{} arg max candidates", n_candidates);
-    if (batch.size() != 1 || !device_argmax_ || !argmax_only_) {
+    if (batch.size() != 1) {
         forward(batch, false, logits);
         if (last_argmax_ && *last_argmax_ < n_candidates) return last_argmax_;
         return std::nullopt;
@@ -549,10 +517,11 @@ std::optional<int32_t> GpuForward::forward_argmax(std::span<const SequenceBatch>
 void GpuForward::logits_fetch(int64_t count, std::vector<float>& logits, int64_t row_out) {
     const cuda::StreamHandle s = stream_.handle();
     const size_t bytes = static_cast<size_t>(count * hp_.n_vocab) * sizeof(float);
-    const bool with_argmax = count == 1 && device_argmax_;
+    const bool with_argmax = count == 1;
     last_argmax_.reset();
     if (with_argmax && argmax_limit_ > 0) {
-        // Greedy: 8 bytes instead of the 1 MB row and the host's copy of it, while the GPU waits.
+        // Greedy: 8 bytes instead of the 1 MB row and the host's copy of it, while the GPU waits
+        // (tg128 407.8-408.1 vs 395.4-397.0 t/s on the H200, bench/results/2026-12-01-decode-step-h200).
         cuda::copy_to_host(argmax_slot(logits_host_.data()), argmax_slot(logits_.data()), sizeof(uint64_t),
                            s);
         if (host_failed_) std::rethrow_exception(host_error_);
@@ -648,7 +617,7 @@ const float* GpuForward::rope_factors(int64_t n_ctx) const {
 
 bool GpuForward::fused_norm_router(int64_t il, int64_t n) const {
     const GpuLayer& L = layers_[static_cast<size_t>(il)];
-    return n == 1 && fuse_norm_router_ && hp_.recipe().norm == NormKind::rms &&
+    return n == 1 && hp_.recipe().norm == NormKind::rms &&
            hp_.recipe().moe.router == RouterKind::softmax_topk && host_index_[static_cast<size_t>(il)] < 0 &&
            L.router_in.runs.size() == 1 &&
            cuda::add_rms_norm_matvec_supported(L.router_in.runs.front().whole);
@@ -666,7 +635,7 @@ void GpuForward::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64
     float* conv_state = seq.conv[static_cast<size_t>(ri)].as<float>();
     // The qkv part (part 0, C rows) opens the group's first run.
     const ops::Weight& first = L.dn_in.runs.front().whole;
-    if (n == 1 && fuse_conv_ && cuda::conv_projection_supported(first.type)) {
+    if (n == 1 && cuda::conv_projection_supported(first.type)) {
         cuda::conv_projection(first.type, first.data, first.row_bytes, first.n_in, first.n_out, u, proj,
                               conv_state, L.ssm_conv1d, hp_.ssm_conv_kernel, C, conv_.as<float>(), s);
         for (size_t i = 1; i < L.dn_in.runs.size(); ++i)
@@ -678,9 +647,8 @@ void GpuForward::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64
     }
     const cuda::DeltaNetShape shape = delta_net_shape(hp_);
     const cuda::DeltaNetWeights w{L.ssm_a, L.ssm_dt_bias, L.ssm_norm};
-    cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta, alpha, z, w, shape, n,
-                    y_.as<float>(), work_.data(), work_.size(), s,
-                    n == 1 ? cuda::DeltaNetMethod::automatic : deltanet_method_);
+    cuda::delta_net(seq.ssm[static_cast<size_t>(ri)].as<float>(), conv_.as<float>(), beta, alpha, z, w, shape,
+                    n, y_.as<float>(), work_.data(), work_.size(), s);
     linear(L.ssm_out, y_.as<float>(), n, out);
 }
 
@@ -716,8 +684,10 @@ void GpuForward::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int6
     const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(), seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
                          so.k_type, so.v_type, Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd),
                          quant::row_bytes(so.v_type, Hkv * hd), so.n_ctx};
-    if (fuse_kv_store_ && cuda::qk_cache_store_supported(kv)) {
-        // f32/f16/bf16 caches: the q/k preparation writes k and v into the cache itself.
+    if (cuda::qk_cache_store_supported(kv)) {
+        // f32/f16/bf16 caches: the q/k preparation writes k and v into the cache itself, two launches
+        // fewer per layer (tg128 317 / 319 vs 311 t/s with kv_store on the H200,
+        // bench/results/2026-11-30-mma-prefill-attention-h200).
         const cuda::QkCacheStore store{kv, v, Hkv * hd};
         cuda::qk_norm_rope(qg, L.attn_q_norm, k, L.attn_k_norm, pos_.as<int32_t>(), n, qs, q_.as<float>(), s, &store);
     } else {

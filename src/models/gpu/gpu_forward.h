@@ -142,7 +142,10 @@ private:
     void deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64_t n, float* out);
     void attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys, float* out);
     // Whether layer il's MoE input norm and router run as one launch (decode, GPU experts, a float
-    // router in one run: cuda::add_rms_norm_matvec); trunk then leaves the logits to moe().
+    // router in one run: cuda::add_rms_norm_matvec); trunk then leaves the logits to moe(). With the
+    // DeltaNet conv in its projection's store (deltanet), 70 launches fewer per Qwen3.6 step: tg128
+    // 340.4 vs 326.8 t/s on the H200, the norm about two thirds of it
+    // (bench/results/2026-11-30-decode-fusions-h200).
     bool fused_norm_router(int64_t il, int64_t n) const;
     void moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready = false);
     // The recipe's norm of n rows (add_rms_norm's or add_layer_norm's residual adds, then the norm).
@@ -191,7 +194,6 @@ private:
     const int64_t n_ubatch_;
     const int64_t n_ctx_max_;
     const int64_t stream_min_tokens_;
-    cuda::DeltaNetMethod deltanet_method_{};
     cuda::Stream stream_;       // the forward
     cuda::Stream side_stream_;  // the shared expert while the CPU computes a hand-off
     cuda::Stream copy_stream_;  // expert streaming
@@ -224,22 +226,10 @@ private:
     bool profile_ = false;
     std::atomic<int64_t> host_jobs_{0}, host_tokens_{0}, host_ns_{0};
     std::atomic<bool> host_failed_{false};
-    // f32/f16/bf16 KV caches are written by the q/k preparation kernel (cuda::QkCacheStore), not by
-    // kv_store launches of their own; MOX_CUDA_KV_FUSE=0 keeps kv_store (A/B).
-    bool fuse_kv_store_ = true;
-    // A DeltaNet layer's decode conv runs in its qkv projection's store (cuda::conv_projection) where
-    // the projection's type allows; MOX_CUDA_CONV_FUSE=0 keeps conv_silu launches of their own (A/B).
-    bool fuse_conv_ = true;
-    // Decode runs the MoE input norm inside the router's launch where fused_norm_router allows;
-    // MOX_CUDA_NORM_FUSE=0 keeps add_rms_norm launches of their own (A/B).
-    bool fuse_norm_router_ = true;
-    // The last logit row's arg max is computed on the device (last_argmax); MOX_CUDA_ARGMAX=0: not (A/B).
-    bool device_argmax_ = true;
+    // The last logit row's arg max, computed on the device (last_argmax).
     std::optional<int32_t> last_argmax_;
-    // While forward_argmax runs: its n_candidates (0 otherwise). MOX_CUDA_ARGMAX_ONLY=0: forward_argmax
-    // copies the logits back too (A/B: the 1 MB copy and the host's copy of it, in every greedy step).
+    // While forward_argmax runs: its n_candidates (0 otherwise).
     int64_t argmax_limit_ = 0;
-    bool argmax_only_ = true;
     int64_t decode_steps_ = 0;  // decode graph launches so far
     int64_t profile_step_ = 0;  // MOX_CUDA_PROFILE_STEP; 0: none profiled
     // Activations for one micro-batch (fp32, token-major rows).

@@ -15,22 +15,22 @@
 // all its rows, and the key loop needs no barrier. The warps then merge through shared memory. With
 // one split the block normalises, gates and writes the output; with several (decode: the context is
 // cut so that the blocks fill the GPU) it writes (max, sum, acc) partials and combine_kernel merges
-// them in a fixed order (deterministic, no atomics). Decode over at most kShortMaxKeys keys takes
+// them in a fixed order (deterministic, no atomics). Decode over at most short_max_keys() keys takes
 // attention_short_kernel instead: one block per query head (see there why). Over f16 caches, longer
 // decode and every prefill run on the tensor cores (ops/cuda/attention_mma.cu), sharing the plan,
-// the partials and combine_kernel with attention_kernel.
+// the partials and combine_kernel with attention_kernel (against attention_kernel on the H200: tg128
+// at depth 32768 273 / 272 vs 263 t/s, a 2048-token causal prefill 0.64 vs 2.71 ms;
+// bench/results/2026-11-30-mma-prefill-attention-h200).
+#include "core/tuning.h"
 #include "ops/cuda_attention.h"
 #include "ops/cuda/attention_params.cuh"
 #include "ops/cuda/kv_format.cuh"
 #include "quant/cuda/check.cuh"
-#include "quant/cuda/launch.cuh"
 
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 namespace mox::cuda {
 
@@ -59,8 +59,6 @@ __global__ void __launch_bounds__(kStoreThreads)
     kv_store_kernel(uint8_t* __restrict__ cache, size_t row_bytes, int fmt, int64_t capacity,
                     const int32_t* __restrict__ pos0, const float* __restrict__ src, int64_t src_stride,
                     int64_t row_elems) {
-    dependency_wait();  // launch.cuh: before any read of this step's rows or early exit
-    allow_next_launch();
     const int64_t pos = static_cast<int64_t>(*pos0) + blockIdx.x;
     if (pos < 0 || pos >= capacity) return;  // the host cannot check a device position
     const float* x = src + static_cast<int64_t>(blockIdx.x) * src_stride;
@@ -236,8 +234,6 @@ __device__ __forceinline__ void halve(float* sc, int lane) {
 // grid (row chunks, n_head_kv, n_split), kThreads threads.
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p) {
-    dependency_wait();  // launch.cuh
-    allow_next_launch();
     constexpr int E = D / 32;
     // Keys a warp loads per step: more bytes in flight, but registers (q and acc take 2 * kRows * E).
     constexpr int S = D >= 256 ? 2 : 4;
@@ -420,12 +416,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams p)
 // at 4 warps (bench/results/2026-11-30-norm-epilogue-bisect-h200). W = 8 and 16 shorten the chain
 // (short_warps chooses; see there).
 constexpr int kShortKeys = 4;  // keys per warp and step
-constexpr int64_t kShortMaxKeys = 1024;  // the longest context it serves (short_max_keys may lower it)
+constexpr int64_t kShortMaxKeys = 1024;  // the longest context it can serve (short_max_keys)
 
 template <int D, int W>
 __global__ void __launch_bounds__(W * 32) attention_short_kernel(const AttnParams p) {
-    dependency_wait();  // launch.cuh
-    allow_next_launch();
     constexpr int E = D / 32;
     __shared__ float sm_acc[W][D];
     __shared__ float sm_m[W];
@@ -524,8 +518,6 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttnPara
     __shared__ float sm_red[kT / 32];
     __shared__ float sm_a[kCombineGroups][kCombineCols];
     __shared__ float sm_l[kCombineGroups];
-    dependency_wait();  // launch.cuh
-    allow_next_launch();
     const int64_t row = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int cl = tid % kCombineCols, g = tid / kCombineCols;
@@ -614,67 +606,38 @@ Plan make_plan(const ops::AttentionShape& s, int64_t n_q, int64_t max_keys, int6
     return plan;
 }
 
-// MOX_CUDA_ATTN_MMA=0: prefill, and decode beyond kShortMaxKeys keys, over f16 caches take
-// attention_kernel instead of the tensor-core kernels (A/B).
-bool mma_attention_enabled() {
-    static const bool enabled = [] {
-        const char* env = std::getenv("MOX_CUDA_ATTN_MMA");
-        return env == nullptr || std::strcmp(env, "0") != 0;
-    }();
-    return enabled;
-}
-
 // Warps per block of attention_short_kernel for a graph sized for max_keys keys: 4 up to 256 keys, 8 up
 // to 512, 16 beyond (each warp then walks at most 16 steps). An A/B on the H200: tg512 326.6 vs
 // 319.4 t/s with 4 warps at every length, tg128 unchanged (336.0 vs 335.7;
 // bench/results/2026-11-30-raw-staged-tiles-h200).
-// MOX_CUDA_ATTN_SHORT_WARPS = 4, 8 or 16 forces a count ("auto": the default). Read at every launch
-// (not cached), so tests can switch it; decode graphs read it once, at capture.
 int short_warps(int64_t max_keys) {
-    const char* env = std::getenv("MOX_CUDA_ATTN_SHORT_WARPS");
-    if (env != nullptr && std::strcmp(env, "4") == 0) return 4;
-    if (env != nullptr && std::strcmp(env, "8") == 0) return 8;
-    if (env != nullptr && std::strcmp(env, "16") == 0) return 16;
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0)
-        return max_keys <= 256 ? 4 : max_keys <= 512 ? 8 : 16;
-    fail("MOX_CUDA_ATTN_SHORT_WARPS={}: expected 4, 8, 16 or auto", env);
+    return max_keys <= 256 ? 4 : max_keys <= 512 ? 8 : 16;
 }
 
 template <int D>
 void launch_short(int warps, unsigned blocks, StreamHandle stream, const AttnParams& p) {
     switch (warps) {
         case 4:
-            launch_overlapped(attention_short_kernel<D, 4>, blocks, 4 * 32, 0, stream, p);
+            attention_short_kernel<D, 4><<<blocks, 4 * 32, 0, stream>>>(p);
             break;
         case 8:
-            launch_overlapped(attention_short_kernel<D, 8>, blocks, 8 * 32, 0, stream, p);
+            attention_short_kernel<D, 8><<<blocks, 8 * 32, 0, stream>>>(p);
             break;
         default:
-            launch_overlapped(attention_short_kernel<D, 16>, blocks, 16 * 32, 0, stream, p);
+            attention_short_kernel<D, 16><<<blocks, 16 * 32, 0, stream>>>(p);
             break;
     }
 }
 
-// Decode graphs sized for at most this many keys take attention_short_kernel: kShortMaxKeys, or
-// MOX_CUDA_ATTN_SHORT_MAX=512 / 256 for an A/B (the decode-attention probe put the short kernel at
-// 1024 keys, 26.4 us a layer with 16 warps, above the tensor-core kernel at 1025 keys, 23.6 us with a
-// 2048-key bucket; end to end, tg512: 1024 329.6, 512 328.4, 256 326.4 t/s,
-// bench/results/2026-11-30-decode-fusions-h200). Read at every launch, so tests can switch it.
+// Decode graphs sized for at most this many keys take attention_short_kernel:
+// tuning().attn_short_max_keys (core/tuning.h; 1024 = kShortMaxKeys by default). Against
+// attention_kernel it gained 4% decode on the H200 (tg128 320.7 / 318.8 vs 306.8 t/s,
+// bench/results/2026-11-30-router-h200). The decode-attention probe put it at 1024 keys at 26.4 us a
+// layer with 16 warps, above the tensor-core kernel at 1025 keys, 23.6 us with a 2048-key bucket; end
+// to end, tg512: 1024 329.6, 512 328.4, 256 326.4 t/s (bench/results/2026-11-30-decode-fusions-h200).
+// Read at every launch, so tests can switch it (ScopedTuning); decode graphs read it once, at capture.
 int64_t short_max_keys() {
-    const char* env = std::getenv("MOX_CUDA_ATTN_SHORT_MAX");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "1024") == 0) return kShortMaxKeys;
-    if (std::strcmp(env, "512") == 0) return 512;
-    if (std::strcmp(env, "256") == 0) return 256;
-    fail("MOX_CUDA_ATTN_SHORT_MAX={}: expected 256, 512 or 1024", env);
-}
-
-// MOX_CUDA_ATTN_SHORT=0: decode over short contexts takes attention_kernel too (A/B measurements).
-bool short_attention_enabled() {
-    static const bool enabled = [] {
-        const char* env = std::getenv("MOX_CUDA_ATTN_SHORT");
-        return env == nullptr || std::strcmp(env, "0") != 0;
-    }();
-    return enabled;
+    return std::min(kShortMaxKeys, tuning().attn_short_max_keys);
 }
 
 }  // namespace
@@ -686,11 +649,11 @@ void kv_store(const ops::KvView& kv, const int32_t* pos0, int64_t n_rows, const 
     MOX_CHECK(kv.row_elems % 32 == 0, "KV row of {} elements", kv.row_elems);
     const int kf = kv_fmt(kv.k_type), vf = kv_fmt(kv.v_type);
     const dim3 grid(static_cast<unsigned>(n_rows));
-    launch_overlapped(kv_store_kernel, grid, kStoreThreads, 0, stream, kv.k, kv.k_row_bytes, kf, kv.capacity,
-                      pos0, k, k_stride, kv.row_elems);
+    kv_store_kernel<<<grid, kStoreThreads, 0, stream>>>(kv.k, kv.k_row_bytes, kf, kv.capacity, pos0, k,
+                                                        k_stride, kv.row_elems);
     MOX_CUDA_CHECK_LAUNCH("kv_store_kernel");
-    launch_overlapped(kv_store_kernel, grid, kStoreThreads, 0, stream, kv.v, kv.v_row_bytes, vf, kv.capacity,
-                      pos0, v, v_stride, kv.row_elems);
+    kv_store_kernel<<<grid, kStoreThreads, 0, stream>>>(kv.v, kv.v_row_bytes, vf, kv.capacity, pos0, v,
+                                                        v_stride, kv.row_elems);
     MOX_CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
 
@@ -721,7 +684,7 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
                size_t workspace_bytes, StreamHandle stream) {
     const int64_t D = shape.head_dim;
     const bool f16_cache = kv_fmt(kv.k_type) == kFmtF16 && kv_fmt(kv.v_type) == kFmtF16;
-    const bool mma = f16_cache && (D == 128 || D == 256) && mma_attention_enabled();
+    const bool mma = f16_cache && (D == 128 || D == 256);
     const bool mma_prefill = mma && n_q > 1;
     const Plan plan = make_plan(shape, n_q, max_keys, mma_prefill ? attn::kPfRows : kRows);
     MOX_CHECK(D == 64 || D == 128 || D == 256, "CUDA attention: head_dim {} (supported: 64, 128, 256)", D);
@@ -763,7 +726,7 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
                                      static_cast<size_t>(D);
     }
 
-    if (n_q == 1 && max_keys <= short_max_keys() && short_attention_enabled()) {
+    if (n_q == 1 && max_keys <= short_max_keys()) {
         const auto blocks = static_cast<unsigned>(shape.n_head);
         const int warps = short_warps(max_keys);
         switch (D) {
@@ -793,36 +756,31 @@ void attention(const ops::KvView& kv, const ops::AttentionShape& shape, const fl
         }
         if (plan.n_split > 1) {
             if (D == 128)
-                launch_overlapped(combine_kernel<128>, dim3(n_rows_all, 128 / kCombineCols), kCombineThreads, 0,
-                                  stream, p);
+                combine_kernel<128><<<dim3(n_rows_all, 128 / kCombineCols), kCombineThreads, 0, stream>>>(p);
             else
-                launch_overlapped(combine_kernel<256>, dim3(n_rows_all, 256 / kCombineCols), kCombineThreads, 0,
-                                  stream, p);
+                combine_kernel<256><<<dim3(n_rows_all, 256 / kCombineCols), kCombineThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("combine_kernel");
         }
         return;
     }
     switch (D) {
         case 64:
-            launch_overlapped(attention_kernel<64>, grid, kThreads, 0, stream, p);
+            attention_kernel<64><<<grid, kThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<64>");
             if (plan.n_split > 1)
-                launch_overlapped(combine_kernel<64>, dim3(n_rows_all, 64 / kCombineCols), kCombineThreads, 0,
-                                  stream, p);
+                combine_kernel<64><<<dim3(n_rows_all, 64 / kCombineCols), kCombineThreads, 0, stream>>>(p);
             break;
         case 128:
-            launch_overlapped(attention_kernel<128>, grid, kThreads, 0, stream, p);
+            attention_kernel<128><<<grid, kThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<128>");
             if (plan.n_split > 1)
-                launch_overlapped(combine_kernel<128>, dim3(n_rows_all, 128 / kCombineCols), kCombineThreads,
-                                  0, stream, p);
+                combine_kernel<128><<<dim3(n_rows_all, 128 / kCombineCols), kCombineThreads, 0, stream>>>(p);
             break;
         default:
-            launch_overlapped(attention_kernel<256>, grid, kThreads, 0, stream, p);
+            attention_kernel<256><<<grid, kThreads, 0, stream>>>(p);
             MOX_CUDA_CHECK_LAUNCH("attention_kernel<256>");
             if (plan.n_split > 1)
-                launch_overlapped(combine_kernel<256>, dim3(n_rows_all, 256 / kCombineCols), kCombineThreads,
-                                  0, stream, p);
+                combine_kernel<256><<<dim3(n_rows_all, 256 / kCombineCols), kCombineThreads, 0, stream>>>(p);
             break;
     }
     MOX_CUDA_CHECK_LAUNCH("combine_kernel");

@@ -11,7 +11,6 @@
 //    shared memory, S = Q K^T and O += P V per warp with the online softmax in registers.
 #include "ops/cuda/attention_params.cuh"
 #include "quant/cuda/check.cuh"
-#include "quant/cuda/launch.cuh"
 
 #include <cuda_fp16.h>
 
@@ -68,8 +67,6 @@ __device__ __forceinline__ void prefetch_l1(const uint8_t* p) {
 // combine_kernel), kMmaWarps * 32 threads; group <= 8, f16 K and V.
 template <int D>
 __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const AttnParams p) {
-    dependency_wait();  // launch.cuh
-    allow_next_launch();
     constexpr int G = D / 32;  // 32-dim groups of a key row (two k-steps each)
     constexpr int E = D / 8;   // dims of V a lane reads per key
     __shared__ float sm_o[kMmaWarps][8][D];
@@ -273,8 +270,6 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // grid (row blocks of kPfRows, n_head_kv, n_split), kPfThreads threads, prefill_smem_bytes<D>().
 template <int D>
 __global__ void __launch_bounds__(kPfThreads) attention_prefill_mma_kernel(const AttnParams p) {
-    dependency_wait();  // launch.cuh
-    allow_next_launch();
     constexpr int S = D + kPfPad;  // f16 per shared row
     extern __shared__ uint4 pf_smem[];
     __half* q_hi = reinterpret_cast<__half*>(pf_smem);  // [kPfRows][S]
@@ -464,7 +459,7 @@ void launch_prefill(const AttnParams& p, int n_head_kv, StreamHandle stream) {
     (void)attributes_set;
     const dim3 grid(static_cast<unsigned>((p.n_rows_q + kPfRows - 1) / kPfRows),
                     static_cast<unsigned>(n_head_kv), static_cast<unsigned>(p.n_split));
-    launch_overlapped(attention_prefill_mma_kernel<D>, grid, kPfThreads, smem, stream, p);
+    attention_prefill_mma_kernel<D><<<grid, kPfThreads, smem, stream>>>(p);
     MOX_CUDA_CHECK_LAUNCH("attention_prefill_mma_kernel");
 }
 
@@ -472,9 +467,9 @@ void launch_prefill(const AttnParams& p, int n_head_kv, StreamHandle stream) {
 
 void launch_mma_decode(const AttnParams& p, int64_t D, dim3 grid, StreamHandle stream) {
     if (D == 128)
-        launch_overlapped(attention_mma_kernel<128>, grid, kMmaWarps * 32, 0, stream, p);
+        attention_mma_kernel<128><<<grid, kMmaWarps * 32, 0, stream>>>(p);
     else
-        launch_overlapped(attention_mma_kernel<256>, grid, kMmaWarps * 32, 0, stream, p);
+        attention_mma_kernel<256><<<grid, kMmaWarps * 32, 0, stream>>>(p);
     MOX_CUDA_CHECK_LAUNCH("attention_mma_kernel");
 }
 

@@ -1,6 +1,5 @@
 #include "ops/cuda_basic.h"
 #include "ops/cuda/kv_format.cuh"
-#include "quant/cuda/launch.cuh"
 #include "quant/cuda/matvec.cuh"
 
 #include <algorithm>
@@ -29,8 +28,6 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, size_t row_bytes
                              const int32_t* __restrict__ ids, float* __restrict__ out) {
     __shared__ float tbl[16];
     stage_table<T>(tbl);
-    dependency_wait();  // launch.cuh: reads and writes of this step's buffers only after it
-    allow_next_launch();
     __syncthreads();
     const int64_t t = blockIdx.y;
     const uint8_t* row = table + static_cast<size_t>(ids[t]) * row_bytes;
@@ -70,11 +67,9 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
         for (int k = 0; k < kNormPer; ++k) {
             const int64_t i = tid + static_cast<int64_t>(k) * kNormThreads;
-            wr[k] = i < d ? w[i] : 0.0f;  // a weight: before the wait (launch.cuh)
+            wr[k] = i < d ? w[i] : 0.0f;
         }
     }
-    dependency_wait();
-    allow_next_launch();
     float* xr = x + blockIdx.x * d;
     const float* ar = add ? add + blockIdx.x * d : nullptr;
     const float* ar2 = add2 ? add2 + blockIdx.x * d : nullptr;  // only with add (the launcher checks)
@@ -133,9 +128,8 @@ __global__ void __launch_bounds__(kNormThreads)
 }
 
 // y[r, :] += bias for n rows of width values.
-__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t width, int64_t count) {
-    dependency_wait();
-    allow_next_launch();
+__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t width,
+                                int64_t count) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         y[i] += bias[i % width];
@@ -167,14 +161,12 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
     for (int k = 0; k < kNormPer; ++k) {
         const int64_t i = tid + static_cast<int64_t>(k) * kNormThreads;
-        wr[k] = i < d ? norm_w[i] : 0.0f;  // weights: before the wait (launch.cuh)
+        wr[k] = i < d ? norm_w[i] : 0.0f;
     }
     if (tid < kWarp) {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) prefetch_segment<T>(rows[r], lane);
     }
-    dependency_wait();
-    allow_next_launch();
     float v[kNormPer];
 #pragma unroll
     for (int k = 0; k < kNormPer; ++k) {
@@ -225,8 +217,6 @@ __global__ void qk_norm_rope_kernel(const float* __restrict__ qg, const float* _
                                     const CacheTarget ct) {
     __shared__ float red[32];
     __shared__ float head[1024];
-    dependency_wait();
-    allow_next_launch();
     const int64_t t = blockIdx.x;
     const int64_t hh = blockIdx.y;
     const int64_t hd = sh.head_dim;
@@ -290,8 +280,6 @@ __global__ void __launch_bounds__(kNormThreads)
     shared_expert_add_kernel(float* __restrict__ out, const float* __restrict__ shared, const float* __restrict__ u,
                              const float* __restrict__ gate_inp, int64_t d) {
     __shared__ float red[kNormThreads / kWarp];
-    dependency_wait();
-    allow_next_launch();
     const int64_t t = blockIdx.x;
     float dot = 0.0f;
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dot += gate_inp[i] * u[t * d + i];
@@ -299,10 +287,8 @@ __global__ void __launch_bounds__(kNormThreads)
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[t * d + i] += g * shared[t * d + i];
 }
 
-__global__ void swiglu_kernel(const float* __restrict__ g, const float* __restrict__ u, int64_t width, int64_t stride,
-                              int64_t count, float* __restrict__ y) {
-    dependency_wait();
-    allow_next_launch();
+__global__ void swiglu_kernel(const float* __restrict__ g, const float* __restrict__ u, int64_t width,
+                              int64_t stride, int64_t count, float* __restrict__ y) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t src = i / width * stride + i % width;
@@ -321,7 +307,7 @@ void embed_rows(const ops::Weight& table, const int32_t* ids, int64_t n, float* 
         const int64_t n_segs = n_segments<T>(table.n_in);
         const int threads = 128;
         const dim3 grid(static_cast<unsigned>((n_segs + threads - 1) / threads), static_cast<unsigned>(n));
-        launch_overlapped(embed_kernel<T>, grid, threads, 0, stream, table.data, table.row_bytes, table.n_in, ids, out);
+        embed_kernel<T><<<grid, threads, 0, stream>>>(table.data, table.row_bytes, table.n_in, ids, out);
         MOX_CUDA_CHECK_LAUNCH("embed_kernel");
     });
     if (!ok) fail("CUDA embed_rows: no kernel for type {}", quant::traits(table.type).name);
@@ -331,8 +317,8 @@ void add_rms_norm(float* x, const float* add, const float* w, int64_t n, int64_t
                   StreamHandle stream, const float* add2) {
     if (add2 != nullptr && add == nullptr) fail("add_rms_norm: a second addend without a first");
     if (n == 0) return;
-    launch_overlapped(add_rms_norm_kernel<false>, static_cast<unsigned>(n), kNormThreads, 0, stream, x, add, add2,
-                      w, static_cast<const float*>(nullptr), d, eps, out);
+    add_rms_norm_kernel<false><<<static_cast<unsigned>(n), kNormThreads, 0, stream>>>(
+        x, add, add2, w, static_cast<const float*>(nullptr), d, eps, out);
     MOX_CUDA_CHECK_LAUNCH("add_rms_norm_kernel");
 }
 
@@ -340,8 +326,8 @@ void add_layer_norm(float* x, const float* add, const float* w, const float* b, 
                     float* out, StreamHandle stream, const float* add2) {
     if (add2 != nullptr && add == nullptr) fail("add_layer_norm: a second addend without a first");
     if (n == 0) return;
-    launch_overlapped(add_rms_norm_kernel<true>, static_cast<unsigned>(n), kNormThreads, 0, stream, x, add, add2, w,
-                      b, d, eps, out);
+    add_rms_norm_kernel<true>
+        <<<static_cast<unsigned>(n), kNormThreads, 0, stream>>>(x, add, add2, w, b, d, eps, out);
     MOX_CUDA_CHECK_LAUNCH("add_layer_norm_kernel");
 }
 
@@ -350,7 +336,7 @@ void add_bias(float* y, const float* bias, int64_t n_rows, int64_t width, Stream
     if (count == 0) return;
     const int threads = 256;
     const auto blocks = static_cast<unsigned>(std::min<int64_t>((count + threads - 1) / threads, 4096));
-    launch_overlapped(add_bias_kernel, blocks, threads, 0, stream, y, bias, width, count);
+    add_bias_kernel<<<blocks, threads, 0, stream>>>(y, bias, width, count);
     MOX_CUDA_CHECK_LAUNCH("add_bias_kernel");
 }
 
@@ -371,8 +357,8 @@ void add_rms_norm_matvec(const float* x, const float* add, const float* norm_w, 
     dispatch_type(w.type, [&](auto tag) {
         using T = decltype(tag);
         if constexpr (seg::kIsFloat<T>) {
-            launch_overlapped(add_rms_norm_matvec_kernel<T>, blocks, kNormThreads, 0, stream, x, add, norm_w,
-                              w.n_in, eps, out, w.data, w.row_bytes, w.n_out, y);
+            add_rms_norm_matvec_kernel<T><<<blocks, kNormThreads, 0, stream>>>(
+                x, add, norm_w, w.n_in, eps, out, w.data, w.row_bytes, w.n_out, y);
             MOX_CUDA_CHECK_LAUNCH("add_rms_norm_matvec_kernel");
         }
     });
@@ -405,15 +391,15 @@ void qk_norm_rope(const float* qg, const float* q_norm, float* k, const float* k
     }
     const int threads = static_cast<int>((shape.head_dim + kWarp - 1) / kWarp * kWarp);
     const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(heads));
-    launch_overlapped(qk_norm_rope_kernel, grid, threads, 0, stream, qg, q_norm, k, k_norm, pos0, shape, q, ct);
+    qk_norm_rope_kernel<<<grid, threads, 0, stream>>>(qg, q_norm, k, k_norm, pos0, shape, q, ct);
     MOX_CUDA_CHECK_LAUNCH("qk_norm_rope_kernel");
 }
 
 void shared_expert_add(float* out, const float* shared, const float* u, const float* gate_inp, int64_t n, int64_t d,
                        StreamHandle stream) {
     if (n == 0) return;
-    launch_overlapped(shared_expert_add_kernel, static_cast<unsigned>(n), kNormThreads, 0, stream, out, shared, u,
-                      gate_inp, d);
+    shared_expert_add_kernel<<<static_cast<unsigned>(n), kNormThreads, 0, stream>>>(out, shared, u, gate_inp,
+                                                                                    d);
     MOX_CUDA_CHECK_LAUNCH("shared_expert_add_kernel");
 }
 
@@ -424,7 +410,7 @@ void swiglu(const float* g, const float* u, int64_t n_rows, int64_t width, int64
     MOX_CHECK(width > 0 && stride >= width, "swiglu: width {} stride {}", width, stride);
     const int threads = 256;
     const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, 4096);
-    launch_overlapped(swiglu_kernel, static_cast<unsigned>(blocks), threads, 0, stream, g, u, width, stride, count, y);
+    swiglu_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(g, u, width, stride, count, y);
     MOX_CUDA_CHECK_LAUNCH("swiglu_kernel");
 }
 
@@ -447,8 +433,6 @@ inline constexpr int kArgmaxThreads = 256;
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(const float* __restrict__ x, int64_t n, unsigned long long* __restrict__ result) {
     __shared__ unsigned long long red[kArgmaxThreads / kWarp];
-    dependency_wait();
-    allow_next_launch();
     unsigned long long best = 0ull;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * kArgmaxThreads + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * kArgmaxThreads) {
@@ -479,8 +463,8 @@ void argmax(const float* x, int64_t n, uint64_t* result, StreamHandle stream) {
     // ~4 values per thread for a 248K vocabulary: one round of loads, 2 blocks per SM.
     const int64_t blocks = std::min<int64_t>((n + 4 * kArgmaxThreads - 1) / (4 * kArgmaxThreads),
                                              2 * static_cast<int64_t>(launch_limits().sm_count));
-    launch_overlapped(argmax_kernel, static_cast<unsigned>(blocks), kArgmaxThreads, 0, stream, x, n,
-                      reinterpret_cast<unsigned long long*>(result));
+    argmax_kernel<<<static_cast<unsigned>(blocks), kArgmaxThreads, 0, stream>>>(
+        x, n, reinterpret_cast<unsigned long long*>(result));
     MOX_CUDA_CHECK_LAUNCH("argmax_kernel");
 }
 

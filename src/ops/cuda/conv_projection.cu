@@ -16,7 +16,6 @@
 // 64), 2 blocks per SM instead of 4, 12.9 us against 10.5 + 4.3 for the two launches
 // (bench/results/2026-11-30-decode-fusions-h200).
 #include "ops/cuda_delta_net.h"
-#include "quant/cuda/launch.cuh"
 #include "quant/cuda/matvec.cuh"
 #include "quant/cuda_matvec.h"
 
@@ -47,8 +46,6 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) conv_projection_kernel(const ConvProjArgs a) {
     extern __shared__ float4 smem[];
     const int64_t n_segs = n_segments<T>(a.n_in);
-    dependency_wait();  // launch.cuh: x comes from an earlier kernel
-    allow_next_launch();
     stage_x_i8<T>(reinterpret_cast<uint8_t*>(smem), a.x, 0, 1, a.n_in, n_segs);
     __syncthreads();
 
@@ -116,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) conv_projection_kernel(const ConvPro
 bool conv_projection_supported(quant::TypeId type) {
     bool ok = false;
     dispatch_type(type, [&](auto tag) { ok = kHasI8<decltype(tag)>; });
-    return ok && int8_activations_enabled();
+    return ok;
 }
 
 void conv_projection(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
@@ -142,7 +139,7 @@ void conv_projection(quant::TypeId type, const void* w, size_t row_bytes, int64_
             const ConvProjArgs args{
                 static_cast<const uint8_t*>(w), row_bytes, n_in, n_out, x, y, state, taps, conv_out, channels,
                 static_cast<int>(kernel)};
-            launch_overlapped(kernel_fn, blocks, kThreads, smem, stream, args);
+            kernel_fn<<<blocks, kThreads, smem, stream>>>(args);
             MOX_CUDA_CHECK_LAUNCH("conv_projection_kernel");
         }
     });

@@ -26,7 +26,6 @@
 #include "core/error.h"
 #include "ops/cuda_delta_net.h"
 #include "quant/cuda/check.cuh"
-#include "quant/cuda/launch.cuh"
 #include "quant/cuda/matvec.cuh"
 
 #include <cooperative_groups.h>
@@ -72,8 +71,6 @@ __global__ void __launch_bounds__(kConvThreads)
     float w[kMaxConvKernel];
 #pragma unroll
     for (int j = 0; j < kMaxConvKernel; ++j) w[j] = j < kernel ? weight[c * kernel + j] : 0.0f;
-    dependency_wait();  // launch.cuh: x comes from the projection before
-    allow_next_launch();
     float window[kMaxConvKernel - 1];  // window[j]: input at position t - (kernel - 1) + j
 #pragma unroll
     for (int j = 0; j < kMaxConvKernel - 1; ++j)
@@ -200,10 +197,6 @@ __global__ void __launch_bounds__(kWarp* kSeqWarps) delta_net_seq_kernel(DnArgs 
     // Lane c < kSeqCpw writes column j0 + c of the output: it keeps that column's norm weight.
     const float nw = lane < kSeqCpw && j0 + lane < p.dv ? p.norm[j0 + lane] : 0.0f;
     const float a_h = p.a[h], dt_h = p.dt_bias[h];
-    // The state and weights above are this kernel's own (written at the previous step at the
-    // latest), so they load while the kernel before finishes; the token's inputs wait (launch.cuh).
-    dependency_wait();
-    allow_next_launch();
 
     TokenIn<R> cur, next{};
     load_token<R>(p, 0, h, j0, lane, cur);
@@ -306,8 +299,13 @@ void launch_delta_net_seq(const DnArgs& p, StreamHandle stream) {
     cluster.val.clusterDim.y = static_cast<unsigned>(n_split);
     cluster.val.clusterDim.z = 1;
     const dim3 grid(static_cast<unsigned>(p.n_v_heads), static_cast<unsigned>(n_split), 1);
-    launch_overlapped_with(&cluster, 1, delta_net_seq_kernel<R>, grid, dim3(kWarp * kSeqWarps), 0, stream, p);
-    MOX_CUDA_CHECK_LAUNCH("delta_net_seq_kernel");
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kWarp * kSeqWarps);
+    cfg.stream = stream;
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+    MOX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, delta_net_seq_kernel<R>, p));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -940,8 +938,8 @@ void conv_silu(float* state, const float* weight, const float* x, int64_t x_stri
     if (runs > 65535) fail("conv_silu: {} tokens in one call", n_tokens);
     const dim3 grid(static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads),
                     static_cast<unsigned>(runs));
-    launch_overlapped(conv_silu_kernel, grid, kConvThreads, 0, stream, state, weight, x, x_stride, n_tokens,
-                      channels, static_cast<int>(kernel), out);
+    conv_silu_kernel<<<grid, kConvThreads, 0, stream>>>(state, weight, x, x_stride, n_tokens, channels,
+                                                        static_cast<int>(kernel), out);
     MOX_CUDA_CHECK_LAUNCH("conv_silu_kernel");
 }
 

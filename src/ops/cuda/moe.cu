@@ -1,5 +1,4 @@
 #include "ops/cuda_moe.h"
-#include "quant/cuda/launch.cuh"
 #include "quant/cuda/matvec.cuh"
 #include "quant/cuda_matvec.h"
 
@@ -91,8 +90,6 @@ __device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool
 __global__ void __launch_bounds__(kWarp)
     router_kernel(const float* __restrict__ logits, int64_t logits_stride, int n_expert, int k,
                   bool renormalize, int32_t* __restrict__ ids, float* __restrict__ weights) {
-    dependency_wait();  // launch.cuh
-    allow_next_launch();
     const int64_t t = blockIdx.x;
     route_row(logits + t * logits_stride, n_expert, k, renormalize, ids + t * k, weights + t * k);
 }
@@ -165,8 +162,6 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     float* xs = reinterpret_cast<float*>(smem);
     const int tid = static_cast<int>(threadIdx.x);
     const int slots = a.k + (a.sh_gate != nullptr ? 1 : 0);
-    dependency_wait();  // launch.cuh: logits, ids and x come from earlier kernels
-    allow_next_launch();
     int e = 0;
     if (a.logits != nullptr) {
         // Warp 0 routes (~1 us of shuffles) before staging its share of x; the other warps stage.
@@ -257,8 +252,6 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
     const int tid = static_cast<int>(threadIdx.x);
     const bool has_shared = a.sh_down != nullptr;
     const int slots = a.k + (has_shared ? 1 : 0);
-    dependency_wait();  // launch.cuh: ids, weights and h come from the gate/up launch
-    allow_next_launch();
     // Ids, weights and the gate logit leave before the h loads: one round trip for all.
     int e = 0;
     float w = 0.0f;
@@ -367,7 +360,7 @@ void launch_gate_up_kernel(const GateUpArgs& a, int slots, StreamHandle stream) 
     const int64_t tasks = slots * ((a.n_ff + 1) / 2);
     const int blocks =
         grid_blocks(reinterpret_cast<const void*>(kernel), smem, (tasks + kWarps - 1) / kWarps);
-    launch_overlapped(kernel, blocks, kThreads, smem, stream, a);
+    kernel<<<blocks, kThreads, smem, stream>>>(a);
     MOX_CUDA_CHECK_LAUNCH("gate_up_kernel");
 }
 
@@ -381,38 +374,27 @@ void launch_down_kernel(const DownArgs& a, int slots, StreamHandle stream) {
     const int64_t tasks = (a.n_embd + R - 1) / R;
     const int blocks =
         grid_blocks(reinterpret_cast<const void*>(kernel), smem, (tasks + kWarps - 1) / kWarps);
-    launch_overlapped(kernel, blocks, kThreads, smem, stream, a);
+    kernel<<<blocks, kThreads, smem, stream>>>(a);
     MOX_CUDA_CHECK_LAUNCH("down_kernel");
 }
 
-// The int8-activation kernels where the type has them and they are enabled (matvec.cuh).
+// The int8-activation kernels where the type has them (matvec.cuh).
 template <class T>
 void launch_gate_up(const GateUpArgs& a, int slots, StreamHandle stream) {
-    if constexpr (kHasI8<T>) {
-        if (int8_activations_enabled()) return launch_gate_up_kernel<T, true>(a, slots, stream);
-    }
-    launch_gate_up_kernel<T, false>(a, slots, stream);
+    if constexpr (kHasI8<T>)
+        launch_gate_up_kernel<T, true>(a, slots, stream);
+    else
+        launch_gate_up_kernel<T, false>(a, slots, stream);
 }
 
-// MOX_CUDA_DOWN_ROWS=2: the int8 down kernel with two output rows per warp (A/B; default one).
-int down_rows() {
-    static const int rows = [] {
-        const char* env = std::getenv("MOX_CUDA_DOWN_ROWS");
-        return env != nullptr && std::strcmp(env, "2") == 0 ? 2 : 1;
-    }();
-    return rows;
-}
-
-// The int8 path has both row counts; fp32 decode keeps two rows per warp (one instantiation per type).
+// The int8 down kernel takes one output row per warp: +3% decode on the H200 against two (tg128 317 /
+// 319 vs 309 t/s, bench/results/2026-11-30-mma-prefill-attention-h200). fp32 decode keeps two.
 template <class T>
 void launch_down(const DownArgs& a, int slots, StreamHandle stream) {
-    if constexpr (kHasI8<T>) {
-        if (int8_activations_enabled()) {
-            if (down_rows() == 1) return launch_down_kernel<T, true, 1>(a, slots, stream);
-            return launch_down_kernel<T, true, 2>(a, slots, stream);
-        }
-    }
-    launch_down_kernel<T, false, 2>(a, slots, stream);
+    if constexpr (kHasI8<T>)
+        launch_down_kernel<T, true, 1>(a, slots, stream);
+    else
+        launch_down_kernel<T, false, 2>(a, slots, stream);
 }
 
 void check_stack(const ops::Weight& w, const char* name) {
@@ -446,9 +428,8 @@ __device__ int sparsemixer_pick(const float* s, int n_expert, int taken, float m
 }
 
 __global__ void sparsemixer_kernel(const float* __restrict__ logits, int64_t stride, int64_t n_tokens,
-                                   int n_expert, float margin, int32_t* __restrict__ ids, float* __restrict__ weights) {
-    dependency_wait();
-    allow_next_launch();
+                                   int n_expert, float margin, int32_t* __restrict__ ids,
+                                   float* __restrict__ weights) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= n_tokens) return;
     const float* s = logits + t * stride;
@@ -470,9 +451,8 @@ void route_sparsemixer(const float* logits, int64_t n_tokens, int64_t n_expert, 
     MOX_CHECK(logits_stride >= n_expert, "router logits stride {} < {} experts", logits_stride, n_expert);
     if (n_tokens == 0) return;
     const int threads = 64;
-    launch_overlapped(sparsemixer_kernel, static_cast<unsigned>((n_tokens + threads - 1) / threads), threads, 0,
-                      stream, logits, logits_stride, n_tokens, static_cast<int>(n_expert), 2.0f * jitter, ids,
-                      weights);
+    sparsemixer_kernel<<<static_cast<unsigned>((n_tokens + threads - 1) / threads), threads, 0, stream>>>(
+        logits, logits_stride, n_tokens, static_cast<int>(n_expert), 2.0f * jitter, ids, weights);
     MOX_CUDA_CHECK_LAUNCH("sparsemixer_kernel");
 }
 
@@ -484,8 +464,8 @@ void route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert,
     if (logits_stride == 0) logits_stride = n_expert;
     MOX_CHECK(logits_stride >= n_expert, "router logits stride {} < {} experts", logits_stride, n_expert);
     if (n_tokens == 0) return;
-    launch_overlapped(router_kernel, static_cast<unsigned>(n_tokens), kWarp, 0, stream, logits, logits_stride,
-                      static_cast<int>(n_expert), static_cast<int>(k), renormalize, ids, weights);
+    router_kernel<<<static_cast<unsigned>(n_tokens), kWarp, 0, stream>>>(
+        logits, logits_stride, static_cast<int>(n_expert), static_cast<int>(k), renormalize, ids, weights);
     MOX_CUDA_CHECK_LAUNCH("router_kernel");
 }
 

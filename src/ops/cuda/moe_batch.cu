@@ -11,7 +11,7 @@
 //   3. down_kernel: grid (n_embd / 128, tiles): down of the expert over h's contiguous rows, each
 //      result row written to y [n_pairs, n_embd] at the pair's own index t * k + i.
 //   4. combine_kernel: out[t] = sum_i weights[t, i] * y[t * k + i] in slot order (no atomics).
-// Version 2 (default; MOX_MATMUL_V1=1 selects the version-1 kernels above for both products): x is
+// Version 2 (default; tuning().matmul_v1 selects the version-1 kernels above for both products): x is
 // first permuted to fp16 in the gate type's segment order (xh), and h, after gate_up, to fp16 in the
 // down type's order (hh), so both products run the two-stage cp.async pipeline of mma_tile2 (raw-
 // staged weights where the device fits them, quant/cuda/matmul.cuh: mma_tile1); the
@@ -22,11 +22,11 @@
 // Each pair's value depends only on its own row's data (the MMA of one output element does not
 // depend on its position in the tile), so the result is the same whatever order the sort leaves
 // the pairs of one expert in.
+#include "core/tuning.h"
 #include "ops/cuda_moe.h"
 #include "quant/cuda/matmul.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 namespace mox::cuda {
@@ -354,11 +354,6 @@ int64_t permuted_stride(quant::TypeId type, int64_t n_in) {
     return s;
 }
 
-bool use_v1() {
-    const char* v = std::getenv("MOX_MATMUL_V1");
-    return v != nullptr && v[0] == '1';
-}
-
 // One block per token: out[t, c] = sum_i weights[t, i] * y[t * k + i, c], slots in order.
 __global__ void __launch_bounds__(256)
     combine_kernel(const float* __restrict__ y, const float* __restrict__ weights, int k, int64_t n_embd,
@@ -407,7 +402,7 @@ void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight
         fail("CUDA MoE batch: {} experts (at most {})", n_expert, kMaxGroupExperts);
     if (n_tokens == 0) return;
     const int64_t n_pairs = n_tokens * k;
-    const bool v1 = use_v1() && !precise;
+    const bool v1 = tuning().matmul_v1 && !precise;
     // Token tile: 32 when the experts average <= 24 pairs (the 64-token tile would be mostly padding)
     // and always in precise mode (twice the accumulators).
     const int bt = v1 ? kBT : (precise || n_pairs <= 24 * n_expert ? 32 : 64);

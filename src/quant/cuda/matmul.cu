@@ -10,18 +10,19 @@
 // in split order (deterministic, no atomics).
 // Precise mode (precise = true): both operands as hi + lo fp16 parts (matmul.cuh), three MMAs per
 // product and a token tile of 32; about 1e-5 relative instead of 1e-3, at 2-3x the time.
-// Version 1 (env MOX_MATMUL_V1=1, not precise): the original single-stage kernel, kept as a fallback.
+// Version 1 (tuning().matmul_v1, MOX_MATMUL_V1=1; not precise): the original single-stage kernel, a
+// fallback.
 // Large batches (cuda_matmul.h, kCublasMinTokens): the weight decoded to fp16 rows in the same
 // segment order as the permuted activations (dequant_half_kernel), then one cuBLAS product.
+#include "core/tuning.h"
 #include "quant/cuda/blas.cuh"
 #include "quant/cuda/matmul.cuh"
 #include "quant/cuda_matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 namespace mox::cuda {
@@ -211,16 +212,19 @@ CublasLayout cublas_layout(int64_t n_in, int64_t n_out, int64_t n_tokens) {
     return l;
 }
 
-// Read at every call (a getenv beside a launch), so tests can run both paths in one process.
+// Read at every call, so tests can run both paths in one process (ScopedTuning). Never below
+// kCublasMinTokens: the memory model reserves the path's workspace from there on.
 int64_t cublas_min_tokens() {
-    const char* off = std::getenv("MOX_CUDA_CUBLAS");
-    if (off != nullptr && std::strcmp(off, "0") == 0) return INT64_MAX;
-    const char* e = std::getenv("MOX_CUDA_CUBLAS_MIN_TOKENS");
-    // Only upwards: the memory model reserves the path's workspace from kCublasMinTokens on.
-    return e != nullptr ? std::max<int64_t>(kCublasMinTokens, std::atoll(e)) : kCublasMinTokens;
+    return std::max(kCublasMinTokens, tuning().cublas_min_tokens);
 }
 
+std::atomic<bool> g_direct_tiles{false};  // set_direct_tiles
+
 }  // namespace
+
+void set_direct_tiles(bool direct) {
+    g_direct_tiles.store(direct);
+}
 
 namespace mm {
 
@@ -237,20 +241,10 @@ bool raw_tiles_fit(const void* raw_kernel, int smem_bytes) {
 }
 
 bool raw_tiles_enabled() {
-    const char* v = std::getenv("MOX_CUDA_MM_RAW");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    return !g_direct_tiles.load(std::memory_order_relaxed);
 }
 
 }  // namespace mm
-
-namespace {
-
-bool use_v1() {
-    const char* v = std::getenv("MOX_MATMUL_V1");
-    return v != nullptr && v[0] == '1';
-}
-
-}  // namespace
 
 void matmul_init() {
     blas::init();
@@ -285,7 +279,7 @@ void matmul(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
     const int64_t row_tiles = (n_out + kBR - 1) / kBR, token_tiles = (n_tokens + kBT - 1) / kBT;
     if (row_tiles > INT32_MAX || (n_tokens + kBT2Precise - 1) / kBT2Precise > 65535)
         fail("CUDA matmul: {} rows x {} tokens is past the grid limits", n_out, n_tokens);
-    if (use_v1() && !precise) {
+    if (tuning().matmul_v1 && !precise) {
         const bool ok = dispatch_type(type, [&](auto tag) {
             using T = decltype(tag);
             matmul_kernel<T>

@@ -172,7 +172,7 @@ __device__ __forceinline__ void store_tile(AccFrag (&acc)[2][2], unsigned char* 
     }
 }
 
-// ---- Version 2 (the default; the tile code above is version 1, kept for MOX_MATMUL_V1=1):
+// ---- Version 2 (the default; the tile code above is version 1, tuning().matmul_v1):
 //   - activations are converted once per call to fp16 rows in the weight type's segment order
 //     (permute_half_kernel), so a chunk of one token is 128 contiguous bytes, copied with cp.async
 //     (no register round trip, no per-element index math in the inner loop);
@@ -541,8 +541,8 @@ struct RawUnit {
     // (16, at the same offsets) fall on different banks: 128-byte slots (Q3_K, IQ3_XXS) put every
     // row on the same banks, and those types ran 20-35% slower than with direct loads in the
     // calibrations of bench/results/2026-11-30-raw-staged-tiles-h200 (Q5_K's 192 bytes, 8 rows a bank: no
-    // gain). With odd slots Q3_K gained 5-14% over the direct loads (bench/cuda/raw_tiles_ab.sh in
-    // bench/results/2026-11-30-decode-fusions-h200); IQ3_XXS still lost (below).
+    // gain). With odd slots Q3_K gained 5-14% over the direct loads
+    // (bench/results/2026-11-30-decode-fusions-h200/raw-tiles-by-type); IQ3_XXS still lost (below).
     static constexpr int kPieces = (kBytes + 15 + 15) / 16 | 1;
     static constexpr int kSlot = 16 * kPieces;
     static constexpr int kRingBytes = 2 * kBR * kSlot;
@@ -699,13 +699,14 @@ __device__ __forceinline__ void mma_tile1(const uint8_t* my_row, const uint8_t* 
 
 // Host side: whether `raw_kernel` (a raw-staged tile kernel of kMmThreads threads and smem_bytes of
 // dynamic shared memory) should run instead of its direct-load twin on the current device: it fits
-// in a block and two of its blocks fit on an SM, and MOX_CUDA_MM_RAW is not 0 (tests, A/B). The
-// device check is the caller's to cache (raw_tiles_fit, matmul.cu); the variable is read every call.
+// in a block and two of its blocks fit on an SM. The device check is the caller's to cache
+// (raw_tiles_fit, matmul.cu). raw_tiles_enabled: false only while a test forces the direct loads
+// (set_direct_tiles, cuda_matmul.h).
 bool raw_tiles_fit(const void* raw_kernel, int smem_bytes);
 bool raw_tiles_enabled();
 
 // Whether to launch RawKernel (the R = true instance of a tile kernel for T, BT, P) instead of its
-// direct-load twin: the device check once per kernel, the variable at every call.
+// direct-load twin: the device check once per kernel, the test's flag at every call.
 template <auto RawKernel, class T, int BT, bool P>
 bool use_raw_tiles() {
     static_assert(kRawEligible<T, BT, P>, "no raw-staged tile for this type, tile or mode");

@@ -190,9 +190,6 @@ inline constexpr bool kHasI8 = requires(const uint8_t* r, int64_t g, seg::SegI& 
     T::load_i8(r, g, s);
 };
 
-// MOX_CUDA_INT8=0 keeps fp32 activations for every type (A/B measurements); on by default.
-bool int8_activations_enabled();
-
 template <class T>
 __host__ __device__ inline int64_t i8_row_bytes(int64_t n_segs) {
     return n_units(n_segs) * (256 + 32 + (T::kHasMin ? 128 : 0));
