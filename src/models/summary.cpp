@@ -47,7 +47,7 @@ TensorClass classify_tensor(const std::string& name, int64_t mtp_first_layer) {
     const int64_t layer = layer_of(name);
     if (layer >= 0 && mtp_first_layer >= 0 && layer >= mtp_first_layer) return TensorClass::mtp;
     if (name == "token_embd.weight") return TensorClass::embedding;
-    if (name == "output.weight") return TensorClass::output;
+    if (name == "output.weight" || name == "output.bias") return TensorClass::output;
     if (contains(name, "_exps")) return TensorClass::routed_experts;
     if (contains(name, "_shexp")) return TensorClass::shared_expert;
     if (contains(name, "ffn_gate_inp")) return TensorClass::router;

@@ -294,7 +294,7 @@ void GpuForward::host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n) {
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
     float* logits = router_logits_.as<float>();
     linear(L.router_in.parts[0], u, n, logits);
-    cuda::route_softmax_topk(logits, n, E, K, hp_.recipe().moe.renormalize, ids_.as<int32_t>(), weights_.as<float>(), s);
+    route(n, E, s);
     const auto order = static_cast<size_t>(stream_order_[static_cast<size_t>(il)]);
     const int b = static_cast<int>(order % 2);
     const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])];
