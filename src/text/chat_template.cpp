@@ -106,11 +106,18 @@ std::string render(const std::string& tmpl, Value messages, const ChatOptions& o
         for (const auto& [k, v] : extra.as_dict().items) d.set(k, v);
     }
     d.set(Value("strftime_now"), strftime_now(opts.now));
+    std::string out;
     try {
-        return jinja::Template(tmpl).render(ctx);
+        out = jinja::Template(tmpl).render(ctx);
     } catch (const Error& e) {
         fail("chat template: {}", e.what());
     }
+    // The tokenizer adds these itself; a template that writes them too would double them.
+    if (opts.strip_bos && !opts.bos_token.empty() && out.starts_with(opts.bos_token))
+        out.erase(0, opts.bos_token.size());
+    if (opts.strip_eos && !opts.eos_token.empty() && out.ends_with(opts.eos_token))
+        out.erase(out.size() - opts.eos_token.size());
+    return out;
 }
 
 }  // namespace

@@ -34,6 +34,10 @@ struct ChatOptions {
     std::optional<bool> enable_thinking;    // unset: the template's default (Qwen3.6: thinking on)
     std::optional<bool> preserve_thinking;  // Qwen3.6: keep reasoning of all past assistant turns
     std::string bos_token, eos_token;
+    // Cut a bos_token that starts / an eos_token that ends the rendered text, for a tokenizer that
+    // adds BOS / EOS itself (add_bos: Mixtral's template opens with {{ bos_token }}), as llama.cpp's
+    // chat does.
+    bool strip_bos = false, strip_eos = false;
     std::string tools_json;  // JSON array of tool definitions; empty: no tools
     std::string extra_json;  // JSON object of further template variables, e.g. {"reasoning_effort": "low"}
     std::optional<int64_t> now;  // unix seconds (UTC) for strftime_now; unset: the local clock

@@ -35,33 +35,52 @@ std::optional<char> parse_byte_token(std::string_view s) {
 
 }  // namespace
 
-Tokenizer::Tokenizer(Vocab vocab)
-    : vocab_(validated(std::move(vocab))), pre_(vocab_.effective_pre_regex()), bpe_(vocab_) {
+Tokenizer::Tokenizer(Vocab vocab) : vocab_(validated(std::move(vocab))) {
+    const bool spm = vocab_.sentencepiece();
+    if (spm) {
+        spm_ = std::make_unique<SpmModel>(vocab_);
+    } else {
+        pre_ = std::make_unique<PreTokenizer>(vocab_.effective_pre_regex());
+        bpe_ = std::make_unique<BpeModel>(vocab_);
+    }
     pieces_.resize(vocab_.tokens.size());
+    special_.assign(vocab_.tokens.size(), false);
     for (int32_t i = 0; i < vocab_.size(); ++i) {
         const std::string& spelling = vocab_.tokens[static_cast<size_t>(i)];
         std::string& piece = pieces_[static_cast<size_t>(i)];
-        switch (vocab_.type(i)) {
+        TokenType type = vocab_.type(i);
+        // llama.cpp makes an end marker a control token whatever the file says (Phi's <|end|>).
+        if (type != TokenType::tt_unused && is_end_marker(spelling)) type = TokenType::tt_control;
+        const bool special = type == TokenType::tt_control || type == TokenType::tt_unknown;
+        special_[static_cast<size_t>(i)] = special;
+        if (special || type == TokenType::tt_user_defined) {
+            piece = spelling;  // stored as literal text
+            const bool rstrip = std::binary_search(vocab_.rstrip.begin(), vocab_.rstrip.end(), i);
+            added_.push_back(Added{spelling, i, special, rstrip});
+            continue;
+        }
+        switch (type) {
             case TokenType::tt_unused:
                 break;  // padding rows decode to nothing
-            case TokenType::tt_control:
-            case TokenType::tt_user_defined:
-                piece = spelling;  // stored as literal text
-                added_.push_back(Added{spelling, i, vocab_.type(i) == TokenType::tt_control});
-                break;
             case TokenType::tt_byte:
                 if (auto b = parse_byte_token(spelling))
                     piece.assign(1, *b);
                 else
                     piece = spelling;
                 break;
+            case TokenType::tt_undefined:
+                if (spm) break;  // llama.cpp renders nothing for them
+                [[fallthrough]];
             default:
-                // Normal tokens are in the byte-level spelling; one that is not (a malformed
-                // vocabulary) decodes to its literal text, as HF's ByteLevel decoder does.
-                if (auto bytes = mapped_to_bytes(spelling))
+                if (spm) {
+                    piece = spm_unescape(spelling);
+                } else if (auto bytes = mapped_to_bytes(spelling)) {
+                    // Normal tokens are in the byte-level spelling; one that is not (a malformed
+                    // vocabulary) decodes to its literal text, as HF's ByteLevel decoder does.
                     piece = std::move(*bytes);
-                else
+                } else {
                     piece = spelling;
+                }
         }
     }
     std::sort(added_.begin(), added_.end(), [](const Added& a, const Added& b) {
@@ -72,41 +91,49 @@ Tokenizer::Tokenizer(Vocab vocab)
     eog_ = vocab_.end_of_generation();
 }
 
-size_t Tokenizer::match_added(std::string_view text, size_t pos, bool parse_special, int32_t& id) const {
+const Tokenizer::Added* Tokenizer::match_added(std::string_view text, size_t pos, bool parse_special) const {
     const auto first = static_cast<uint8_t>(text[pos]);
     auto it = std::lower_bound(added_.begin(), added_.end(), first,
                                [](const Added& a, uint8_t b) { return static_cast<uint8_t>(a.text[0]) < b; });
     // Candidates with this first byte are ordered longest first, so the first hit is the longest.
     for (; it != added_.end() && static_cast<uint8_t>(it->text[0]) == first; ++it) {
         if (it->control && !parse_special) continue;
-        if (text.compare(pos, it->text.size(), it->text) == 0) {
-            id = it->id;
-            return it->text.size();
-        }
+        if (text.compare(pos, it->text.size(), it->text) == 0) return &*it;
     }
-    return 0;
+    return nullptr;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& options) const {
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 4);
     if (options.add_special && vocab_.add_bos) out.push_back(*vocab_.bos);
+    // SentencePiece: the space prefix goes before the first span and every span after an added
+    // token (llama.cpp), and an empty span is no span.
+    bool after_added = true;
+    const auto encode_text = [&](std::string_view span) {
+        if (!spm_) return encode_span(span, out);
+        if (span.empty()) return;
+        spm_->encode(spm_escape(span, vocab_.add_space_prefix && after_added), out);
+        after_added = false;
+    };
     size_t span_start = 0;
     for (size_t i = 0; i < text.size();) {
-        int32_t id = -1;
-        const size_t n = added_first_byte_[static_cast<uint8_t>(text[i])]
-                             ? match_added(text, i, options.parse_special, id)
-                             : 0;
-        if (n == 0) {
+        const Added* added = added_first_byte_[static_cast<uint8_t>(text[i])]
+                                 ? match_added(text, i, options.parse_special)
+                                 : nullptr;
+        if (!added) {
             ++i;
             continue;
         }
-        encode_span(text.substr(span_start, i - span_start), out);
-        out.push_back(id);
-        i += n;
+        encode_text(text.substr(span_start, i - span_start));
+        out.push_back(added->id);
+        after_added = true;
+        i += added->text.size();
+        if (added->rstrip)  // C isspace, as llama.cpp strips
+            while (i < text.size() && (text[i] == ' ' || (text[i] >= '\t' && text[i] <= '\r'))) ++i;
         span_start = i;
     }
-    encode_span(text.substr(span_start), out);
+    encode_text(text.substr(span_start));
     if (options.add_special && vocab_.add_eos) out.push_back(*vocab_.eos);
     return out;
 }
@@ -127,7 +154,7 @@ void Tokenizer::encode_span(std::string_view span, std::vector<int32_t>& out) co
         // Ill-formed bytes: each is a piece of its own (its byte token), so it round-trips.
         encode_valid_run(span.substr(run_start, i - run_start), out);
         const auto bad = static_cast<size_t>(utf8_invalid_length(span, i));
-        for (size_t k = 0; k < bad; ++k) bpe_.encode_piece(span.substr(i + k, 1), out);
+        for (size_t k = 0; k < bad; ++k) bpe_->encode_piece(span.substr(i + k, 1), out);
         i += bad;
         run_start = i;
     }
@@ -143,8 +170,8 @@ void Tokenizer::encode_valid_run(std::string_view run, std::vector<int32_t>& out
     }
     thread_local std::vector<std::string_view> pieces;
     pieces.clear();
-    pre_.split(run, pieces);
-    for (std::string_view piece : pieces) bpe_.encode_piece(piece, out);
+    pre_->split(run, pieces);
+    for (std::string_view piece : pieces) bpe_->encode_piece(piece, out);
 }
 
 void Tokenizer::check_id(int32_t id) const {
@@ -157,12 +184,21 @@ const std::string& Tokenizer::token_piece(int32_t id) const {
     return pieces_[static_cast<size_t>(id)];
 }
 
+bool Tokenizer::is_special(int32_t id) const {
+    check_id(id);
+    return special_[static_cast<size_t>(id)];
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions& options) const {
     std::string out;
-    for (int32_t id : ids) {
+    for (size_t k = 0; k < ids.size(); ++k) {
+        const int32_t id = ids[k];
         check_id(id);
-        if (options.skip_special && vocab_.type(id) == TokenType::tt_control) continue;
-        out += pieces_[static_cast<size_t>(id)];
+        if (options.skip_special && special_[static_cast<size_t>(id)]) continue;
+        std::string_view piece = pieces_[static_cast<size_t>(id)];
+        // The space prefix comes off the first token only, whatever it is (llama.cpp's detokenize).
+        if (k == 0 && spm_ && vocab_.add_space_prefix && piece.starts_with(' ')) piece.remove_prefix(1);
+        out += piece;
     }
     return options.lossy ? utf8_lossy(out) : out;
 }
@@ -176,7 +212,7 @@ DecodeStream::DecodeStream(const Tokenizer& tokenizer, DecodeOptions options)
 
 std::string DecodeStream::push(int32_t id) {
     const std::string& piece = tokenizer_.token_piece(id);
-    if (!(options_.skip_special && tokenizer_.vocab().type(id) == TokenType::tt_control)) pending_ += piece;
+    if (!(options_.skip_special && tokenizer_.is_special(id))) pending_ += piece;
     const size_t complete = utf8_complete_prefix(pending_);
     std::string out = utf8_lossy(std::string_view(pending_).substr(0, complete));
     pending_.erase(0, complete);

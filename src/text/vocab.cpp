@@ -20,12 +20,26 @@ constexpr std::string_view kQwen2Regex =
 constexpr std::string_view kGpt2Regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Control-token texts that end a turn or a document, in the model families mox targets.
-constexpr std::array<std::string_view, 7> kEndMarkers = {
-    "<|endoftext|>", "<|im_end|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<|eot_id|>", "<|end|>",
+// Token texts that end a turn or a document, in the model families mox targets (Phi-3.5: <|end|>;
+// SentencePiece vocabularies: </s>).
+constexpr std::array<std::string_view, 11> kEndMarkers = {
+    "<|endoftext|>", "<|im_end|>", "<|fim_pad|>",     "<|repo_name|>", "<|file_sep|>", "<|eot_id|>",
+    "<|eom_id|>",    "<|end|>",    "<|end_of_text|>", "<end_of_turn>", "</s>",
 };
 
+// "<0xAB>", as SentencePiece spells its byte tokens.
+bool is_byte_spelling(std::string_view s) {
+    const auto hex = [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f');
+    };
+    return s.size() == 6 && s.substr(0, 3) == "<0x" && hex(s[3]) && hex(s[4]) && s[5] == '>';
+}
+
 }  // namespace
+
+bool is_end_marker(std::string_view text) {
+    return std::find(kEndMarkers.begin(), kEndMarkers.end(), text) != kEndMarkers.end();
+}
 
 std::optional<std::string> builtin_pre_regex(std::string_view pre) {
     if (pre == "qwen35") return std::string(kQwen35Regex);
@@ -52,6 +66,7 @@ void pad_vocab(Vocab& v, int32_t n_rows) {
     for (int32_t id = v.size(); id < n_rows; ++id) {
         v.tokens.push_back(fmt::format("[PAD{}]", id));
         v.token_types.push_back(TokenType::tt_unused);
+        if (!v.scores.empty()) v.scores.push_back(0.0f);
     }
 }
 
@@ -59,24 +74,30 @@ std::vector<int32_t> Vocab::end_of_generation() const {
     std::vector<int32_t> ids;
     if (eos) ids.push_back(*eos);
     if (eot) ids.push_back(*eot);
-    for (int32_t i = 0; i < size(); ++i) {
-        if (type(i) != TokenType::tt_control) continue;
-        if (std::find(kEndMarkers.begin(), kEndMarkers.end(), tokens[static_cast<size_t>(i)]) !=
-            kEndMarkers.end())
-            ids.push_back(i);
-    }
+    for (int32_t i = 0; i < size(); ++i)
+        if (is_end_marker(tokens[static_cast<size_t>(i)])) ids.push_back(i);
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     return ids;
 }
 
 void Vocab::validate() const {
-    if (model != "gpt2")
-        fail("tokenizer: unsupported tokenizer model '{}' (only gpt2 byte-level BPE)", model);
+    if (model != "gpt2" && model != "llama")
+        fail("tokenizer: unsupported tokenizer model '{}' (supported: gpt2, llama)", model);
     if (tokens.empty()) fail("tokenizer: the vocabulary has no tokens");
     if (token_types.size() != tokens.size())
         fail("tokenizer: {} token types for {} tokens", token_types.size(), tokens.size());
-    (void)effective_pre_regex();  // throws for an unknown pre-tokenizer name
+    if (sentencepiece()) {
+        if (scores.size() != tokens.size())
+            fail("tokenizer: {} scores for {} tokens", scores.size(), tokens.size());
+        if (!merges.empty())
+            fail("tokenizer: a SentencePiece vocabulary has no merges list ({} given)", merges.size());
+        for (size_t i = 0; i < tokens.size(); ++i)
+            if (token_types[i] == TokenType::tt_byte && !is_byte_spelling(tokens[i]))
+                fail("tokenizer: byte token {} ('{}') is not spelled <0xAB>", i, tokens[i]);
+    } else {
+        (void)effective_pre_regex();  // throws for an unknown pre-tokenizer name
+    }
 
     std::unordered_set<std::string_view> seen_normal, seen_added;
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -102,6 +123,7 @@ void Vocab::validate() const {
     check_id(unk, "unknown");
     if (add_bos && !bos) fail("tokenizer: add_bos is set but there is no bos token");
     if (add_eos && !eos) fail("tokenizer: add_eos is set but there is no eos token");
+    for (const int32_t id : rstrip) check_id(id, "rstrip");
     for (size_t i = 0; i < merges.size(); ++i) {
         const auto& m = merges[i];
         const size_t space = m.find(' ');

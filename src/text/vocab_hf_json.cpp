@@ -201,6 +201,8 @@ Vocab vocab_from_hf_json_file(const std::string& path) {
 
 std::string vocab_to_hf_json(const Vocab& vocab) {
     vocab.validate();
+    if (vocab.sentencepiece())
+        fail("tokenizer.json: only byte-level BPE vocabularies are written, not '{}'", vocab.model);
     json added = json::array();
     json model_vocab = json::object();
     for (int32_t i = 0; i < vocab.size(); ++i) {

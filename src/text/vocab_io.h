@@ -13,11 +13,13 @@ class Writer;
 
 namespace mox::text {
 
-// From GGUF metadata: tokenizer.ggml.{model, pre, tokens, token_type, merges, bos_token_id,
-// eos_token_id, eot_token_id, padding_token_id, unknown_token_id, add_bos_token, add_eos_token}
-// and tokenizer.chat_template. An absent add_bos_token means no BOS. The qwen2 / qwen35
-// pre-tokenizers get NFC normalization, as their HF tokenizers do. Throws mox::Error naming the
-// key on a missing or mistyped key and on an inconsistent vocabulary.
+// From GGUF metadata: tokenizer.ggml.{model, pre, tokens, token_type, merges, scores, bos_token_id,
+// eos_token_id, eot_token_id, padding_token_id, unknown_token_id, add_bos_token, add_eos_token,
+// add_space_prefix} and tokenizer.chat_template. Byte-level BPE ("gpt2"): an absent add_bos_token
+// means no BOS; the qwen2 / qwen35 pre-tokenizers get NFC normalization, as their HF tokenizers do.
+// SentencePiece ("llama"): llama.cpp's defaults for absent keys (bos 1, eos 2, unk 0, BOS added,
+// space prefix on, scores 0) and its RSTRIP for the added tokens of files named Phi-3. Throws
+// mox::Error naming the key on a missing or mistyped key and on an inconsistent vocabulary.
 Vocab vocab_from_gguf(const gguf::File& file);
 
 // Sets the same keys on `writer` (before its write_header), so vocab_from_gguf reads `vocab`

@@ -218,7 +218,10 @@ TEST(Vocab, ValidationErrors) {
     v.pre = "no-such-pre";
     EXPECT_THROW(v.validate(), Error);
     v = make_vocab({});
-    v.model = "llama";
+    v.model = "bert";
+    EXPECT_THROW(v.validate(), Error);
+    v = make_vocab({});
+    v.model = "llama";  // SentencePiece needs scores and no merges list
     EXPECT_THROW(v.validate(), Error);
     v = make_vocab({});
     v.token_types.pop_back();

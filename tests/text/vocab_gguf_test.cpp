@@ -91,12 +91,20 @@ TEST(VocabGguf, MissingOrMistypedKeysNameTheKey) {
         },
         "eos");
     expect_error(
-        "sentencepiece",
+        "wordpiece",
         [&](gguf::Writer& w) {
             vocab_to_gguf(v, w);
-            w.set("tokenizer.ggml.model", gguf::Value::string("llama"));
+            w.set("tokenizer.ggml.model", gguf::Value::string("bert"));
         },
-        "llama");
+        "bert");
+    expect_error(
+        "scores_short",
+        [&](gguf::Writer& w) {
+            w.set("tokenizer.ggml.model", gguf::Value::string("llama"));
+            w.set("tokenizer.ggml.tokens", gguf::Value::string_array(v.tokens));
+            w.set("tokenizer.ggml.scores", gguf::Value::f32_array({0.0f, 1.0f}));
+        },
+        "tokenizer.ggml.scores");
 }
 
 }  // namespace

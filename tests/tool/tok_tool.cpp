@@ -86,11 +86,14 @@ int run(int argc, char** argv) {
         const auto& v = tok.vocab();
         std::cout << json{{"n_tokens", v.size()},
                           {"n_merges", v.merges.size()},
+                          {"model", v.model},
                           {"pre", v.pre},
-                          {"pre_regex", v.effective_pre_regex()},
+                          {"pre_regex", v.sentencepiece() ? std::string() : v.effective_pre_regex()},
                           {"normalizer", v.normalizer == mox::text::Normalizer::nfc ? "nfc" : "none"},
                           {"eog", tok.end_of_generation()},
                           {"add_bos", v.add_bos},
+                          {"add_space_prefix", v.add_space_prefix},
+                          {"rstrip", v.rstrip},
                           {"bos", v.bos ? json(*v.bos) : json()},
                           {"eos", v.eos ? json(*v.eos) : json()},
                           {"pad", v.pad ? json(*v.pad) : json()}}

@@ -63,6 +63,8 @@ text::ChatOptions chat_options(const text::Tokenizer& tokenizer, bool no_think) 
     const text::Vocab& v = tokenizer.vocab();
     if (v.bos) co.bos_token = tokenizer.token_piece(*v.bos);
     if (v.eos) co.eos_token = tokenizer.token_piece(*v.eos);
+    co.strip_bos = v.add_bos;
+    co.strip_eos = v.add_eos;
     return co;
 }
 
