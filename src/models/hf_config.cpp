@@ -15,6 +15,18 @@ void read_hf_trunk(const HfConfig& c, Hparams& hp, double default_rms_eps) {
     hp.rms_eps = c.float_or("rms_norm_eps", default_rms_eps);
 }
 
+void read_hf_block_sparse_moe(const HfConfig& c, Hparams& hp) {
+    hp.n_expert = c.need_int("num_local_experts");
+    hp.n_expert_used = c.need_int("num_experts_per_tok");
+    hp.n_ff_exp = c.need_int("intermediate_size");
+    hp.n_ff_shexp = 0;
+    if (const std::string act = c.string_or("hidden_act", "silu"); act != "silu")
+        fail("config.json: hidden_act '{}' is not supported (expected silu)", act);
+    if (c.has("sliding_window") && c.int_or("sliding_window", 0) < hp.n_ctx_train)
+        fail("config.json: sliding_window {} below max_position_embeddings is not supported",
+             c.int_or("sliding_window", 0));
+}
+
 HfRope read_hf_rope(const HfConfig& c, const std::string& where, double default_partial) {
     const json* rope = c.object("rope_parameters");
     if (!rope) rope = c.object("rope_scaling");

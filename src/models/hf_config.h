@@ -85,6 +85,10 @@ HfRope read_hf_rope(const HfConfig& c, const std::string& where, double default_
 // The sizes every decoder config names alike: hidden_size, num_hidden_layers, vocab_size, the
 // attention heads and head_dim (default hidden / heads), max_position_embeddings, rms_norm_eps.
 void read_hf_trunk(const HfConfig& c, Hparams& hp, double default_rms_eps);
+// The MoE of Mixtral-style configs (Mixtral, Phi-3.5-MoE): num_local_experts, num_experts_per_tok,
+// intermediate_size as the experts' width, no shared expert, SiLU, no sliding window below the
+// trained context (llama.cpp's converters write none and its loaders use none).
+void read_hf_block_sparse_moe(const HfConfig& c, Hparams& hp);
 
 // The HF config of a registry row (ArchInfo::hf_model_types says which model_type it reads).
 HfTextConfig qwen35moe_from_hf_config(const nlohmann::json& config);

@@ -88,7 +88,7 @@ void register_synth(CLI::App& app) {
             s.chat_template.assign(std::istreambuf_iterator<char>(in), {});
         }
         // llama.cpp patches token attributes by model name (a name with "phi-3" must hold Phi-3's special
-        // tokens, which the placeholder vocabulary has not): the preset's dashes and dots become '_'.
+        // tokens, which the placeholder vocabulary lacks): the preset's dashes and dots become '_'.
         std::string preset = o->preset;
         std::replace_if(preset.begin(), preset.end(), [](char c) { return c == '-' || c == '.'; }, '_');
         s.name = fmt::format("mox-synthetic-{}-{}", preset, models::quant_mix_name(s.mix));

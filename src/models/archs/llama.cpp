@@ -28,16 +28,7 @@ HfTextConfig mixtral_from_hf_config(const json& config) {
     out.hparams = hparams_for(Arch::llama);
     Hparams& hp = out.hparams;
     read_hf_trunk(c, hp, 1e-5);
-    hp.n_expert = c.need_int("num_local_experts");
-    hp.n_expert_used = c.need_int("num_experts_per_tok");
-    hp.n_ff_exp = c.need_int("intermediate_size");
-    hp.n_ff_shexp = 0;
-    if (const std::string act = c.string_or("hidden_act", "silu"); act != "silu")
-        fail("config.json: hidden_act '{}' is not supported (expected silu)", act);
-    // llama.cpp's converter does not write the window and its loader does not use it (archs.md §4.1).
-    if (c.has("sliding_window") && c.int_or("sliding_window", 0) < hp.n_ctx_train)
-        fail("config.json: sliding_window {} below max_position_embeddings is not supported",
-             c.int_or("sliding_window", 0));
+    read_hf_block_sparse_moe(c, hp);
     const HfRope rope = read_hf_rope(c, "", 1.0);
     hp.rope_theta = rope.theta;
     hp.n_rot = static_cast<int64_t>(static_cast<double>(hp.head_dim_k) * rope.partial);

@@ -57,12 +57,7 @@ HfTextConfig phimoe_from_hf_config(const json& config) {
     out.hparams = hparams_for(Arch::phimoe);
     Hparams& hp = out.hparams;
     read_hf_trunk(c, hp, 1e-5);
-    hp.n_expert = c.need_int("num_local_experts");
-    hp.n_expert_used = c.need_int("num_experts_per_tok");
-    hp.n_ff_exp = c.need_int("intermediate_size");
-    hp.n_ff_shexp = 0;
-    if (const std::string act = c.string_or("hidden_act", "silu"); act != "silu")
-        fail("config.json: hidden_act '{}' is not supported (expected silu)", act);
+    read_hf_block_sparse_moe(c, hp);
     if (!c.bool_or("attention_bias", true))
         fail("config.json: attention_bias=false is not supported for phimoe");
     if (!c.bool_or("lm_head_bias", true)) fail("config.json: lm_head_bias=false is not supported for phimoe");
@@ -72,9 +67,6 @@ HfTextConfig phimoe_from_hf_config(const json& config) {
             "config.json: router_jitter_noise {} is not supported (GGUF files carry no such key; "
             "Phi-3.5-MoE's is 0.01)",
             hp.router_jitter);
-    if (c.has("sliding_window") && c.int_or("sliding_window", 0) < hp.n_ctx_train)
-        fail("config.json: sliding_window {} below max_position_embeddings is not supported",
-             c.int_or("sliding_window", 0));
 
     const json* section = c.object("rope_parameters");
     const char* section_name = "rope_parameters.";
