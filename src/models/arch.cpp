@@ -10,8 +10,8 @@ namespace mox::models {
 namespace {
 
 const std::vector<ArchInfo>& registry() {
-    static const std::vector<ArchInfo> rows = {archs::qwen35moe(), archs::qwen3moe(), archs::llama(),
-                                               archs::phimoe()};
+    static const std::vector<ArchInfo> rows = {archs::qwen35moe(), archs::qwen35(), archs::qwen3moe(),
+                                               archs::llama(), archs::phimoe()};
     return rows;
 }
 

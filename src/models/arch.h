@@ -24,7 +24,7 @@ struct Hparams;
 struct HfTextConfig;
 struct TensorSpec;
 
-enum class Arch : uint8_t { qwen35moe, qwen3moe, llama, phimoe };
+enum class Arch : uint8_t { qwen35moe, qwen35, qwen3moe, llama, phimoe };
 
 enum class RopeKind : uint8_t {
     neox,  // pairs (i, i + n_rot/2) of the first n_rot dims of a head (IMROPE on text equals this)
@@ -50,6 +50,12 @@ enum class SharedExpertKind : uint8_t {
     sigmoid_gated,  // one SwiGLU expert for every token, scaled by sigmoid(gate_inp . u)
 };
 
+// The feed-forward block after each mixer.
+enum class FfnKind : uint8_t {
+    moe,    // routed experts (MoeRecipe) and, where the model has one, a shared expert
+    dense,  // one SwiGLU MLP: ffn_gate, ffn_up {n_embd, n_ff}, ffn_down {n_ff, n_embd}
+};
+
 struct AttentionRecipe {
     bool qk_norm = true;      // per-head RMSNorm of q and k (attn_q_norm, attn_k_norm) before RoPE
     bool output_gate = true;  // attn_q rows hold [query | gate] per head; the output is * sigmoid(gate)
@@ -69,7 +75,8 @@ struct MoeRecipe {
 
 struct ArchRecipe {
     AttentionRecipe attention;
-    MoeRecipe moe;
+    FfnKind ffn = FfnKind::moe;
+    MoeRecipe moe;  // FfnKind::moe only
     // The FFN input norm's tensor name inside blk.N (llama.cpp names it per architecture).
     const char* ffn_norm = "ffn_norm";
     // Every layer whose (index + 1) is not a multiple of Hparams::full_attn_interval is DeltaNet;

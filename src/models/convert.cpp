@@ -70,7 +70,7 @@ struct Plan {
 };
 
 class Planner {
-  public:
+public:
     Planner(const SafetensorsCheckpoint& ck, const HfTextConfig& cfg, std::string prefix)
         : ck_(ck), cfg_(cfg), hp_(cfg.hparams), prefix_(std::move(prefix)) {}
 
@@ -86,7 +86,7 @@ class Planner {
 
     const std::set<std::string>& used() const { return used_; }
 
-  private:
+private:
     // The source tensor `name`, which must have exactly `shape`.
     const StTensor* source(const std::string& name, std::vector<int64_t> shape) {
         const StTensor* t = ck_.find(name);
@@ -272,7 +272,8 @@ class Planner {
             }
             return p;
         }
-        if (kind == "attn_v.bias") return simple(spec, source(sa + "v_proj.bias", {hp_.n_head_kv * hp_.head_dim_v}));
+        if (kind == "attn_v.bias")
+            return simple(spec, source(sa + "v_proj.bias", {hp_.n_head_kv * hp_.head_dim_v}));
         if (kind == "attn_output.bias") return simple(spec, source(sa + "o_proj.bias", {d}));
         if (kind == "attn_v.weight")
             return simple(spec, source(sa + "v_proj.weight", {hp_.n_head_kv * hp_.head_dim_v, d}));
@@ -282,6 +283,12 @@ class Planner {
             return simple(spec, source(sa + "k_norm.weight", {hp_.head_dim_k}), norm_op());
         if (kind == "attn_output.weight")
             return simple(spec, source(sa + "o_proj.weight", {d, hp_.n_head * hp_.head_dim_v}));
+        // Dense FFN
+        if (kind == "ffn_gate.weight" || kind == "ffn_up.weight")
+            return simple(spec,
+                          source(mlp + (kind == "ffn_gate.weight" ? "gate_proj.weight" : "up_proj.weight"),
+                                 {hp_.n_ff, d}));
+        if (kind == "ffn_down.weight") return simple(spec, source(mlp + "down_proj.weight", {d, hp_.n_ff}));
         // MoE
         if (kind == "ffn_gate_inp.weight") {
             // transformers 5 names Phi-3.5-MoE's router mlp.router (its checkpoints: block_sparse_moe.gate).
@@ -303,7 +310,8 @@ class Planner {
 
     // Routed experts: either fused 3-D parameters (transformers 5: gate_up_proj [E, 2F, D] with gate
     // rows first, down_proj [E, D, F]) or one 2-D weight per expert (experts.E.gate_proj.weight ...).
-    Plan plan_experts(const TensorSpec& spec, const std::string& ex, const std::string& kind, bool mixtral_names) {
+    Plan plan_experts(const TensorSpec& spec, const std::string& ex, const std::string& kind,
+                      bool mixtral_names) {
         const int64_t d = hp_.n_embd, F = hp_.n_ff_exp, E = hp_.n_expert;
         Plan p;
         p.spec = spec;
@@ -411,22 +419,26 @@ std::optional<int32_t> token_id_from_config(const json& j, const char* key) {
 // files carry 248320 rows for 248077 tokens).
 text::Vocab read_hf_vocab(const std::filesystem::path& dir, int64_t n_vocab) {
     if (!std::filesystem::exists(dir / "tokenizer.json"))
-        fail("{}: only tokenizer.json tokenizers are supported (pass --placeholder-vocab to ignore the tokenizer)",
-             dir.string());
+        fail(
+            "{}: only tokenizer.json tokenizers are supported (pass --placeholder-vocab to ignore the "
+            "tokenizer)",
+            dir.string());
     text::Vocab v = text::vocab_from_hf_json_file((dir / "tokenizer.json").string());
     if (std::filesystem::exists(dir / "chat_template.jinja")) {
         std::ifstream in(dir / "chat_template.jinja", std::ios::binary);
         v.chat_template.assign(std::istreambuf_iterator<char>(in), {});
     } else if (std::filesystem::exists(dir / "tokenizer_config.json")) {
         const json tc = read_json_file(dir / "tokenizer_config.json");
-        if (tc.contains("chat_template") && tc["chat_template"].is_string()) v.chat_template = tc["chat_template"];
+        if (tc.contains("chat_template") && tc["chat_template"].is_string())
+            v.chat_template = tc["chat_template"];
     }
     for (const char* cfg : {"generation_config.json", "config.json"}) {
         if (v.eos || !std::filesystem::exists(dir / cfg)) continue;
         if (auto id = token_id_from_config(read_json_file(dir / cfg), "eos_token_id")) v.eos = *id;
     }
     if (v.size() > n_vocab)
-        fail("{}: tokenizer has {} tokens but the model's vocabulary has {} rows", dir.string(), v.size(), n_vocab);
+        fail("{}: tokenizer has {} tokens but the model's vocabulary has {} rows", dir.string(), v.size(),
+             n_vocab);
     text::pad_vocab(v, static_cast<int32_t>(n_vocab));
     v.validate();
     return v;
@@ -437,7 +449,7 @@ text::Vocab read_hf_vocab(const std::filesystem::path& dir, int64_t n_vocab) {
 // ---------------------------------------------------------------------------------------------
 
 ConvertSummary convert_hf(const ConvertOptions& o,
-                                 const std::function<void(const ConvertProgress&)>& on_progress) {
+                          const std::function<void(const ConvertProgress&)>& on_progress) {
     namespace fs = std::filesystem;
     const fs::path dir(o.hf_dir);
     if (!fs::is_directory(dir)) fail("{}: not a directory", o.hf_dir);
@@ -485,8 +497,10 @@ ConvertSummary convert_hf(const ConvertOptions& o,
     write_hparams(w, hp);
     w.set("general.file_type", gguf::Value::u32(llama_ftype_of(mix)));
     w.set("general.quantization_version", gguf::Value::u32(2));
-    if (real_vocab) text::vocab_to_gguf(vocab, w);
-    else write_synth_vocab(w, hp.n_vocab);
+    if (real_vocab)
+        text::vocab_to_gguf(vocab, w);
+    else
+        write_synth_vocab(w, hp.n_vocab);
 
     std::vector<TypeId> types;
     ConvertProgress progress;
@@ -536,7 +550,8 @@ ConvertSummary convert_hf(const ConvertOptions& o,
     s.n_tensors = plans.size();
     s.data_bytes = progress.bytes_total;
     s.placeholder_vocab = !real_vocab;
-    if (ships_tokenizer && !real_vocab) log::warn("{}: tokenizer files ignored; wrote a placeholder vocabulary", o.hf_dir);
+    if (ships_tokenizer && !real_vocab)
+        log::warn("{}: tokenizer files ignored; wrote a placeholder vocabulary", o.hf_dir);
     return s;
 }
 

@@ -8,9 +8,15 @@ namespace mox::models {
 
 namespace {
 
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-uint64_t u(int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); }
-uint64_t floats(int64_t n) { return u(std::max<int64_t>(n, 1)) * 4; }
+uint64_t round_up(uint64_t v, uint64_t a) {
+    return (v + a - 1) / a * a;
+}
+uint64_t u(int64_t v) {
+    return static_cast<uint64_t>(std::max<int64_t>(v, 0));
+}
+uint64_t floats(int64_t n) {
+    return u(std::max<int64_t>(n, 1)) * 4;
+}
 
 constexpr int64_t kTargetBlocks = 264;  // both kernels aim at two blocks per SM of a 132-SM H200
 
@@ -78,25 +84,24 @@ GpuBufferBytes gpu_buffer_bytes(const Hparams& hp, const GpuBufferShape& s) {
     const int64_t ctx = s.n_ctx_max > 0 ? s.n_ctx_max : hp.n_ctx_train;
     const int64_t C = hp.conv_channels(), inner = hp.ssm_inner, Hv = hp.ssm_v_heads;
     const int64_t H = hp.n_head, Hkv = hp.n_head_kv, hd = hp.head_dim_k;
-    const int64_t E = hp.n_expert, K = hp.n_expert_used, ffs = std::max<int64_t>(hp.n_ff_shexp, 1);
+    const int64_t E = hp.n_expert, K = hp.n_expert_used, ffs = std::max<int64_t>(hp.n_ff_unrouted(), 1);
     // The buffers of models/gpu/gpu_forward.cpp, in its order.
     b.activations = u(nb) * 4 + 4                     // token ids, position
                     + 4 * floats(nb * d) + floats(d)  // x, u, mix, shared, mixer_out
-                    + floats(nb * (C + inner + 2 * Hv)) + floats(nb * C) + floats(nb * inner)  // DeltaNet
+                    + floats(nb * (C + inner + 2 * Hv)) + floats(nb * C) + floats(nb * inner)   // DeltaNet
                     + floats(nb * (hp.q_proj_rows() + 2 * Hkv * hd)) + 2 * floats(nb * H * hd)  // attention
                     + floats(nb * E + 1) + u(nb * K) * 4 + floats(nb * K)  // router, ids, weights
                     + floats(K * hp.n_ff_exp + hp.n_ff_shexp)              // decode MoE rows
-                    + floats(nb * 2 * ffs) + floats(nb * ffs)              // shared expert
+                    + floats(nb * 2 * ffs) + floats(nb * ffs)              // shared expert / dense FFN
                     + floats(8 * hp.n_vocab + kArgmaxSlotFloats);          // logits (8 rows), arg max
     // Scratch: the largest matmul of a micro-batch (every projection's shape), batched MoE or chunked
     // delta rule.
     uint64_t work = 16;
-    const int64_t shapes[][2] = {{d, C},     {d, inner},   {d, Hv},          {inner, d},
-                                 {d, hp.q_proj_rows()}, {d, Hkv * hd}, {H * hd, d},  {d, E},
-                                 {d, 2 * ffs}, {ffs, d}};
+    const int64_t shapes[][2] = {{d, C},        {d, inner},  {d, Hv}, {inner, d},   {d, hp.q_proj_rows()},
+                                 {d, Hkv * hd}, {H * hd, d}, {d, E},  {d, 2 * ffs}, {ffs, d}};
     for (const auto& sh : shapes)  // a block the model lacks (DeltaNet in qwen3moe) has no shapes
         if (sh[0] > 0 && sh[1] > 0) work = std::max(work, gpu_matmul_scratch(sh[0], sh[1], nb));
-    work = std::max(work, gpu_moe_scratch(E, d, hp.n_ff_exp, nb, K));
+    if (hp.has_moe()) work = std::max(work, gpu_moe_scratch(E, d, hp.n_ff_exp, nb, K));
     if (Hv > 0) work = std::max(work, gpu_delta_net_scratch(Hv, nb));
     b.matmul_scratch = work;
     b.attention_scratch = std::max<uint64_t>(16, gpu_attention_scratch(H, Hkv, hd, std::min(nb, ctx), ctx));

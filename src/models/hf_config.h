@@ -92,6 +92,7 @@ void read_hf_block_sparse_moe(const HfConfig& c, Hparams& hp);
 
 // The HF config of a registry row (ArchInfo::hf_model_types says which model_type it reads).
 HfTextConfig qwen35moe_from_hf_config(const nlohmann::json& config);
+HfTextConfig qwen35_from_hf_config(const nlohmann::json& config);
 HfTextConfig qwen3moe_from_hf_config(const nlohmann::json& config);
 HfTextConfig mixtral_from_hf_config(const nlohmann::json& config);
 HfTextConfig phimoe_from_hf_config(const nlohmann::json& config);

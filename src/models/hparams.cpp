@@ -46,19 +46,25 @@ void Hparams::validate() const {
     need(head_dim_k > 0 && head_dim_v > 0, "key_length/value_length must be positive");
     need(n_rot > 0 && n_rot <= head_dim_k && n_rot % 2 == 0,
          "rope.dimension_count must be even and <= key_length");
-    if (n_expert == 0)
-        fail("{}: a dense model (no expert_count): mox runs Mixture-of-Experts models only", arch_name());
-    need(n_expert > 0 && n_expert_used > 0 && n_expert_used <= n_expert,
-         "expert_used_count must be in 1..expert_count");
-    need(n_ff_exp > 0, "expert_feed_forward_length must be positive");
-    need(n_ff_shexp >= 0, "expert_shared_feed_forward_length must be >= 0");
+    if (has_moe()) {
+        if (n_expert == 0)
+            fail("{}: no expert_count: a dense model of an architecture mox knows with experts only",
+                 arch_name());
+        need(n_expert > 0 && n_expert_used > 0 && n_expert_used <= n_expert,
+             "expert_used_count must be in 1..expert_count");
+        need(n_ff_exp > 0, "expert_feed_forward_length must be positive");
+        need(n_ff_shexp >= 0, "expert_shared_feed_forward_length must be >= 0");
+    } else {
+        need(n_expert == 0, "expert_count must be absent or 0 (a dense architecture)");
+        need(n_ff > 0, "feed_forward_length must be positive");
+    }
     need(n_ctx_train > 0, "context_length must be positive");
     need(rope_attn_factor > 0 && std::isfinite(rope_attn_factor),
          "rope.scaling.attn_factor must be positive");
     if (recipe().attention.rope_factors)
         need(n_ctx_orig > 0,
              "rope.scaling.original_context_length must be positive (the rope factors need it)");
-    if (recipe().moe.router == RouterKind::sparsemixer)
+    if (has_moe() && recipe().moe.router == RouterKind::sparsemixer)
         need(n_expert_used == 2, "sparsemixer routing selects exactly 2 experts (expert_used_count)");
     if (!recipe().has_deltanet) return;
     need(full_attn_interval >= 1, "full_attention_interval must be >= 1");
@@ -75,6 +81,10 @@ Hparams hparams_for(Arch arch) {
         hp.full_attn_interval = 1;
         hp.ssm_conv_kernel = hp.ssm_inner = hp.ssm_state = hp.ssm_v_heads = hp.ssm_k_heads = 0;
         hp.rope_sections.clear();
+    }
+    if (!hp.has_moe()) {
+        hp.n_expert = hp.n_expert_used = hp.n_ff_exp = hp.n_ff_shexp = 0;
+        hp.n_ff = 17408;
     }
     return hp;
 }
@@ -100,8 +110,12 @@ Hparams read_hparams(const gguf::File& file) {
     hp.rms_eps = file.get_float(key("attention.layer_norm_rms_epsilon"));
     hp.n_expert = u_or("expert_count", 0);
     hp.n_expert_used = u_or("expert_used_count", 0);
-    hp.n_ff_exp = u_or("expert_feed_forward_length", u_or("feed_forward_length", 0));
-    hp.n_ff_shexp = u_or("expert_shared_feed_forward_length", 0);
+    if (hp.has_moe()) {
+        hp.n_ff_exp = u_or("expert_feed_forward_length", u_or("feed_forward_length", 0));
+        hp.n_ff_shexp = u_or("expert_shared_feed_forward_length", 0);
+    } else {
+        hp.n_ff = u("feed_forward_length");
+    }
     if (info->read_keys) info->read_keys(file, hp);
     // Vocabulary size: the embedding's row count is authoritative (files pad the token list).
     if (const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight"))
@@ -128,9 +142,13 @@ void write_hparams(gguf::Writer& w, const Hparams& hp) {
     w.set(key("attention.layer_norm_rms_epsilon"), Value::f32(static_cast<float>(hp.rms_eps)));
     w.set(key("rope.freq_base"), Value::f32(static_cast<float>(hp.rope_theta)));
     w.set(key("rope.dimension_count"), u32(hp.n_rot));
-    w.set(key("expert_count"), u32(hp.n_expert));
-    w.set(key("expert_used_count"), u32(hp.n_expert_used));
-    w.set(key("expert_feed_forward_length"), u32(hp.n_ff_exp));
+    if (hp.has_moe()) {
+        w.set(key("expert_count"), u32(hp.n_expert));
+        w.set(key("expert_used_count"), u32(hp.n_expert_used));
+        w.set(key("expert_feed_forward_length"), u32(hp.n_ff_exp));
+    } else {
+        w.set(key("feed_forward_length"), u32(hp.n_ff));
+    }
     if (const auto write_keys = arch_info(hp.arch).write_keys) write_keys(w, hp);
 }
 
@@ -181,10 +199,16 @@ std::vector<TensorSpec> model_tensors(const Hparams& hp) {
         }
         add(fmt::format("{}.weight", r.ffn_norm), {d});
         if (layer_norm) add(fmt::format("{}.bias", r.ffn_norm), {d});
-        add("ffn_gate_inp.weight", {d, hp.n_expert});
-        add("ffn_gate_exps.weight", {d, hp.n_ff_exp, hp.n_expert});
-        add("ffn_up_exps.weight", {d, hp.n_ff_exp, hp.n_expert});
-        add("ffn_down_exps.weight", {hp.n_ff_exp, d, hp.n_expert});
+        if (!hp.has_moe()) {
+            add("ffn_gate.weight", {d, hp.n_ff});
+            add("ffn_up.weight", {d, hp.n_ff});
+            add("ffn_down.weight", {hp.n_ff, d});
+        } else {
+            add("ffn_gate_inp.weight", {d, hp.n_expert});
+            add("ffn_gate_exps.weight", {d, hp.n_ff_exp, hp.n_expert});
+            add("ffn_up_exps.weight", {d, hp.n_ff_exp, hp.n_expert});
+            add("ffn_down_exps.weight", {hp.n_ff_exp, d, hp.n_expert});
+        }
         if (hp.has_shared_expert()) {
             add("ffn_gate_inp_shexp.weight", {d});
             add("ffn_gate_shexp.weight", {d, hp.n_ff_shexp});

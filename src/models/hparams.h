@@ -36,6 +36,7 @@ struct Hparams {
     int64_t n_expert_used = 8;
     int64_t n_ff_exp = 512;    // expert_feed_forward_length
     int64_t n_ff_shexp = 512;  // expert_shared_feed_forward_length
+    int64_t n_ff = 0;          // feed_forward_length of a dense FFN (FfnKind::dense)
     int64_t ssm_conv_kernel = 4;
     int64_t ssm_inner = 4096;        // value width = n_v_heads * head_dim
     int64_t ssm_state = 128;         // head dim of k and v
@@ -53,7 +54,12 @@ struct Hparams {
     }
     // Rows of attn_q: n_head heads of [query | gate] with the output gate, of query alone without.
     int64_t q_proj_rows() const { return (recipe().attention.output_gate ? 2 : 1) * n_head * head_dim_k; }
-    bool has_shared_expert() const { return n_ff_shexp > 0 && recipe().moe.shared != SharedExpertKind::none; }
+    bool has_moe() const { return recipe().ffn == FfnKind::moe; }
+    bool has_shared_expert() const {
+        return has_moe() && n_ff_shexp > 0 && recipe().moe.shared != SharedExpertKind::none;
+    }
+    // Width of the SwiGLU that runs for every token: the dense FFN's, else the shared expert's (0: none).
+    int64_t n_ff_unrouted() const { return has_moe() ? (has_shared_expert() ? n_ff_shexp : 0) : n_ff; }
     int64_t n_attention_layers() const;  // full-attention layers of the trunk
     int64_t n_recurrent_layers() const;
     int64_t conv_channels() const { return 2 * ssm_k_heads * ssm_state + ssm_inner; }
@@ -70,7 +76,8 @@ struct Hparams {
 };
 
 // Hyper-parameters of architecture `arch` before any value is read: Qwen3.6-35B-A3B's numbers, with
-// the DeltaNet sizes zero (and every layer attention) where the recipe has no DeltaNet.
+// the DeltaNet sizes zero (and every layer attention) where the recipe has no DeltaNet, and the
+// expert sizes zero where its FFN is dense (Qwen3.6-27B's width instead).
 Hparams hparams_for(Arch arch);
 
 // Reads the architecture's keys (and the vocab size from tokenizer.ggml.tokens or token_embd) from a
@@ -90,7 +97,8 @@ struct TensorSpec {
 };
 
 // Every tensor of the model in llama.cpp's file order (globals first, then layers ascending), from
-// the recipe: each layer's norms, its mixer's tensors, the MoE's (and the shared expert's).
+// the recipe: each layer's norms, its mixer's tensors, the MoE's (and the shared expert's) or the
+// dense FFN's.
 std::vector<TensorSpec> model_tensors(const Hparams& hp);
 
 }  // namespace mox::models

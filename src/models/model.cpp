@@ -222,6 +222,12 @@ Model::Model(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_thr
                 L.attn_output_b = load_vector(file, name("attn_output.bias"), {d});
             }
         }
+        if (!hp_.has_moe()) {
+            L.ffn_gate = bind(file, name("ffn_gate.weight"), {d, hp_.n_ff});
+            L.ffn_up = bind(file, name("ffn_up.weight"), {d, hp_.n_ff});
+            L.ffn_down = bind(file, name("ffn_down.weight"), {hp_.n_ff, d});
+            continue;
+        }
         L.router = bind(file, name("ffn_gate_inp.weight"), {d, hp_.n_expert});
         L.experts.gate = bind(file, name("ffn_gate_exps.weight"), {d, hp_.n_ff_exp, hp_.n_expert});
         L.experts.up = bind(file, name("ffn_up_exps.weight"), {d, hp_.n_ff_exp, hp_.n_expert});
@@ -310,9 +316,9 @@ void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::
         for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
 
         norm(x.data(), L.ffn_norm, L.ffn_norm_b, n_tokens, u.data());
-        moe(L, il, u.data(), n_tokens, mixed.data());
-        dump(il, "moe_in", u);
-        dump(il, "moe_out", mixed);
+        ffn(L, il, u.data(), n_tokens, mixed.data());
+        dump(il, hp_.has_moe() ? "moe_in" : "ffn_in", u);
+        dump(il, hp_.has_moe() ? "moe_out" : "ffn_out", mixed);
         for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
     }
     for (const SequenceBatch& b : batch) b.state->n_past_ += static_cast<int64_t>(b.tokens.size());
@@ -531,6 +537,17 @@ void Model::attention(const LayerWeights& L, int64_t il, std::span<const Sequenc
     }
     ops::linear(ctx, L.attn_output, o.data(), n_tokens, out);
     add_bias(L.attn_output_b, n_tokens, out);
+}
+
+void Model::ffn(const LayerWeights& L, int64_t il, const float* u, int64_t n_tokens, float* out) {
+    switch (hp_.recipe().ffn) {
+        case FfnKind::moe:
+            moe(L, il, u, n_tokens, out);
+            break;
+        case FfnKind::dense:
+            ops::swiglu_ffn(ctx_, L.ffn_gate, L.ffn_up, L.ffn_down, u, n_tokens, out);
+            break;
+    }
 }
 
 // Routed experts (the recipe's router) plus, where the model has one, the sigmoid-gated shared expert.

@@ -1,7 +1,8 @@
-// A Mixture-of-Experts model of any architecture in the registry (models/arch.h): weights bound to a
-// GGUF file and the generic trunk every recipe shares,
-//   x = embed(tokens); per layer: x += mixer(norm(x)); x += moe(ffn_norm(x)); logits = output(norm(x)),
-// with the mixer (attention or Gated DeltaNet) and the MoE's options taken from the recipe. The CPU
+// A model of any architecture in the registry (models/arch.h): weights bound to a GGUF file and the
+// generic trunk every recipe shares,
+//   x = embed(tokens); per layer: x += mixer(norm(x)); x += ffn(ffn_norm(x)); logits = output(norm(x)),
+// with the mixer (attention or Gated DeltaNet) and the FFN (routed experts or a dense MLP) and their
+// options taken from the recipe. The CPU
 // forward is here (reference path: fp32 activations, weights dequantized on the fly; faster kernels
 // plug in below the op calls); the GPU forward is models/gpu/gpu_forward.cpp.
 #pragma once
@@ -33,6 +34,8 @@ struct LayerWeights {
     ops::Weight attn_q, attn_k, attn_v, attn_output;
     std::vector<float> attn_q_norm, attn_k_norm;                     // empty without the recipe's q/k norms
     std::vector<float> attn_q_b, attn_k_b, attn_v_b, attn_output_b;  // the recipe's biases, else empty
+    // Dense FFN (FfnKind::dense)
+    ops::Weight ffn_gate, ffn_up, ffn_down;
     // MoE
     ops::Weight router;
     ops::ExpertStack experts;
@@ -175,13 +178,17 @@ public:
     std::string cpu_summary() const;
     // "cuda: NVIDIA H200, 20.1 GiB of weights": what the GPU path runs with ("" on the CPU).
     std::string device_summary() const;
-    void set_routing_trace(bool on) { trace_routing_ = on; }
+    void set_routing_trace(bool on) {
+        if (on && !hp_.has_moe())
+            fail("routing statistics: {} is a dense model (no routed experts)", hp_.arch_name());
+        trace_routing_ = on;
+    }
     const std::vector<std::vector<int32_t>>& routing_trace() const { return routing_trace_; }
 
     // When on, every CPU forward appends its named intermediates, each [n_tokens, n_embd] in batch
     // order: "l{layer}_mixer_in" (the normed mixer input), "l{layer}_mixer_out", "l{layer}_moe_in",
-    // "l{layer}_moe_out" (`mox logits --dump-activations`: an architecture diffed layer by layer
-    // against transformers). The GPU path refuses it.
+    // "l{layer}_moe_out" (ffn_in, ffn_out for a dense FFN) (`mox logits --dump-activations`: an architecture
+    // diffed layer by layer against transformers). The GPU path refuses it.
     void set_activation_dump(bool on) { dump_activations_ = on; }
     const std::map<std::string, std::vector<float>>& activations() const { return activations_; }
 
@@ -194,6 +201,8 @@ private:
     void attention(const LayerWeights& L, int64_t il, std::span<const SequenceBatch> batch, const float* u,
                    float* out);
     void moe(const LayerWeights& L, int64_t il, const float* u, int64_t n_tokens, float* out);
+    // The recipe's FFN block: the MoE, or the dense SwiGLU.
+    void ffn(const LayerWeights& L, int64_t il, const float* u, int64_t n_tokens, float* out);
     // The recipe's norm of n_tokens rows: RMSNorm (b unused) or LayerNorm.
     void norm(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n_tokens,
               float* out) const;

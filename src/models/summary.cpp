@@ -7,12 +7,13 @@
 
 #include <fmt/format.h>
 
-
 namespace mox::models {
 
 namespace {
 
-bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const char* part) {
+    return s.find(part) != std::string::npos;
+}
 
 // Layer number of "blk.N.*", or -1.
 int64_t layer_of(const std::string& name) {
@@ -20,7 +21,8 @@ int64_t layer_of(const std::string& name) {
     int64_t n = 0;
     size_t i = 4;
     if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
-    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) n = n * 10 + (name[i++] - '0');
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])))
+        n = n * 10 + (name[i++] - '0');
     return n;
 }
 
@@ -28,17 +30,28 @@ int64_t layer_of(const std::string& name) {
 
 const char* tensor_class_name(TensorClass c) {
     switch (c) {
-        case TensorClass::embedding: return "embedding";
-        case TensorClass::attention: return "attention";
-        case TensorClass::deltanet: return "deltanet";
-        case TensorClass::router: return "router";
-        case TensorClass::shared_expert: return "shared_expert";
-        case TensorClass::routed_experts: return "routed_experts";
-        case TensorClass::dense_ffn: return "dense_ffn";
-        case TensorClass::norms: return "norms";
-        case TensorClass::output: return "output";
-        case TensorClass::mtp: return "mtp";
-        case TensorClass::other: return "other";
+        case TensorClass::embedding:
+            return "embedding";
+        case TensorClass::attention:
+            return "attention";
+        case TensorClass::deltanet:
+            return "deltanet";
+        case TensorClass::router:
+            return "router";
+        case TensorClass::shared_expert:
+            return "shared_expert";
+        case TensorClass::routed_experts:
+            return "routed_experts";
+        case TensorClass::dense_ffn:
+            return "dense_ffn";
+        case TensorClass::norms:
+            return "norms";
+        case TensorClass::output:
+            return "output";
+        case TensorClass::mtp:
+            return "mtp";
+        case TensorClass::other:
+            return "other";
     }
     return "?";
 }
@@ -88,10 +101,17 @@ ModelSummary summarize(const gguf::File& file) {
         cs.types[std::string(quant::type_name(t.type))]++;
         double fraction;  // of the tensor read per generated token
         switch (c) {
-            case TensorClass::embedding: fraction = 1.0 / static_cast<double>(t.ne[1]); break;  // one row
-            case TensorClass::routed_experts: fraction = expert_fraction; break;
-            case TensorClass::mtp: fraction = 0; break;
-            default: fraction = 1.0;
+            case TensorClass::embedding:
+                fraction = 1.0 / static_cast<double>(t.ne[1]);
+                break;  // one row
+            case TensorClass::routed_experts:
+                fraction = expert_fraction;
+                break;
+            case TensorClass::mtp:
+                fraction = 0;
+                break;
+            default:
+                fraction = 1.0;
         }
         cs.active_params += params * fraction;
         cs.bytes_per_token += static_cast<double>(t.n_bytes) * fraction;
@@ -122,21 +142,28 @@ ModelSummary summarize(const gguf::File& file) {
         add("attention heads q/kv", fmt::format("{}/{}", hp.n_head, hp.n_head_kv));
         add("head dim k/v", fmt::format("{}/{}", hp.head_dim_k, hp.head_dim_v));
         add("rope dims / theta", fmt::format("{} / {:g}", hp.n_rot, hp.rope_theta));
-        add("experts used/total", fmt::format("{}/{}", hp.n_expert_used, hp.n_expert));
-        add("expert FFN / shared FFN", fmt::format("{}/{}", hp.n_ff_exp, hp.n_ff_shexp));
+        if (hp.has_moe()) {
+            add("experts used/total", fmt::format("{}/{}", hp.n_expert_used, hp.n_expert));
+            add("expert FFN / shared FFN", fmt::format("{}/{}", hp.n_ff_exp, hp.n_ff_shexp));
+        } else {
+            add("dense FFN", hp.n_ff);
+        }
         if (hp.recipe().has_deltanet) {
-            add("DeltaNet heads k/v x dim", fmt::format("{}/{} x {}", hp.ssm_k_heads, hp.ssm_v_heads, hp.ssm_state));
+            add("DeltaNet heads k/v x dim",
+                fmt::format("{}/{} x {}", hp.ssm_k_heads, hp.ssm_v_heads, hp.ssm_state));
             add("conv kernel", hp.ssm_conv_kernel);
         }
         add("context (trained)", hp.n_ctx_train);
         add("rms eps", fmt::format("{:g}", hp.rms_eps));
-        for (auto [name, type] : {std::pair{"f16", quant::TypeId::f16}, std::pair{"q8_0", quant::TypeId::q8_0},
-                                  std::pair{"q4_0", quant::TypeId::q4_0}})
+        for (auto [name, type] :
+             {std::pair{"f16", quant::TypeId::f16}, std::pair{"q8_0", quant::TypeId::q8_0},
+              std::pair{"q4_0", quant::TypeId::q4_0}})
             s.kv.push_back({name, hp.kv_cache_bytes_per_token(type)});
         s.recurrent_state_bytes = hp.recurrent_state_bytes();
     } else {
         s.n_ctx_train = static_cast<int64_t>(arch_uint("context_length", 0));
-        s.notes.push_back(fmt::format("architecture '{}' is not modelled: KV-cache and state bytes not computed", arch));
+        s.notes.push_back(
+            fmt::format("architecture '{}' is not modelled: KV-cache and state bytes not computed", arch));
     }
     return s;
 }

@@ -32,37 +32,57 @@ QuantMix quant_mix_from_name(const std::string& name) {
 
 const char* quant_mix_name(QuantMix mix) {
     switch (mix) {
-        case QuantMix::q4_k_m: return "q4_k_m";
-        case QuantMix::q8_0: return "q8_0";
-        case QuantMix::q6_k: return "q6_k";
-        case QuantMix::iq4_xs: return "iq4_xs";
-        case QuantMix::bf16: return "bf16";
-        case QuantMix::f16: return "f16";
-        case QuantMix::f32: return "f32";
+        case QuantMix::q4_k_m:
+            return "q4_k_m";
+        case QuantMix::q8_0:
+            return "q8_0";
+        case QuantMix::q6_k:
+            return "q6_k";
+        case QuantMix::iq4_xs:
+            return "iq4_xs";
+        case QuantMix::bf16:
+            return "bf16";
+        case QuantMix::f16:
+            return "f16";
+        case QuantMix::f32:
+            return "f32";
     }
     return "?";
 }
 
 uint32_t llama_ftype_of(QuantMix mix) {
     switch (mix) {
-        case QuantMix::f32: return 0;
-        case QuantMix::f16: return 1;
-        case QuantMix::q8_0: return 7;
-        case QuantMix::q4_k_m: return 15;
-        case QuantMix::q6_k: return 18;
-        case QuantMix::iq4_xs: return 30;
-        case QuantMix::bf16: return 32;
+        case QuantMix::f32:
+            return 0;
+        case QuantMix::f16:
+            return 1;
+        case QuantMix::q8_0:
+            return 7;
+        case QuantMix::q4_k_m:
+            return 15;
+        case QuantMix::q6_k:
+            return 18;
+        case QuantMix::iq4_xs:
+            return 30;
+        case QuantMix::bf16:
+            return 32;
     }
     return 0;
 }
 
 namespace {
 
-bool ends_with(const std::string& s, const char* suffix) { return s.ends_with(suffix); }
-bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+bool ends_with(const std::string& s, const char* suffix) {
+    return s.ends_with(suffix);
+}
+bool has(const std::string& s, const char* part) {
+    return s.find(part) != std::string::npos;
+}
 
 // llama-quantize's "more bits" layer set: first and last eighth, and every third layer between.
-bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+bool use_more_bits(int64_t i, int64_t n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
 
 // Row-length fallback when ne0 is not a whole number of blocks (current llama-quantize table).
 TypeId fallback_type(TypeId t, int64_t ne0) {
@@ -70,13 +90,24 @@ TypeId fallback_type(TypeId t, int64_t ne0) {
     if (fits(t)) return t;
     TypeId f;
     switch (t) {
-        case TypeId::q4_k: f = TypeId::q5_0; break;
-        case TypeId::q5_k: f = TypeId::q5_1; break;
-        case TypeId::q6_k: f = TypeId::q8_0; break;
-        case TypeId::iq4_xs: f = TypeId::iq4_nl; break;
+        case TypeId::q4_k:
+            f = TypeId::q5_0;
+            break;
+        case TypeId::q5_k:
+            f = TypeId::q5_1;
+            break;
+        case TypeId::q6_k:
+            f = TypeId::q8_0;
+            break;
+        case TypeId::iq4_xs:
+            f = TypeId::iq4_nl;
+            break;
         case TypeId::q2_k:
-        case TypeId::q3_k: f = TypeId::q4_0; break;
-        default: f = TypeId::f16;
+        case TypeId::q3_k:
+            f = TypeId::q4_0;
+            break;
+        default:
+            f = TypeId::f16;
     }
     return fits(f) ? f : TypeId::f16;
 }
@@ -86,24 +117,34 @@ TypeId fallback_type(TypeId t, int64_t ne0) {
 quant::TypeId choose_tensor_type(const TensorSpec& spec, QuantMix mix, const Hparams& hp) {
     const std::string& n = spec.name;
     // Never quantized: 1-D tensors, non-".weight" tensors, norms, the routers, the conv kernel.
-    if (!spec.is_2d_weight() || !ends_with(n, "weight") || ends_with(n, "_norm.weight") || has(n, "ffn_gate_inp") ||
-        has(n, "ssm_conv1d"))
+    if (!spec.is_2d_weight() || !ends_with(n, "weight") || ends_with(n, "_norm.weight") ||
+        has(n, "ffn_gate_inp") || has(n, "ssm_conv1d"))
         return TypeId::f32;
     TypeId t = TypeId::f32;
     switch (mix) {
-        case QuantMix::f32: return TypeId::f32;
-        case QuantMix::f16: return TypeId::f16;
-        case QuantMix::bf16: return TypeId::bf16;
-        case QuantMix::q8_0: t = TypeId::q8_0; break;
-        case QuantMix::q6_k: t = TypeId::q6_k; break;
+        case QuantMix::f32:
+            return TypeId::f32;
+        case QuantMix::f16:
+            return TypeId::f16;
+        case QuantMix::bf16:
+            return TypeId::bf16;
+        case QuantMix::q8_0:
+            t = TypeId::q8_0;
+            break;
+        case QuantMix::q6_k:
+            t = TypeId::q6_k;
+            break;
         case QuantMix::q4_k_m: {
             t = TypeId::q4_k;
             // attn_v-like tensors (attn_v and the DeltaNet attn_qkv) follow a counter over themselves;
             // with exactly one per layer in layer order, the counter equals the layer index.
-            if (n == "output.weight") t = TypeId::q6_k;
-            else if ((has(n, "attn_v.weight") || has(n, "attn_qkv.weight")) && use_more_bits(spec.layer, hp.n_layer))
+            if (n == "output.weight")
                 t = TypeId::q6_k;
-            else if (has(n, "ffn_down") && use_more_bits(spec.layer, hp.n_layer)) t = TypeId::q6_k;
+            else if ((has(n, "attn_v.weight") || has(n, "attn_qkv.weight")) &&
+                     use_more_bits(spec.layer, hp.n_layer))
+                t = TypeId::q6_k;
+            else if (has(n, "ffn_down") && use_more_bits(spec.layer, hp.n_layer))
+                t = TypeId::q6_k;
             // 8-expert models (Mixtral): llama.cpp keeps attn_v and attn_k at Q8_0, attn_output at Q5_K.
             if (hp.n_expert == 8 && (has(n, "attn_v.weight") || has(n, "attn_k.weight"))) t = TypeId::q8_0;
             if (hp.n_expert == 8 && has(n, "attn_output.weight")) t = TypeId::q5_k;
@@ -112,9 +153,12 @@ quant::TypeId choose_tensor_type(const TensorSpec& spec, QuantMix mix, const Hpa
         case QuantMix::iq4_xs: {
             t = TypeId::iq4_xs;
             const bool gqa4 = hp.n_head / hp.n_head_kv >= 4;
-            if (n == "output.weight") t = TypeId::q6_k;
-            else if ((has(n, "attn_v.weight") || has(n, "attn_qkv.weight")) && gqa4) t = TypeId::q5_k;
-            else if (has(n, "ffn_down") && spec.layer >= 0 && spec.layer < hp.n_layer / 8) t = TypeId::q5_k;
+            if (n == "output.weight")
+                t = TypeId::q6_k;
+            else if ((has(n, "attn_v.weight") || has(n, "attn_qkv.weight")) && gqa4)
+                t = TypeId::q5_k;
+            else if (has(n, "ffn_down") && spec.layer >= 0 && spec.layer < hp.n_layer / 8)
+                t = TypeId::q5_k;
             break;
         }
     }
@@ -147,6 +191,36 @@ Hparams synth_preset(const std::string& name) {
         hp.ssm_state = 64;
         hp.ssm_inner = 256;
         hp.rope_sections = {4, 2, 2, 0};
+        return hp;
+    }
+    if (name == "qwen3.6-27b" || name == "qwen35-tiny") {
+        // Dense Qwen3.5/3.6 (shared/spec/archs.md §3.1): Qwen3.6-35B-A3B's trunk with a SwiGLU MLP.
+        hp = hparams_for(Arch::qwen35);
+        if (name == "qwen3.6-27b") {
+            hp.n_layer = 64;
+            hp.n_embd = 5120;
+            hp.n_ff = 17408;
+            hp.n_head = 24;
+            hp.n_head_kv = 4;
+            hp.ssm_k_heads = 16;
+            hp.ssm_v_heads = 48;
+            hp.ssm_inner = 6144;
+        } else {  // 8 layers at the 3:1 pattern, rows a multiple of 256 for the K-quant recipe
+            hp.n_layer = 8;
+            hp.n_ctx_train = 4096;
+            hp.n_embd = 256;
+            hp.n_vocab = 2048;
+            hp.n_ff = 512;
+            hp.n_head = 4;
+            hp.n_head_kv = 2;
+            hp.head_dim_k = hp.head_dim_v = 64;
+            hp.n_rot = 16;
+            hp.ssm_k_heads = 2;
+            hp.ssm_v_heads = 4;
+            hp.ssm_state = 64;
+            hp.ssm_inner = 256;
+            hp.rope_sections = {4, 2, 2, 0};
+        }
         return hp;
     }
     if (name == "qwen3-30b-a3b" || name == "qwen3-235b-a22b" || name == "qwen3moe-tiny") {
@@ -246,9 +320,10 @@ Hparams synth_preset(const std::string& name) {
         }
         return hp;
     }
-    fail("unknown preset '{}' (expected qwen3.6-35b-a3b, tiny, qwen3-30b-a3b, qwen3-235b-a22b, qwen3moe-tiny, "
-         "mixtral-8x7b, mixtral-tiny, phi-3.5-moe or phimoe-tiny)",
-         name);
+    fail(
+        "unknown preset '{}' (expected qwen3.6-35b-a3b, tiny, qwen3.6-27b, qwen35-tiny, qwen3-30b-a3b, "
+        "qwen3-235b-a22b, qwen3moe-tiny, mixtral-8x7b, mixtral-tiny, phi-3.5-moe or phimoe-tiny)",
+        name);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,7 +371,9 @@ private:
     uint64_t s_[4];
 };
 
-uint64_t mix_seed(uint64_t a, uint64_t b) { return a * 0x100000001B3ull ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2)); }
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+    return a * 0x100000001B3ull ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
+}
 
 uint64_t hash_name(const std::string& s) {
     uint64_t h = 0xCBF29CE484222325ull;
@@ -318,7 +395,7 @@ ValueRecipe recipe_for(const TensorSpec& spec) {
     if (ends_with(n, "ssm_a")) return {0, 0, true};
     if (ends_with(n, "ssm_dt.bias")) return {1.0f, 0.1f};
     if (has(n, "rope_factors_")) return {1.0f, 0.0f};  // unscaled rotary
-    if (ends_with(n, ".bias")) return {0, 0.02f};       // projection and LayerNorm biases
+    if (ends_with(n, ".bias")) return {0, 0.02f};      // projection and LayerNorm biases
     if (has(n, "ssm_conv1d")) return {0, 1.0f / std::sqrt(static_cast<float>(spec.ne[0]))};
     if (n == "token_embd.weight") return {0, 1.0f};
     // Projections: unit-variance outputs for unit-variance inputs.
@@ -330,8 +407,8 @@ struct RowGenerator {
     const TensorSpec* spec;
     ValueRecipe recipe;
     uint64_t seed;
-    const std::vector<float>* shared_direction;  // unit vector of n_embd, or null
-    float direction_weight = 0;                  // embedding rows: + weight * direction
+    const std::vector<float>* shared_direction;    // unit vector of n_embd, or null
+    float direction_weight = 0;                    // embedding rows: + weight * direction
     const std::vector<float>* row_bias = nullptr;  // router: + bias[row] * direction
 
     void generate(int64_t row0, int64_t n_rows, int64_t chunk_index, float* out) const {
@@ -346,9 +423,12 @@ struct RowGenerator {
         for (int64_t i = 0; i < n_rows * ne0; ++i) out[i] = recipe.offset + recipe.scale * out[i];
         if (!shared_direction) return;
         for (int64_t r = 0; r < n_rows; ++r) {
-            const float w = row_bias ? (*row_bias)[static_cast<size_t>((row0 + r) % static_cast<int64_t>(row_bias->size()))]
-                                     : direction_weight;
-            for (int64_t c = 0; c < ne0; ++c) out[r * ne0 + c] += w * (*shared_direction)[static_cast<size_t>(c)];
+            const float w =
+                row_bias
+                    ? (*row_bias)[static_cast<size_t>((row0 + r) % static_cast<int64_t>(row_bias->size()))]
+                    : direction_weight;
+            for (int64_t c = 0; c < ne0; ++c)
+                out[r * ne0 + c] += w * (*shared_direction)[static_cast<size_t>(c)];
         }
     }
 };
@@ -373,7 +453,8 @@ public:
     void fill(uint8_t* out, int64_t n_blocks, Rng& rng) const {
         for (int64_t b = 0; b < n_blocks; ++b) {
             const uint64_t pick = rng.next() % kBlocks;
-            std::copy_n(bytes_.data() + pick * block_bytes_, block_bytes_, out + b * static_cast<int64_t>(block_bytes_));
+            std::copy_n(bytes_.data() + pick * block_bytes_, block_bytes_,
+                        out + b * static_cast<int64_t>(block_bytes_));
         }
     }
     static void quantize(TypeId type, const float* src, uint8_t* dst, int64_t n) {
@@ -393,8 +474,8 @@ private:
     std::vector<uint8_t> bytes_;
 };
 
-constexpr int64_t kDirectLimit = int64_t{1} << 26;       // elements; larger quantized tensors use a pool
-constexpr int64_t kChunkElements = int64_t{1} << 21;     // per work item
+constexpr int64_t kDirectLimit = int64_t{1} << 26;    // elements; larger quantized tensors use a pool
+constexpr int64_t kChunkElements = int64_t{1} << 21;  // per work item
 
 std::vector<float> unit_direction(int64_t n, uint64_t seed) {
     std::vector<float> v(static_cast<size_t>(n));
@@ -423,8 +504,10 @@ void write_synthetic_model(const std::string& path, const SynthOptions& o,
     w.set("general.quantization_version", gguf::Value::u32(2));
     w.set("mox.synthetic.seed", gguf::Value::u64(o.seed));
     w.set("mox.synthetic.router_skew", gguf::Value::f32(static_cast<float>(o.router_skew)));
-    if (o.vocab_path.empty()) write_synth_vocab(w, hp.n_vocab);
-    else write_vocab_from_file(w, o.vocab_path, hp.n_vocab, o.chat_template);
+    if (o.vocab_path.empty())
+        write_synth_vocab(w, hp.n_vocab);
+    else
+        write_vocab_from_file(w, o.vocab_path, hp.n_vocab, o.chat_template);
 
     std::vector<TypeId> types;
     for (const TensorSpec& s : specs) {
@@ -469,21 +552,23 @@ void write_synthetic_model(const std::string& path, const SynthOptions& o,
             for (size_t i = rank.size(); i > 1; --i) std::swap(rank[i - 1], rank[prng.next() % i]);
             router_bias.resize(rank.size());
             for (size_t e = 0; e < rank.size(); ++e)
-                router_bias[e] = static_cast<float>(-o.router_skew * std::log(static_cast<double>(rank[e] + 1)) /
-                                                    direction_projection);
+                router_bias[e] = static_cast<float>(
+                    -o.router_skew * std::log(static_cast<double>(rank[e] + 1)) / direction_projection);
             gen.shared_direction = &direction;
             gen.row_bias = &router_bias;
         }
 
-        const bool pooled = tt.block_elems > 1 && spec.name != "token_embd.weight" &&
-                            n_rows * ne0 > kDirectLimit;
+        const bool pooled =
+            tt.block_elems > 1 && spec.name != "token_embd.weight" && n_rows * ne0 > kDirectLimit;
         const BlockPool* pool = nullptr;
         if (pooled) {
             auto key = std::make_pair(type, gen.recipe.scale);
             auto& slot = pools[key];
             if (!slot)
-                slot = std::make_unique<BlockPool>(type, gen.recipe.scale,
-                                                   mix_seed(o.seed, static_cast<uint64_t>(type) * 1000003u + hash_name(std::to_string(gen.recipe.scale))));
+                slot = std::make_unique<BlockPool>(
+                    type, gen.recipe.scale,
+                    mix_seed(o.seed, static_cast<uint64_t>(type) * 1000003u +
+                                         hash_name(std::to_string(gen.recipe.scale))));
             pool = slot.get();
         }
 

@@ -35,6 +35,7 @@ struct SynthOptions {
 };
 
 // Named presets: qwen35moe "qwen3.6-35b-a3b" (full size) and "tiny" (a few MB, same structure);
+// qwen35 (dense) "qwen3.6-27b" and "qwen35-tiny";
 // qwen3moe "qwen3-30b-a3b", "qwen3-235b-a22b" (full size) and "qwen3moe-tiny"; llama (Mixtral)
 // "mixtral-8x7b" and "mixtral-tiny"; phimoe "phi-3.5-moe" and "phimoe-tiny".
 Hparams synth_preset(const std::string& name);

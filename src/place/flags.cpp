@@ -52,8 +52,8 @@ int64_t parse_n_gpu_layers(std::string_view value) {
     if (value == "all") return -1;
     if (value == "auto")
         fail(
-            "-ngl auto: fitting the model to the GPU is the planner's search, which mox does not have yet; "
-            "give a layer count or 'all'");
+            "-ngl auto: the planner's search (--plan auto) decides the placement; "
+            "a fixed placement needs a layer count or 'all'");
     int64_t n = 0;
     if (!parse_int(value, n) || n < -1) fail("-ngl {}: expected a layer count >= 0, -1 or 'all'", value);
     return n;
@@ -142,6 +142,15 @@ Placement place_from_flags(const gguf::File& file, const PlacementFlags& flags) 
     if (flags.n_gpu_layers < -1) fail("-ngl {}: expected a layer count >= 0 or -1 (all)", flags.n_gpu_layers);
     Placement p = Placement::uniform(file, Tier::mmap_host);
     const int64_t n_layer = p.n_layer();
+    // The expert flags of a model without experts would match nothing: say so instead of running a
+    // placement the user did not ask for.
+    if (p.n_expert() == 0)
+        for (const OverrideRule& r : flags.overrides)
+            if (r.pattern.ends_with(kExpsSuffix) && r.origin.starts_with("--"))
+                fail(
+                    "{}: this is a dense model (no routed experts to keep on the CPU); "
+                    "it runs whole on the GPU (-ngl all) or on the CPU (-ngl 0)",
+                    r.origin);
     // Layer indices 0..n_layer-1 are blocks, n_layer is the output layer; the last N go to the GPU.
     const int64_t n_gpu = flags.n_gpu_layers == -1 ? n_layer + 1 : std::min(flags.n_gpu_layers, n_layer + 1);
     const int64_t first_gpu = n_layer + 1 - n_gpu;

@@ -29,8 +29,9 @@ bool matvec_supported(quant::TypeId type);
 // Block types of sizes that are not a multiple of 4 (17, 18, 22, 34, 66, 74, 98, 110 bytes) are
 // read with aligned 4-byte loads, which may touch up to 3 bytes past the last row: keep 16 bytes of
 // slack after it (cuda::upload_weight does).
-// x, y: device fp32. Asynchronous on `stream`; throws mox::Error for an unsupported type or a shape
-// whose activations exceed the shared memory of a block.
+// x, y: device fp32. Columns run in launches of up to 8, fewer where that many columns of a wide
+// input would not fit in a block's shared memory. Asynchronous on `stream`; throws mox::Error for an
+// unsupported type or a shape whose activations exceed the shared memory of a block even at one column.
 void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
             int n_cols, float* y, StreamHandle stream = nullptr);
 

@@ -139,6 +139,10 @@ TEST(CudaMatvec, ModelSizedRowsMatchReference) {
     check_case(TypeId::q4_k, 4096, 33, 1, 10);
     check_case(TypeId::q6_k, 4096, 17, 1, 11);
     check_case(TypeId::bf16, 4096 + 7, 9, 1, 12);
+    // A dense 17408-wide down projection (Qwen3.6-27B): 8 or 4 staged fp32 columns would not fit in
+    // shared memory, so the columns run two per launch.
+    check_case(TypeId::q4_k, 17408, 24, 8, 15);
+    check_case(TypeId::q6_k, 17408, 12, 5, 16);
 }
 
 // Host-side facts of the integer path (no device needed: runs in CI's CUDA stage too): which types

@@ -1,5 +1,5 @@
-"""What the MoE golden scripts share (make_qwen3moe_goldens.py, make_mixtral_goldens.py,
-make_phimoe_goldens.py): the
+"""What the golden scripts share (make_qwen3moe_goldens.py, make_mixtral_goldens.py,
+make_phimoe_goldens.py, make_qwen35_goldens.py): the
 perturbation of a tiny random model's parameters, and the run that writes its checkpoint, logits
 and goldens.json. Each script builds its config and model, then calls `write_goldens`."""
 
@@ -55,7 +55,7 @@ def write_goldens(model, cfg, out: str, *, generator: str, seed: int, n_tokens: 
     time), with short_prefill > 0 logits_short.npy (one forward over the first short_prefill tokens
     alone: a model whose rotary depends on the sequence length), and goldens.json (versions, seed,
     prompt, per-layer expert usage of the prefill, config, file hashes). `routers` are the router
-    modules, one per layer, in layer order."""
+    modules, one per layer, in layer order (none for a dense model)."""
     os.makedirs(out, exist_ok=True)
     copy.deepcopy(model).to(torch.bfloat16).save_pretrained(os.path.join(out, "hf"))
     rng = np.random.default_rng(seed)
@@ -121,6 +121,6 @@ def write_goldens(model, cfg, out: str, *, generator: str, seed: int, n_tokens: 
         json.dump(meta, f, indent=1)
     max_diff = float(np.abs(decode - prefill[decode_prefill:]).max())
     print(f"wrote {out}: prefill {prefill.shape}, decode {decode.shape}, "
-          f"max |decode - prefill| = {max_diff:.3g}, layer 0 expert usage {usage[0]}")
+          f"max |decode - prefill| = {max_diff:.3g}, layer 0 expert usage {usage.get(0, 'none (dense)')}")
     with open(os.path.join(out, "hf", "config.json")) as f:
         print("hf config:", f.read()[:300])

@@ -6,6 +6,7 @@
 namespace mox::models::archs {
 
 ArchInfo qwen35moe();
+ArchInfo qwen35();
 ArchInfo qwen3moe();
 ArchInfo llama();
 ArchInfo phimoe();

@@ -1,9 +1,11 @@
 // Qwen3.5/3.6-MoE (llama.cpp `qwen35moe`; shared/spec/qwen35moe.md): three Gated DeltaNet layers to
 // one gated full-attention layer, q/k norms, partial NEOX rotary (IMROPE, equal to NEOX on text),
 // 256 experts top-8 softmax-renormalised plus a sigmoid-gated shared expert; zero-centred HF norms.
+// The family's keys and HF config reader are shared with the dense Qwen3.5/3.6 (qwen35.cpp).
 #include "gguf/reader.h"
 #include "gguf/writer.h"
 #include "models/archs/archs.h"
+#include "models/archs/qwen35_family.h"
 #include "models/hf_config.h"
 #include "models/hparams.h"
 
@@ -12,9 +14,7 @@
 namespace mox::models {
 namespace archs {
 
-namespace {
-
-void read_keys(const gguf::File& file, Hparams& hp) {
+void read_qwen35_keys(const gguf::File& file, Hparams& hp) {
     auto key = [&](const char* k) { return arch_key(hp, k); };
     auto u = [&](const char* k) { return static_cast<int64_t>(file.get_uint(key(k))); };
     hp.ssm_conv_kernel = u("ssm.conv_kernel");
@@ -31,12 +31,12 @@ void read_keys(const gguf::File& file, Hparams& hp) {
     }
 }
 
-void write_keys(gguf::Writer& w, const Hparams& hp) {
+void write_qwen35_keys(gguf::Writer& w, const Hparams& hp) {
     using gguf::Value;
     auto u32 = [](int64_t v) { return Value::u32(static_cast<uint32_t>(v)); };
     auto key = [&](const char* k) { return arch_key(hp, k); };
     w.set(key("rope.dimension_sections"), Value::i32_array(hp.rope_sections));
-    w.set(key("expert_shared_feed_forward_length"), u32(hp.n_ff_shexp));
+    if (hp.has_moe()) w.set(key("expert_shared_feed_forward_length"), u32(hp.n_ff_shexp));
     w.set(key("ssm.conv_kernel"), u32(hp.ssm_conv_kernel));
     w.set(key("ssm.inner_size"), u32(hp.ssm_inner));
     w.set(key("ssm.state_size"), u32(hp.ssm_state));
@@ -45,15 +45,15 @@ void write_keys(gguf::Writer& w, const Hparams& hp) {
     w.set(key("full_attention_interval"), u32(hp.full_attn_interval));
 }
 
-}  // namespace
-
-}  // namespace archs
-
 using nlohmann::json;
 
-// The HF config: the nested text_config of a multimodal qwen3_5_moe checkpoint or a flat
-// qwen3_5_moe_text one.
-HfTextConfig qwen35moe_from_hf_config(const json& config) {
+// The HF config: the nested text_config of a multimodal checkpoint (model_type qwen3_5_moe or
+// qwen3_5) or a flat text one (qwen3_5_moe_text, qwen3_5_text).
+HfTextConfig qwen35_family_from_hf_config(const json& config, Arch arch) {
+    const bool moe = arch == Arch::qwen35moe;
+    const std::string family = moe ? "qwen3_5_moe" : "qwen3_5";
+    const std::string text_type = family + "_text";
+    const char* what = moe ? "Qwen3.5/3.6-MoE" : "a dense Qwen3.5/3.6";
     if (!config.is_object()) fail("config.json: top level must be an object");
     const std::string top_type = config.value("model_type", std::string());
     const json* text = &config;
@@ -62,27 +62,31 @@ HfTextConfig qwen35moe_from_hf_config(const json& config) {
         if (!config.at("text_config").is_object()) fail("config.json: text_config must be an object");
         text = &config.at("text_config");
         where = "text_config.";
-        const std::string tt = text->value("model_type", std::string("qwen3_5_moe_text"));
-        if (top_type != "qwen3_5_moe" || tt != "qwen3_5_moe_text")
-            fail(
-                "config.json: model_type '{}' / text_config.model_type '{}' is not Qwen3.5/3.6-MoE "
-                "(expected qwen3_5_moe / qwen3_5_moe_text)",
-                top_type, tt);
-    } else if (top_type != "qwen3_5_moe_text" && top_type != "qwen3_5_moe") {
-        fail("config.json: model_type '{}' is not Qwen3.5/3.6-MoE (expected qwen3_5_moe or qwen3_5_moe_text)",
-             top_type);
+        const std::string tt = text->value("model_type", text_type);
+        if (top_type != family || tt != text_type)
+            fail("config.json: model_type '{}' / text_config.model_type '{}' is not {} (expected {} / {})",
+                 top_type, tt, what, family, text_type);
+    } else if (top_type != text_type && top_type != family) {
+        fail("config.json: model_type '{}' is not {} (expected {} or {})", top_type, what, family, text_type);
     }
     const HfConfig c(*text, where);
 
     HfTextConfig out;
+    out.hparams = hparams_for(arch);
     Hparams& hp = out.hparams;
     read_hf_trunk(c, hp, 1e-6);
     hp.n_nextn = 0;  // the MTP block (mtp.*) is not converted
-    hp.n_expert = c.need_int("num_experts");
-    hp.n_expert_used = c.need_int("num_experts_per_tok");
-    hp.n_ff_exp = c.need_int("moe_intermediate_size");
-    hp.n_ff_shexp =
-        c.has("shared_expert_intermediate_size") ? c.need_int("shared_expert_intermediate_size") : 0;
+    if (moe) {
+        hp.n_expert = c.need_int("num_experts");
+        hp.n_expert_used = c.need_int("num_experts_per_tok");
+        hp.n_ff_exp = c.need_int("moe_intermediate_size");
+        hp.n_ff_shexp =
+            c.has("shared_expert_intermediate_size") ? c.need_int("shared_expert_intermediate_size") : 0;
+    } else {
+        if (c.has("num_experts"))
+            fail("config.json: {}num_experts is set: a Qwen3.5-MoE config, not {}", where, what);
+        hp.n_ff = c.need_int("intermediate_size");
+    }
     hp.ssm_conv_kernel = c.need_int("linear_conv_kernel_dim");
     hp.ssm_k_heads = c.need_int("linear_num_key_heads");
     hp.ssm_v_heads = c.need_int("linear_num_value_heads");
@@ -98,8 +102,7 @@ HfTextConfig qwen35moe_from_hf_config(const json& config) {
     if (c.bool_or("attention_bias", false))
         fail("config.json: {}attention_bias=true is not supported", where);
     if (!c.bool_or("attn_output_gate", true))
-        fail("config.json: {}attn_output_gate=false is not Qwen3.5-MoE (its attention is always gated)",
-             where);
+        fail("config.json: {}attn_output_gate=false is not {} (its attention is always gated)", where, what);
     if (const std::string act = c.string_or("hidden_act", "silu"); act != "silu")
         fail("config.json: {}hidden_act '{}' is not supported (expected silu)", where, act);
 
@@ -147,8 +150,8 @@ HfTextConfig qwen35moe_from_hf_config(const json& config) {
             if (full[static_cast<size_t>(i)] != ((i + 1) % hp.full_attn_interval == 0))
                 fail(
                     "config.json: layer_types is not 'full attention every {}th layer', which is all that "
-                    "qwen35moe GGUF files can express (layer {} differs)",
-                    hp.full_attn_interval, i);
+                    "{} GGUF files can express (layer {} differs)",
+                    hp.full_attn_interval, hp.arch_name(), i);
     } else {
         hp.full_attn_interval = c.int_or("full_attention_interval", 4);
     }
@@ -157,6 +160,12 @@ HfTextConfig qwen35moe_from_hf_config(const json& config) {
         HfConfig(config, "").bool_or("tie_word_embeddings", false) || c.bool_or("tie_word_embeddings", false);
     hp.validate();
     return out;
+}
+
+}  // namespace archs
+
+HfTextConfig qwen35moe_from_hf_config(const nlohmann::json& config) {
+    return archs::qwen35_family_from_hf_config(config, Arch::qwen35moe);
 }
 
 namespace archs {
@@ -172,8 +181,8 @@ ArchInfo qwen35moe() {
                    .ffn_norm = "post_attention_norm",
                    .has_deltanet = true,
                    .hf_norm_plus_one = true},
-        .read_keys = read_keys,
-        .write_keys = write_keys,
+        .read_keys = read_qwen35_keys,
+        .write_keys = write_qwen35_keys,
         .hf_model_types = {"qwen3_5_moe", "qwen3_5_moe_text"},
         .from_hf_config = qwen35moe_from_hf_config,
     };

@@ -43,24 +43,35 @@ void check_supported(const Hparams& hp) {
     // (-Wswitch -Werror) until it is handled here, as a path or as an error naming it.
     switch (r.attention.rope) {
         case RopeKind::neox:
-        case RopeKind::norm: break;
+        case RopeKind::norm:
+            break;
     }
     switch (r.moe.router) {
         case RouterKind::softmax_topk:
-        case RouterKind::sparsemixer: break;
+        case RouterKind::sparsemixer:
+            break;
     }
     switch (r.norm) {
         case NormKind::rms:
-        case NormKind::layer: break;
+        case NormKind::layer:
+            break;
     }
     switch (r.moe.shared) {
         case SharedExpertKind::none:
-        case SharedExpertKind::sigmoid_gated: break;
+        case SharedExpertKind::sigmoid_gated:
+            break;
+    }
+    switch (r.ffn) {
+        case FfnKind::moe:
+        case FfnKind::dense:
+            break;
     }
     const int64_t hd = hp.head_dim_k;
     if (hd != 64 && hd != 128 && hd != 256)
-        fail("--device cuda: {}: attention head dim {} has no CUDA kernel (64, 128 or 256; run it with --device cpu)",
-             hp.arch_name(), hd);
+        fail(
+            "--device cuda: {}: attention head dim {} has no CUDA kernel (64, 128 or 256; run it with "
+            "--device cpu)",
+            hp.arch_name(), hd);
 }
 
 cuda::DeltaNetShape delta_net_shape(const Hparams& hp) {
@@ -118,10 +129,12 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
       stream_min_tokens_(o.stream_min_tokens) {
     check_supported(hp_);
     if (cuda::device_count() == 0) fail("--device cuda: no CUDA device found");
-    if (n_ubatch_ < 1 || n_ubatch_ > 65536) fail("-ub {}: expected 1..65536 tokens per micro-batch", n_ubatch_);
+    if (n_ubatch_ < 1 || n_ubatch_ > 65536)
+        fail("-ub {}: expected 1..65536 tokens per micro-batch", n_ubatch_);
     if (n_ctx_max_ < 1 || n_ctx_max_ > hp_.n_ctx_train)
         fail("context {} is outside 1..{} (the model's trained context)", n_ctx_max_, hp_.n_ctx_train);
-    if (stream_min_tokens_ < 2) fail("--stream-min-tokens {}: at least 2 (decode always hands off)", stream_min_tokens_);
+    if (stream_min_tokens_ < 2)
+        fail("--stream-min-tokens {}: at least 2 (decode always hands off)", stream_min_tokens_);
     cuda::set_device(0);
     // cuBLAS's handle (large-batch projections) takes its device memory first, so that it counts as
     // part of the context, which set_vram_budget measures now, before any allocation of ours; with
@@ -133,7 +146,8 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
     if (const char* e = std::getenv("MOX_CUDA_PROFILE_STEP"); e && *e) {
         char* end = nullptr;
         profile_step_ = std::strtoll(e, &end, 10);
-        if (*end != '\0' || profile_step_ < 0) fail("MOX_CUDA_PROFILE_STEP={}: expected a decode step number", e);
+        if (*end != '\0' || profile_step_ < 0)
+            fail("MOX_CUDA_PROFILE_STEP={}: expected a decode step number", e);
     }
     // Two passes over the same upload code: count, allocate once, fill.
     upload_weights(o, arena_);
@@ -145,7 +159,9 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
 
     // Activation buffers for n_ubatch tokens.
     const int64_t nb = n_ubatch_, d = hp_.n_embd;
-    auto fbuf = [](int64_t count) { return DeviceBuffer(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float)); };
+    auto fbuf = [](int64_t count) {
+        return DeviceBuffer(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float));
+    };
     tokens_ = DeviceBuffer(nb * sizeof(int32_t));
     pos_ = DeviceBuffer(sizeof(int32_t));
     x_ = fbuf(nb * d), u_ = fbuf(nb * d), mix_ = fbuf(nb * d), shared_ = fbuf(nb * d), mixer_out_ = fbuf(d);
@@ -153,40 +169,46 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
     // The projections of a DeltaNet / attention input, laid out for their InputGroup.
     dn_proj_ = fbuf(nb * (C + inner + 2 * Hv)), conv_ = fbuf(nb * C), y_ = fbuf(nb * inner);
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
-    attn_proj_ = fbuf(nb * (hp_.q_proj_rows() + 2 * Hkv * hd)), q_ = fbuf(nb * H * hd), o_ = fbuf(nb * H * hd);
+    attn_proj_ = fbuf(nb * (hp_.q_proj_rows() + 2 * Hkv * hd)), q_ = fbuf(nb * H * hd),
+    o_ = fbuf(nb * H * hd);
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used;
     router_logits_ = fbuf(nb * E + 1);
     ids_ = DeviceBuffer(static_cast<size_t>(nb * K) * sizeof(int32_t));
     weights_ = fbuf(nb * K);
     h_ = fbuf(K * hp_.n_ff_exp + hp_.n_ff_shexp);  // routed rows, then the shared expert's
-    const int64_t ffs = std::max<int64_t>(hp_.n_ff_shexp, 1);
-    sh_gu_ = fbuf(nb * 2 * ffs), sh_h_ = fbuf(nb * ffs);
+    const int64_t ffs = std::max<int64_t>(hp_.n_ff_unrouted(), 1);
+    swiglu_gu_ = fbuf(nb * 2 * ffs), swiglu_h_ = fbuf(nb * ffs);
 
     // Scratch of the largest matmul / batched MoE of a micro-batch (host expert layers count too:
     // streamed, they run the same batched MoE from a staging buffer).
     size_t work_bytes = 0;
     for (size_t i = 0; i < layers_.size(); ++i) {
         const GpuLayer& G = layers_[i];
-        std::vector<ops::Weight> ws = {G.ssm_out, G.attn_output, G.router_in.parts[0], G.shexp_down};
-        for (const InputGroup::Run& r : G.shexp_gate_up.runs) ws.push_back(r.whole);
+        std::vector<ops::Weight> ws = {G.ssm_out, G.attn_output, G.swiglu_down};
+        for (const InputGroup::Run& r : G.swiglu_gate_up.runs) ws.push_back(r.whole);
         ws.insert(ws.end(), G.dn_in.parts.begin(), G.dn_in.parts.end());
         ws.insert(ws.end(), G.attn_in.parts.begin(), G.attn_in.parts.end());
+        ws.insert(ws.end(), G.router_in.parts.begin(), G.router_in.parts.end());
         for (const ops::Weight& w : ws)
-            if (w.valid()) work_bytes = std::max(work_bytes, cuda::matmul_workspace_bytes(w.type, w.n_in, w.n_out, nb));
+            if (w.valid())
+                work_bytes = std::max(work_bytes, cuda::matmul_workspace_bytes(w.type, w.n_in, w.n_out, nb));
         const ops::ExpertStack& host = m.layers_[i].experts;
-        work_bytes = std::max(work_bytes, cuda::moe_batch_workspace_bytes(host.gate, host.down, nb, K));
+        if (hp_.has_moe())
+            work_bytes = std::max(work_bytes, cuda::moe_batch_workspace_bytes(host.gate, host.down, nb, K));
     }
     // The chunked delta rule's records of a micro-batch, between the projections that use the scratch.
     if (hp_.ssm_v_heads > 0)
         work_bytes = std::max(work_bytes, cuda::delta_net_workspace_bytes(delta_net_shape(hp_), nb));
     // The memory model (models/gpu_memory.h) says what to allocate; the kernels' own needs must fit.
     uint64_t largest_streamed = 0;
-    for (int64_t il : streamed_) largest_streamed = std::max<uint64_t>(largest_streamed, host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])].bytes);
+    for (int64_t il : streamed_)
+        largest_streamed = std::max<uint64_t>(
+            largest_streamed, host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])].bytes);
     const GpuBufferBytes plan = gpu_buffer_bytes(hp_, {.n_ubatch = nb,
-                                                      .n_ctx_max = n_ctx_max_,
-                                                      .any_host_experts = !host_.empty(),
-                                                      .token_embd_on_gpu = o.token_embd_on_gpu,
-                                                      .largest_streamed_layer = largest_streamed});
+                                                       .n_ctx_max = n_ctx_max_,
+                                                       .any_host_experts = !host_.empty(),
+                                                       .token_embd_on_gpu = o.token_embd_on_gpu,
+                                                       .largest_streamed_layer = largest_streamed});
     MOX_CHECK(work_bytes <= plan.matmul_scratch, "memory model: matmul scratch {} < the kernels' {}",
               plan.matmul_scratch, work_bytes);
     work_ = DeviceBuffer(plan.matmul_scratch);
@@ -211,18 +233,20 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
     uint64_t activation_bytes = logits_.size();
     for (const DeviceBuffer* b :
          {&tokens_, &pos_, &x_, &u_, &mix_, &shared_, &mixer_out_, &dn_proj_, &conv_, &y_, &attn_proj_, &q_,
-          &o_, &router_logits_, &ids_, &weights_, &h_, &sh_gu_, &sh_h_})
+          &o_, &router_logits_, &ids_, &weights_, &h_, &swiglu_gu_, &swiglu_h_})
         activation_bytes += b->size();
-    MOX_CHECK(activation_bytes == plan.activations, "memory model: activations {} B predicted, {} B allocated",
-              plan.activations, activation_bytes);
-    MOX_CHECK(staging_[0].size() + staging_[1].size() == plan.staging, "memory model: staging {} B predicted, {} B",
-              plan.staging, staging_[0].size() + staging_[1].size());
+    MOX_CHECK(activation_bytes == plan.activations,
+              "memory model: activations {} B predicted, {} B allocated", plan.activations, activation_bytes);
+    MOX_CHECK(staging_[0].size() + staging_[1].size() == plan.staging,
+              "memory model: staging {} B predicted, {} B", plan.staging,
+              staging_[0].size() + staging_[1].size());
     stream_.synchronize();
     uint64_t host_bytes = 0;
     for (const HostExpertLayer& h : host_) host_bytes += h.bytes;
     summary_ = fmt::format("cuda: {}, {} of weights", info.name, format_bytes(weight_bytes));
     if (!host_.empty())
-        summary_ += fmt::format(", experts of {} layers ({}) in host memory", host_.size(), format_bytes(host_bytes));
+        summary_ +=
+            fmt::format(", experts of {} layers ({}) in host memory", host_.size(), format_bytes(host_bytes));
     if (o.vram_budget > 0) summary_ += fmt::format(", VRAM budget {}", format_bytes(o.vram_budget));
 }
 
@@ -263,8 +287,10 @@ uint64_t GpuForward::upload_weights(const GpuOptions& o, WeightArena& arena) {
             at += cuda::weight_bytes(*w);
             const bool extends =
                 !g.runs.empty() && g.runs.back().whole.type == v.type && g.runs.back().whole.n_in == v.n_in;
-            if (extends) g.runs.back().whole.n_out += v.n_out;
-            else g.runs.push_back({v, g.n_out});
+            if (extends)
+                g.runs.back().whole.n_out += v.n_out;
+            else
+                g.runs.push_back({v, g.n_out});
             g.parts.push_back(v);
             g.offset.push_back(g.n_out);
             g.n_out += v.n_out;
@@ -305,6 +331,11 @@ uint64_t GpuForward::upload_weights(const GpuOptions& o, WeightArena& arena) {
                 G.attn_k_norm = upf(L.attn_k_norm);
             }
         }
+        if (!hp_.has_moe()) {
+            G.swiglu_gate_up = upg({&L.ffn_gate, &L.ffn_up});
+            G.swiglu_down = upw(L.ffn_down);
+            continue;
+        }
         if (hp_.has_shared_expert()) {
             const ops::Weight shared_gate{.data = reinterpret_cast<const uint8_t*>(L.shexp_gate_inp.data()),
                                           .type = quant::TypeId::f32,
@@ -324,8 +355,8 @@ uint64_t GpuForward::upload_weights(const GpuOptions& o, WeightArena& arena) {
             for (const ops::Weight* w : {&L.experts.gate, &L.experts.up, &L.experts.down}) check_type(*w);
         }
         if (hp_.has_shared_expert()) {
-            G.shexp_gate_up = upg({&L.shexp_gate, &L.shexp_up});
-            G.shexp_down = upw(L.shexp_down);
+            G.swiglu_gate_up = upg({&L.shexp_gate, &L.shexp_up});
+            G.swiglu_down = upw(L.shexp_down);
             G.shexp_gate_inp = upf(L.shexp_gate_inp);
         }
     }
@@ -340,28 +371,35 @@ GpuForward::~GpuForward() {
     } catch (...) {
     }
     if (profile_ && host_jobs_ > 0)
-        fmt::print(stderr, "mox profile: {} CPU expert hand-offs ({} tokens), {:.1f} us each on average, {:.3f} s in all\n",
-                   host_jobs_.load(), host_tokens_.load(), host_ns_.load() / 1e3 / host_jobs_.load(), host_ns_.load() / 1e9);
+        fmt::print(
+            stderr,
+            "mox profile: {} CPU expert hand-offs ({} tokens), {:.1f} us each on average, {:.3f} s in all\n",
+            host_jobs_.load(), host_tokens_.load(), host_ns_.load() / 1e3 / host_jobs_.load(),
+            host_ns_.load() / 1e9);
 }
 
 std::unique_ptr<DeviceSequenceState> GpuForward::new_state(const StateOptions& o) {
     for (quant::TypeId t : {o.k_type, o.v_type})
-        if (t != quant::TypeId::f32 && t != quant::TypeId::f16 && t != quant::TypeId::bf16 && t != quant::TypeId::q8_0 &&
-            t != quant::TypeId::q4_0)
-            fail("--device cuda: KV cache type {} is not supported (f32, f16, bf16, q8_0, q4_0)", quant::traits(t).name);
+        if (t != quant::TypeId::f32 && t != quant::TypeId::f16 && t != quant::TypeId::bf16 &&
+            t != quant::TypeId::q8_0 && t != quant::TypeId::q4_0)
+            fail("--device cuda: KV cache type {} is not supported (f32, f16, bf16, q8_0, q4_0)",
+                 quant::traits(t).name);
     auto seq = std::make_unique<GpuSequence>();
     seq->options = o;
     if (o.n_ctx > n_ctx_max_)
-        fail("a context of {} tokens: the model was placed on the GPU for up to {} (give -c to plan for more)", o.n_ctx,
-             n_ctx_max_);
+        fail(
+            "a context of {} tokens: the model was placed on the GPU for up to {} (give -c to plan for more)",
+            o.n_ctx, n_ctx_max_);
     const int64_t row = hp_.n_head_kv * hp_.head_dim_k;
     for (int64_t i = 0; i < hp_.n_attention_layers(); ++i) {
         seq->k.emplace_back(quant::row_bytes(o.k_type, row) * static_cast<size_t>(o.n_ctx));
         seq->v.emplace_back(quant::row_bytes(o.v_type, row) * static_cast<size_t>(o.n_ctx));
     }
     for (int64_t i = 0; i < hp_.n_recurrent_layers(); ++i) {
-        seq->conv.emplace_back(static_cast<size_t>((hp_.ssm_conv_kernel - 1) * hp_.conv_channels()) * sizeof(float));
-        seq->ssm.emplace_back(static_cast<size_t>(hp_.ssm_v_heads * hp_.ssm_state * hp_.ssm_state) * sizeof(float));
+        seq->conv.emplace_back(static_cast<size_t>((hp_.ssm_conv_kernel - 1) * hp_.conv_channels()) *
+                               sizeof(float));
+        seq->ssm.emplace_back(static_cast<size_t>(hp_.ssm_v_heads * hp_.ssm_state * hp_.ssm_state) *
+                              sizeof(float));
     }
     seq->clear();
     cuda::device_synchronize();
@@ -376,7 +414,8 @@ void GpuForward::project(const InputGroup& g, const float* x, int64_t n, float* 
     }
 }
 
-void GpuForward::linear(const ops::Weight& v, const float* x, int64_t n, float* y, cuda::StreamHandle stream) {
+void GpuForward::linear(const ops::Weight& v, const float* x, int64_t n, float* y,
+                        cuda::StreamHandle stream) {
     if (n <= cuda::kMaxMatvecCols)
         cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream);
     else
@@ -459,7 +498,7 @@ void GpuForward::forward(std::span<const SequenceBatch> batch, bool all_logits, 
                     cuda::profiler_stop();
                 }
                 logits_fetch(1, logits, row_out);  // the graph computed them
-                if (poll) check_handoff();  // the stream is done: a GPU-side failure is final now
+                if (poll) check_handoff();         // the stream is done: a GPU-side failure is final now
                 ++row_out;
                 continue;
             }
@@ -495,8 +534,8 @@ uint64_t* GpuForward::argmax_slot(void* logits_base) const {
     return reinterpret_cast<uint64_t*>(static_cast<float*>(logits_base) + kLogitRows * hp_.n_vocab);
 }
 
-std::optional<int32_t> GpuForward::forward_argmax(std::span<const SequenceBatch> batch,
-                                                    int64_t n_candidates, std::vector<float>& logits) {
+std::optional<int32_t> GpuForward::forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
+                                                  std::vector<float>& logits) {
     MOX_CHECK(n_candidates > 0 && n_candidates <= hp_.n_vocab, "{} arg max candidates", n_candidates);
     if (batch.size() != 1) {
         forward(batch, false, logits);
@@ -554,8 +593,10 @@ void GpuForward::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
     float* x = x_.as<float>();
     float* u = u_.as<float>();
     float* mix = mix_.as<float>();
-    if (token_embd_.valid()) cuda::embed_rows(token_embd_, tokens_.as<int32_t>(), n, x, s);
-    else cuda::copy_to_device(x, hand_embd_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
+    if (token_embd_.valid())
+        cuda::embed_rows(token_embd_, tokens_.as<int32_t>(), n, x, s);
+    else
+        cuda::copy_to_device(x, hand_embd_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
     if (streaming(n)) stream_begin();
     // Block outputs not yet added to x (pending first): the last MoE's, or the last mixer's and MoE's.
     const float* pending = nullptr;
@@ -574,11 +615,11 @@ void GpuForward::trunk(GpuSequence& seq, int64_t n, int64_t max_keys) {
             // x + mixed normed in the router's launch; x takes mixed at the next norm.
             cuda::add_rms_norm_matvec(x, mixed, L.ffn_norm, eps, u, L.router_in.runs.front().whole,
                                       router_logits_.as<float>(), s);
-            moe(L, li, n, true);
+            ffn(L, li, n, true);
             pending = mixed, pending2 = mix;
         } else {
             norm(x, mix, L.ffn_norm, L.ffn_norm_b, n, u);
-            moe(L, li, n);
+            ffn(L, li, n);
             pending = mix, pending2 = nullptr;
         }
     }
@@ -590,8 +631,12 @@ void GpuForward::norm(float* x, const float* add, const float* w, const float* b
     const cuda::StreamHandle s = stream_.handle();
     const float eps = static_cast<float>(hp_.rms_eps);
     switch (hp_.recipe().norm) {
-        case NormKind::rms: cuda::add_rms_norm(x, add, w, n, hp_.n_embd, eps, out, s, add2); break;
-        case NormKind::layer: cuda::add_layer_norm(x, add, w, b, n, hp_.n_embd, eps, out, s, add2); break;
+        case NormKind::rms:
+            cuda::add_rms_norm(x, add, w, n, hp_.n_embd, eps, out, s, add2);
+            break;
+        case NormKind::layer:
+            cuda::add_layer_norm(x, add, w, b, n, hp_.n_embd, eps, out, s, add2);
+            break;
     }
 }
 
@@ -600,12 +645,12 @@ void GpuForward::route(int64_t n, int64_t stride, cuda::StreamHandle s) {
     const MoeRecipe& r = hp_.recipe().moe;
     switch (r.router) {
         case RouterKind::softmax_topk:
-            cuda::route_softmax_topk(logits, n, hp_.n_expert, hp_.n_expert_used, r.renormalize, ids_.as<int32_t>(),
-                                     weights_.as<float>(), s, stride);
+            cuda::route_softmax_topk(logits, n, hp_.n_expert, hp_.n_expert_used, r.renormalize,
+                                     ids_.as<int32_t>(), weights_.as<float>(), s, stride);
             break;
         case RouterKind::sparsemixer:
-            cuda::route_sparsemixer(logits, n, hp_.n_expert, static_cast<float>(hp_.router_jitter), ids_.as<int32_t>(),
-                                    weights_.as<float>(), s, stride);
+            cuda::route_sparsemixer(logits, n, hp_.n_expert, static_cast<float>(hp_.router_jitter),
+                                    ids_.as<int32_t>(), weights_.as<float>(), s, stride);
             break;
     }
 }
@@ -617,7 +662,7 @@ const float* GpuForward::rope_factors(int64_t n_ctx) const {
 
 bool GpuForward::fused_norm_router(int64_t il, int64_t n) const {
     const GpuLayer& L = layers_[static_cast<size_t>(il)];
-    return n == 1 && hp_.recipe().norm == NormKind::rms &&
+    return n == 1 && hp_.has_moe() && hp_.recipe().norm == NormKind::rms &&
            hp_.recipe().moe.router == RouterKind::softmax_topk && host_index_[static_cast<size_t>(il)] < 0 &&
            L.router_in.runs.size() == 1 &&
            cuda::add_rms_norm_matvec_supported(L.router_in.runs.front().whole);
@@ -654,7 +699,7 @@ void GpuForward::deltanet(const GpuLayer& L, int64_t ri, GpuSequence& seq, int64
 
 // Full attention (qwen35moe.md §3b, archs.md §2.3): u_ -> out.
 void GpuForward::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int64_t n, int64_t max_keys,
-                             float* out) {
+                           float* out) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
@@ -666,7 +711,8 @@ void GpuForward::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int6
     float* v = L.attn_in.out(proj, 2, n, n_ubatch_);
     for (size_t i = 0; i < 3; ++i)
         if (L.attn_in_b[i])
-            cuda::add_bias(L.attn_in.out(proj, i, n, n_ubatch_), L.attn_in_b[i], n, L.attn_in.parts[i].n_out, s);
+            cuda::add_bias(L.attn_in.out(proj, i, n, n_ubatch_), L.attn_in_b[i], n, L.attn_in.parts[i].n_out,
+                           s);
     const int64_t q_head_stride = gated ? 2 * hd : hd;
     const AttentionRecipe& recipe = hp_.recipe().attention;
     const cuda::QkPrepShape qs{.n_head = H,
@@ -681,22 +727,29 @@ void GpuForward::attention(const GpuLayer& L, int64_t ai, GpuSequence& seq, int6
                                .rope_factors = rope_factors(seq.options.n_ctx),
                                .attn_factor = static_cast<float>(hp_.rope_attn_factor)};
     const StateOptions& so = seq.options;
-    const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(), seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
-                         so.k_type, so.v_type, Hkv * hd, quant::row_bytes(so.k_type, Hkv * hd),
-                         quant::row_bytes(so.v_type, Hkv * hd), so.n_ctx};
+    const ops::KvView kv{seq.k[static_cast<size_t>(ai)].as<uint8_t>(),
+                         seq.v[static_cast<size_t>(ai)].as<uint8_t>(),
+                         so.k_type,
+                         so.v_type,
+                         Hkv * hd,
+                         quant::row_bytes(so.k_type, Hkv * hd),
+                         quant::row_bytes(so.v_type, Hkv * hd),
+                         so.n_ctx};
     if (cuda::qk_cache_store_supported(kv)) {
         // f32/f16/bf16 caches: the q/k preparation writes k and v into the cache itself, two launches
         // fewer per layer (tg128 317 / 319 vs 311 t/s with kv_store on the H200,
         // bench/results/2026-11-30-mma-prefill-attention-h200).
         const cuda::QkCacheStore store{kv, v, Hkv * hd};
-        cuda::qk_norm_rope(qg, L.attn_q_norm, k, L.attn_k_norm, pos_.as<int32_t>(), n, qs, q_.as<float>(), s, &store);
+        cuda::qk_norm_rope(qg, L.attn_q_norm, k, L.attn_k_norm, pos_.as<int32_t>(), n, qs, q_.as<float>(), s,
+                           &store);
     } else {
         cuda::qk_norm_rope(qg, L.attn_q_norm, k, L.attn_k_norm, pos_.as<int32_t>(), n, qs, q_.as<float>(), s);
         cuda::kv_store(kv, pos_.as<int32_t>(), n, k, Hkv * hd, v, Hkv * hd, s);
     }
     const ops::AttentionShape shape{H, Hkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
     // The gate sits after each head's query in the q projection: [n][H][q: hd | gate: hd].
-    const cuda::AttentionGate gate = gated ? cuda::AttentionGate{qg + hd, 2 * H * hd, 2 * hd} : cuda::AttentionGate{};
+    const cuda::AttentionGate gate =
+        gated ? cuda::AttentionGate{qg + hd, 2 * H * hd, 2 * hd} : cuda::AttentionGate{};
     cuda::attention(kv, shape, q_.as<float>(), n, pos_.as<int32_t>(), max_keys, gate, o_.as<float>(),
                     attn_ws_.data(), attn_ws_.size(), s);
     linear(L.attn_output, o_.as<float>(), n, out);
@@ -710,8 +763,10 @@ void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
     float* logits = router_logits_.as<float>();
     if (host_index_[static_cast<size_t>(il)] >= 0) {
-        if (streaming(n) && stream_order_[static_cast<size_t>(il)] >= 0) host_moe_streamed(L, il, n);
-        else host_moe_handoff(L, il, n);
+        if (streaming(n) && stream_order_[static_cast<size_t>(il)] >= 0)
+            host_moe_streamed(L, il, n);
+        else
+            host_moe_handoff(L, il, n);
         return;
     }
     if (n == 1 && hp_.recipe().moe.router != RouterKind::softmax_topk) {
@@ -719,7 +774,8 @@ void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
         if (!logits_ready) project(L.router_in, u, 1, logits);
         route(1, L.router_in.n_out, s);
         cuda::moe_gate_up(L.gate_exps, L.up_exps, ids_.as<int32_t>(), K, u, h_.as<float>(), s);
-        cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s);
+        cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(),
+                       mix_.as<float>(), s);
         return;
     }
     if (n == 1) {
@@ -729,11 +785,12 @@ void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
         if (!logits_ready) project(L.router_in, u, 1, logits);
         cuda::MoeDecodeShared shared;
         if (hp_.has_shared_expert())
-            shared = {&L.shexp_gate_up.parts[0], &L.shexp_gate_up.parts[1], &L.shexp_down, logits + E};
+            shared = {&L.swiglu_gate_up.parts[0], &L.swiglu_gate_up.parts[1], &L.swiglu_down, logits + E};
         const cuda::MoeDecodeShared* sh = hp_.has_shared_expert() ? &shared : nullptr;
-        cuda::moe_route_gate_up(logits, hp_.recipe().moe.renormalize, ids_.as<int32_t>(), weights_.as<float>(), L.gate_exps, L.up_exps, K,
-                                u, h_.as<float>(), s, sh);
-        cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(), mix_.as<float>(), s, sh);
+        cuda::moe_route_gate_up(logits, hp_.recipe().moe.renormalize, ids_.as<int32_t>(),
+                                weights_.as<float>(), L.gate_exps, L.up_exps, K, u, h_.as<float>(), s, sh);
+        cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(),
+                       mix_.as<float>(), s, sh);
         return;
     }
     linear(L.router_in.parts[0], u, n, logits);
@@ -741,28 +798,39 @@ void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
     cuda::moe_batch(L.gate_exps, L.up_exps, L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
                     mix_.as<float>(), work_.data(), s);
     if (!hp_.has_shared_expert()) return;
-    shared_expert(L, n, s);
+    swiglu(L, n, shared_.as<float>(), s);
     cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp, n, d, s);
 }
 
-void GpuForward::shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle s) {
+void GpuForward::ffn(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready) {
+    switch (hp_.recipe().ffn) {
+        case FfnKind::moe:
+            moe(L, il, n, logits_ready);
+            break;
+        case FfnKind::dense:
+            swiglu(L, n, mix_.as<float>(), stream_.handle());
+            break;
+    }
+}
+
+void GpuForward::swiglu(const GpuLayer& L, int64_t n, float* out, cuda::StreamHandle s) {
     const float* u = u_.as<float>();
-    const int64_t ff = hp_.n_ff_shexp;
-    float* gu = sh_gu_.as<float>();
-    if (n == 1 || L.shexp_gate_up.runs.size() == 1) {
+    const int64_t ff = hp_.n_ff_unrouted();
+    float* gu = swiglu_gu_.as<float>();
+    if (n == 1 || L.swiglu_gate_up.runs.size() == 1) {
         // Rows [gate | up] of width 2 ff (one matmul; at n = 1 the runs land side by side too).
         if (n == 1) {
-            for (const InputGroup::Run& r : L.shexp_gate_up.runs) linear(r.whole, u, 1, gu + r.offset, s);
+            for (const InputGroup::Run& r : L.swiglu_gate_up.runs) linear(r.whole, u, 1, gu + r.offset, s);
         } else {
-            linear(L.shexp_gate_up.runs[0].whole, u, n, gu, s);
+            linear(L.swiglu_gate_up.runs[0].whole, u, n, gu, s);
         }
-        cuda::swiglu(gu, gu + ff, n, ff, 2 * ff, sh_h_.as<float>(), s);
+        cuda::swiglu(gu, gu + ff, n, ff, 2 * ff, swiglu_h_.as<float>(), s);
     } else {
-        linear(L.shexp_gate_up.parts[0], u, n, gu, s);
-        linear(L.shexp_gate_up.parts[1], u, n, gu + n * ff, s);
-        cuda::swiglu(gu, gu + n * ff, n, ff, ff, sh_h_.as<float>(), s);
+        linear(L.swiglu_gate_up.parts[0], u, n, gu, s);
+        linear(L.swiglu_gate_up.parts[1], u, n, gu + n * ff, s);
+        cuda::swiglu(gu, gu + n * ff, n, ff, ff, swiglu_h_.as<float>(), s);
     }
-    linear(L.shexp_down, sh_h_.as<float>(), n, shared_.as<float>(), s);
+    linear(L.swiglu_down, swiglu_h_.as<float>(), n, out, s);
 }
 
 std::unique_ptr<ForwardBackend> make_gpu_forward(const Model& model, const GpuOptions& options) {

@@ -35,7 +35,7 @@ struct InputGroup {
         int64_t offset = 0;  // output offset of its first row
     };
     std::vector<ops::Weight> parts;  // device views (into the WeightArena)
-    std::vector<int64_t> offset;  // per part: rows before it
+    std::vector<int64_t> offset;     // per part: rows before it
     std::vector<Run> runs;
     int64_t n_out = 0;  // rows of all parts
 
@@ -65,8 +65,9 @@ struct GpuLayer {
     // expert: a decode step gets n_expert + 1 logits from one matvec, the last one the shared gate's.
     InputGroup router_in;
     ops::Weight gate_exps, up_exps, down_exps;  // not valid() when the experts stay on the host
-    ops::Weight shexp_down;
-    InputGroup shexp_gate_up;  // one matmul for both when they share a type
+    // The SwiGLU every token runs: the MoE's shared expert, or the dense FFN (FfnKind::dense).
+    ops::Weight swiglu_down;
+    InputGroup swiglu_gate_up;  // one matmul for both when they share a type
     const float* shexp_gate_inp = nullptr;
 };
 
@@ -97,9 +98,9 @@ private:
 struct HostExpertLayer {
     int64_t layer = 0;  // trunk layer
     ExpertHome home = ExpertHome::mmap;
-    ops::ExpertStack stack;       // host views the CPU computes from (the file's pages or `copy`)
-    cuda::PinnedBuffer copy;      // ExpertHome::pinned: the three stacks, page-locked
-    bool streamable = false;      // stack memory is page-locked (copied or registered): DMA-able
+    ops::ExpertStack stack;   // host views the CPU computes from (the file's pages or `copy`)
+    cuda::PinnedBuffer copy;  // ExpertHome::pinned: the three stacks, page-locked
+    bool streamable = false;  // stack memory is page-locked (copied or registered): DMA-able
     // Byte offsets of gate/up/down inside a staging buffer (each part padded by 16 bytes).
     size_t up_at = 0, down_at = 0, bytes = 0;
 };
@@ -148,6 +149,8 @@ private:
     // (bench/results/2026-11-30-decode-fusions-h200).
     bool fused_norm_router(int64_t il, int64_t n) const;
     void moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready = false);
+    // The recipe's FFN block: u_ -> mix_.
+    void ffn(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready = false);
     // The recipe's norm of n rows (add_rms_norm's or add_layer_norm's residual adds, then the norm).
     void norm(float* x, const float* add, const float* w, const float* b, int64_t n, float* out,
               const float* add2 = nullptr);
@@ -155,8 +158,9 @@ private:
     void route(int64_t n, int64_t stride, cuda::StreamHandle stream);
     // The rotary frequency factors on the device for a sequence of this context, or null.
     const float* rope_factors(int64_t n_ctx) const;
-    // shared_ [n, d] = the shared expert of u_ (not yet gated), on `stream`.
-    void shared_expert(const GpuLayer& L, int64_t n, cuda::StreamHandle stream);
+    // out [n, d] = the layer's unrouted SwiGLU of u_ (the shared expert, not yet gated, or the dense
+    // FFN), on `stream`.
+    void swiglu(const GpuLayer& L, int64_t n, float* out, cuda::StreamHandle stream);
     // Uploads every weight the options place on the GPU into `arena`; returns their bytes.
     uint64_t upload_weights(const GpuOptions& o, WeightArena& arena);
     // Host expert layers (gpu_forward_experts.cpp).
@@ -176,7 +180,9 @@ private:
     bool streaming(int64_t n) const;
     // y [n, n_out] = x [n, n_in] W^T: matvec for up to 8 tokens, the tensor-core matmul above.
     void linear(const ops::Weight& w, const float* x, int64_t n, float* y, cuda::StreamHandle stream);
-    void linear(const ops::Weight& w, const float* x, int64_t n, float* y) { linear(w, x, n, y, stream_.handle()); }
+    void linear(const ops::Weight& w, const float* x, int64_t n, float* y) {
+        linear(w, x, n, y, stream_.handle());
+    }
     // Every part of g for n tokens of x, into a buffer laid out for g (InputGroup::out).
     void project(const InputGroup& g, const float* x, int64_t n, float* base);
     // Logits of `count` (<= 8) consecutive rows of u_ from row r0 into logits_; then to host memory.
@@ -211,8 +217,8 @@ private:
     std::vector<int64_t> host_index_;
     std::vector<HostExpertLayer> host_;
     std::vector<cuda::HostRegistration> registrations_;  // mmap'd stacks locked in place
-    std::vector<int64_t> streamed_;      // trunk layers streamed in prefill, in order
-    std::vector<int64_t> stream_order_;  // per trunk layer: its index in streamed_ (-1: none)
+    std::vector<int64_t> streamed_;                      // trunk layers streamed in prefill, in order
+    std::vector<int64_t> stream_order_;                  // per trunk layer: its index in streamed_ (-1: none)
     cuda::DeviceBuffer staging_[2];
     std::vector<std::unique_ptr<HostJob>> decode_jobs_, batch_jobs_;  // per trunk layer
     // Host nodes: batches (n > 1, not in a graph) always, decode with MOX_HANDOFF=hostfn.
@@ -238,9 +244,11 @@ private:
     // One token's mixer output where the MoE input norm is fused into the router: it joins the
     // residual x at the next norm (add_rms_norm's add2), after the MoE output in mix_ exists.
     cuda::DeviceBuffer mixer_out_;
-    cuda::DeviceBuffer dn_proj_, conv_, y_;           // DeltaNet: [qkv | z | beta | alpha] projections
-    cuda::DeviceBuffer attn_proj_, q_, o_, attn_ws_;  // attention: [query+gate | k | v] projections
-    cuda::DeviceBuffer router_logits_, ids_, weights_, h_, sh_gu_, sh_h_;  // MoE
+    cuda::DeviceBuffer dn_proj_, conv_, y_;                 // DeltaNet: [qkv | z | beta | alpha] projections
+    cuda::DeviceBuffer attn_proj_, q_, o_, attn_ws_;        // attention: [query+gate | k | v] projections
+    cuda::DeviceBuffer router_logits_, ids_, weights_, h_;  // MoE
+    cuda::DeviceBuffer swiglu_gu_,
+        swiglu_h_;             // the shared expert's or the dense FFN's [gate | up], SiLU(gate) * up
     cuda::DeviceBuffer work_;  // matmul / batched-MoE scratch
     cuda::DeviceBuffer logits_;
     cuda::PinnedBuffer logits_host_;

@@ -22,12 +22,12 @@
 #include "ops/cuda_basic.h"
 #include "ops/cuda_moe.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unistd.h>
 
 namespace mox::models {
 
@@ -35,7 +35,9 @@ namespace {
 
 constexpr size_t kPad = 16;  // zero bytes after each staged stack (the kernels' vector loads)
 
-size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+size_t align_up(size_t v, size_t a) {
+    return (v + a - 1) / a * a;
+}
 
 // MOX_HANDOFF=poll (default) | hostfn: how decode hands host layers to the CPU (to compare them).
 bool polling_handoff() {
@@ -66,6 +68,10 @@ void GpuForward::load_host_experts(const GpuOptions& o) {
     batch_jobs_.resize(n_layer);
     const bool poll = polling_handoff();
     if (o.experts.empty()) return;
+    if (!hp_.has_moe() &&
+        std::any_of(o.experts.begin(), o.experts.end(), [](ExpertHome e) { return e != ExpertHome::gpu; }))
+        fail("--device cuda: {} is a dense model: it has no routed experts to leave in host memory",
+             hp_.arch_name());
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     std::vector<Range> mapped;  // page-rounded stacks left in the mapped file
     for (size_t i = 0; i < n_layer; ++i) {
@@ -112,15 +118,19 @@ void GpuForward::load_host_experts(const GpuOptions& o) {
     std::sort(mapped.begin(), mapped.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
     std::vector<Range> merged, locked;
     for (const Range& r : mapped) {
-        if (!merged.empty() && r.begin <= merged.back().end) merged.back().end = std::max(merged.back().end, r.end);
-        else merged.push_back(r);
+        if (!merged.empty() && r.begin <= merged.back().end)
+            merged.back().end = std::max(merged.back().end, r.end);
+        else
+            merged.push_back(r);
     }
     for (const Range& r : merged) {
         std::string why;
-        auto reg = cuda::HostRegistration::try_register(reinterpret_cast<const void*>(r.begin), r.end - r.begin, &why);
+        auto reg = cuda::HostRegistration::try_register(reinterpret_cast<const void*>(r.begin),
+                                                        r.end - r.begin, &why);
         if (reg.empty()) {
-            log::warn("cannot lock {} of mapped experts for streaming ({}); their layers' prefill runs on the CPU",
-                      format_bytes(r.end - r.begin), why);
+            log::warn(
+                "cannot lock {} of mapped experts for streaming ({}); their layers' prefill runs on the CPU",
+                format_bytes(r.end - r.begin), why);
             continue;
         }
         registrations_.push_back(std::move(reg));
@@ -128,7 +138,8 @@ void GpuForward::load_host_experts(const GpuOptions& o) {
     }
     auto is_locked = [&](const ops::Weight& w) {
         const auto b = reinterpret_cast<uintptr_t>(w.data), e = b + cuda::weight_bytes(w);
-        return std::any_of(locked.begin(), locked.end(), [&](const Range& r) { return r.begin <= b && e <= r.end; });
+        return std::any_of(locked.begin(), locked.end(),
+                           [&](const Range& r) { return r.begin <= b && e <= r.end; });
     };
     for (HostExpertLayer& h : host_)
         if (h.home == ExpertHome::mmap)
@@ -175,7 +186,7 @@ void GpuForward::run_host_job(const HostJob& job) noexcept {
 }
 
 bool GpuForward::host_moe(int64_t layer, int64_t n, const float* x, const int32_t* ids, const float* w,
-                            float* out) noexcept {
+                          float* out) noexcept {
     if (host_failed_) return false;  // a failed hand-off poisons the rest of this forward
     try {
         const int64_t K = hp_.n_expert_used, E = hp_.n_expert;
@@ -193,7 +204,9 @@ bool GpuForward::host_moe(int64_t layer, int64_t n, const float* x, const int32_
         const auto t0 = std::chrono::steady_clock::now();
         ops::moe_ffn(m_.ctx_, h.stack, r, x, out);
         if (profile_) {
-            host_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+            host_ns_ +=
+                std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+                    .count();
             host_jobs_++;
             host_tokens_ += n;
         }
@@ -211,8 +224,8 @@ void GpuForward::serve_host_layers(uint32_t step) {
         const auto i = static_cast<int64_t>(slot);
         // false: the GPU side gave up on this step already; its remaining collects return at once.
         if (!channel_.wait_ready(i, step, stream_.handle())) return;
-        const bool ok =
-            host_moe(host_[slot].layer, 1, channel_.x(), channel_.ids(), channel_.weights(), channel_.result());
+        const bool ok = host_moe(host_[slot].layer, 1, channel_.x(), channel_.ids(), channel_.weights(),
+                                 channel_.result());
         channel_.answer(i, step, ok);  // !ok: the GPU writes zeros and stops waiting for the CPU
         if (!ok) return;
     }
@@ -225,15 +238,18 @@ void GpuForward::check_handoff() const {
     const int64_t layer = known ? host_[static_cast<size_t>(st.slot)].layer : -1;
     switch (st.error) {
         case cuda::HandoffError::gpu_timeout:
-            fail("decode: the GPU waited {:.0f} s for the CPU's experts of layer {} and gave up (the CPU side never "
-                 "answered); this step's output is invalid",
-                 cuda::HandoffChannel::kDefaultTimeoutNs / 1e9, layer);
+            fail(
+                "decode: the GPU waited {:.0f} s for the CPU's experts of layer {} and gave up "
+                "(the CPU side never answered); this step's output is invalid",
+                cuda::HandoffChannel::kDefaultTimeoutNs / 1e9, layer);
         case cuda::HandoffError::cpu_failed:
             fail("decode: the CPU's experts of layer {} failed; this step's output is invalid", layer);
         case cuda::HandoffError::host_abort:
-            fail("decode: the CPU expert hand-off of layer {} was aborted; this step's output is invalid", layer);
+            fail("decode: the CPU expert hand-off of layer {} was aborted; this step's output is invalid",
+                 layer);
         default:
-            fail("decode: CPU expert hand-off of layer {}: unknown error {}", layer, static_cast<uint32_t>(st.error));
+            fail("decode: CPU expert hand-off of layer {}: unknown error {}", layer,
+                 static_cast<uint32_t>(st.error));
     }
 }
 
@@ -242,14 +258,16 @@ void GpuForward::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
     const float* u = u_.as<float>();
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
     float* logits = router_logits_.as<float>();
-    if (n == 1) project(L.router_in, u, 1, logits);  // n_expert + 1 logits (the last: shared gate)
-    else linear(L.router_in.parts[0], u, n, logits);
+    if (n == 1)
+        project(L.router_in, u, 1, logits);  // n_expert + 1 logits (the last: shared gate)
+    else
+        linear(L.router_in.parts[0], u, n, logits);
     route(n, E, s);
     const bool shared = hp_.n_ff_shexp > 0;
     if (shared) {  // fork: the shared expert runs on the side stream while the CPU works
         fork_.record(s);
         side_stream_.wait(fork_.handle());
-        shared_expert(L, n, side_stream_.handle());
+        swiglu(L, n, shared_.as<float>(), side_stream_.handle());
         join_.record(side_stream_.handle());
     }
     if (n == 1 && !channel_.empty()) {  // n == 1 is always the decode graph (forward)
@@ -258,9 +276,12 @@ void GpuForward::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
         channel_.collect(slot, mix_.as<float>(), s);
     } else {
         cuda::copy_to_host_async(hand_x_.data(), u, static_cast<size_t>(n * d) * sizeof(float), s);
-        cuda::copy_to_host_async(hand_ids_.data(), ids_.data(), static_cast<size_t>(n * K) * sizeof(int32_t), s);
-        cuda::copy_to_host_async(hand_weights_.data(), weights_.data(), static_cast<size_t>(n * K) * sizeof(float), s);
-        HostJob* job = n == 1 ? decode_jobs_[static_cast<size_t>(il)].get() : batch_jobs_[static_cast<size_t>(il)].get();
+        cuda::copy_to_host_async(hand_ids_.data(), ids_.data(), static_cast<size_t>(n * K) * sizeof(int32_t),
+                                 s);
+        cuda::copy_to_host_async(hand_weights_.data(), weights_.data(),
+                                 static_cast<size_t>(n * K) * sizeof(float), s);
+        HostJob* job =
+            n == 1 ? decode_jobs_[static_cast<size_t>(il)].get() : batch_jobs_[static_cast<size_t>(il)].get();
         job->n = n;  // the previous micro-batch finished (forward synchronizes between them)
         cuda::launch_host_func(s, host_job_entry, job);
         cuda::copy_to_device(mix_.data(), hand_out_.data(), static_cast<size_t>(n * d) * sizeof(float), s);
@@ -304,11 +325,12 @@ void GpuForward::host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n) {
     gate.data = base;
     up.data = base + h.up_at;
     down.data = base + h.down_at;
-    cuda::moe_batch(gate, up, down, ids_.as<int32_t>(), weights_.as<float>(), n, K, u, mix_.as<float>(), work_.data(), s);
+    cuda::moe_batch(gate, up, down, ids_.as<int32_t>(), weights_.as<float>(), n, K, u, mix_.as<float>(),
+                    work_.data(), s);
     freed_[b].record(s);
     if (order + 2 < streamed_.size()) stream_copy(order + 2, b);
     if (hp_.n_ff_shexp == 0) return;
-    shared_expert(L, n, s);
+    swiglu(L, n, shared_.as<float>(), s);
     cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp, n, d, s);
 }
 

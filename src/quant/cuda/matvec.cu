@@ -219,11 +219,17 @@ void matvec(quant::TypeId type, const void* w, size_t row_bytes, int64_t n_in, i
     int c0 = 0;
     while (c0 < n_cols) {
         const int left = n_cols - c0;
-        const int nc = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        int nc = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
         const float* xc = x + c0 * n_in;
         float* yc = y + c0 * n_out;
         const bool ok = dispatch_type(type, [&](auto tag) {
             using T = decltype(tag);
+            // Wide inputs (a dense 17408 -> 5120 down projection) stage fewer fp32 columns per
+            // launch: 8 columns of them would not fit in a block's shared memory.
+            const auto staged = [&](int cols) {
+                return static_cast<size_t>(cols * n_units(n_segments<T>(n_in)) * 256) * sizeof(float) + 1024;
+            };
+            while (nc > 1 && staged(nc) > static_cast<size_t>(launch_limits().max_smem_optin)) nc /= 2;
             switch (nc) {
                 case 8:
                     launch<T, 8>(w, row_bytes, n_in, n_out, xc, yc, stream);
