@@ -419,7 +419,8 @@ void GpuForward::linear(const ops::Weight& v, const float* x, int64_t n, float* 
     if (n <= cuda::kMaxMatvecCols)
         cuda::matvec(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, static_cast<int>(n), y, stream);
     else
-        cuda::matmul(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, n, y, work_.data(), stream);
+        cuda::matmul(v.type, v.data, v.row_bytes, v.n_in, v.n_out, x, n, y, work_.data(), stream,
+                     precise(v.type));
 }
 
 void GpuForward::embed_on_host(const int32_t* tokens, int64_t n) {
@@ -796,7 +797,7 @@ void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
     linear(L.router_in.parts[0], u, n, logits);
     route(n, E, s);
     cuda::moe_batch(L.gate_exps, L.up_exps, L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
-                    mix_.as<float>(), work_.data(), s);
+                    mix_.as<float>(), work_.data(), s, precise(L.gate_exps.type));
     if (!hp_.has_shared_expert()) return;
     swiglu(L, n, shared_.as<float>(), s);
     cuda::shared_expert_add(mix_.as<float>(), shared_.as<float>(), u, L.shexp_gate_inp, n, d, s);

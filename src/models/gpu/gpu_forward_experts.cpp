@@ -326,7 +326,7 @@ void GpuForward::host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n) {
     up.data = base + h.up_at;
     down.data = base + h.down_at;
     cuda::moe_batch(gate, up, down, ids_.as<int32_t>(), weights_.as<float>(), n, K, u, mix_.as<float>(),
-                    work_.data(), s);
+                    work_.data(), s, precise(gate.type));
     freed_[b].record(s);
     if (order + 2 < streamed_.size()) stream_copy(order + 2, b);
     if (hp_.n_ff_shexp == 0) return;
