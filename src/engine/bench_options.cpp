@@ -101,15 +101,25 @@ std::string plan_value(std::string_view text) {
 
 void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda) {
     for (const auto& c : configs) {
-        const bool placed = c.n_cpu_moe > 0 || c.vram_budget > 0 || !c.override_tensor.empty() || !c.moe_cpu_layers.empty();
+        const bool placed = c.n_cpu_moe > 0 || c.vram_budget > 0 || !c.override_tensor.empty() ||
+                            !c.moe_cpu_layers.empty() || c.cpu_moe;
+        // A benchmark row says where it ran, so a CPU-only build refuses GPU rows (mox run notes and
+        // runs on the CPU instead).
         if ((c.n_gpu_layers != 0 || placed) && !have_cuda)
-            fail("-ngl {}{}: CUDA backend not built (rebuild with -DMOX_CUDA=ON); this mox runs models on the CPU "
-                 "only (use -ngl 0 without placement flags)",
-                 c.n_gpu_layers, placed ? " with placement flags (-ncmoe, -ot, --moe-cpu-layers, --vram-budget)" : "");
+            fail(
+                "-ngl {}{}: this mox was built without CUDA (rebuild with -DMOX_CUDA=ON for the GPU); a "
+                "benchmark row "
+                "must run where it says: use -ngl 0 without placement flags",
+                c.n_gpu_layers,
+                placed ? " with placement flags (-ncmoe, --cpu-moe, -ot, --moe-cpu-layers, --vram-budget)"
+                       : "");
         if (c.n_gpu_layers == 0 && placed)
-            fail("-ngl 0 runs on the CPU: -ncmoe, -ot, --moe-cpu-layers and --vram-budget need -ngl > 0");
+            fail(
+                "-ngl 0 runs on the CPU: -ncmoe, --cpu-moe, -ot, --moe-cpu-layers and --vram-budget need "
+                "-ngl > 0");
         if (c.plan == "auto" && c.n_gpu_layers == 0)
-            fail("--plan auto places the model on the GPU: give -ngl 99 (or leave --plan manual for the CPU)");
+            fail(
+                "--plan auto places the model on the GPU: give -ngl 99 (or leave --plan manual for the CPU)");
     }
 }
 
@@ -156,22 +166,27 @@ std::vector<BenchConfig> expand_configs(const BenchParams& p) {
                                                 for (int64_t depth : p.n_depth)
                                                     for (BenchTest test : tests) {
                                                         test.n_depth = depth;
-                                                        out.push_back({.model = model,
-                                                                       .threads = static_cast<int>(t),
-                                                                       .type_k = tk,
-                                                                       .type_v = tv,
-                                                                       .n_batch = nb,
-                                                                       .n_ubatch = nub,
-                                                                       .n_gpu_layers = static_cast<int>(ngl),
-                                                                       .n_cpu_moe = static_cast<int>(ncmoe),
-                                                                       .flash_attn = static_cast<int>(fa),
-                                                                       .vram_budget = budget,
-                                                                       .plan = plan_value(plan),
-                                                                       .override_tensor = p.override_tensor,
-                                                                       .moe_cpu_layers = p.moe_cpu_layers,
-                                                                       .stream_min_tokens = p.stream_min_tokens,
-                                                                       .n_ctx = p.n_ctx,
-                                                                       .test = test});
+                                                        out.push_back(
+                                                            {.model = model,
+                                                             .threads = static_cast<int>(t),
+                                                             .type_k = tk,
+                                                             .type_v = tv,
+                                                             .n_batch = nb,
+                                                             .n_ubatch = nub,
+                                                             .n_gpu_layers = static_cast<int>(ngl),
+                                                             .n_cpu_moe = static_cast<int>(ncmoe),
+                                                             .flash_attn = static_cast<int>(fa),
+                                                             .vram_budget = budget,
+                                                             .plan = plan_value(plan),
+                                                             .override_tensor = p.override_tensor,
+                                                             .moe_cpu_layers = p.moe_cpu_layers,
+                                                             .cpu_moe = p.cpu_moe,
+                                                             .stream_min_tokens = p.stream_min_tokens,
+                                                             .n_ctx = p.n_ctx,
+                                                             .isa = p.isa,
+                                                             .pin = p.pin,
+                                                             .profile = p.profile,
+                                                             .test = test});
                                                     }
     return out;
 }
@@ -182,7 +197,8 @@ std::vector<ScheduleEntry> interleaved_schedule(size_t n_configs, int repetition
     for (size_t c = 0; c < n_configs; ++c) out.push_back({.config = c, .repetition = 0, .warmup = true});
     for (int r = 1; r <= repetitions; ++r)
         for (size_t c = 0; c < n_configs; ++c) {
-            const ScheduleEntry mox{.config = c, .repetition = r, .warmup = false, .engine = BenchEngine::mox};
+            const ScheduleEntry mox{
+                .config = c, .repetition = r, .warmup = false, .engine = BenchEngine::mox};
             if (!compare) {
                 out.push_back(mox);
                 continue;

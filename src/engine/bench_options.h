@@ -38,13 +38,19 @@ struct BenchConfig {
     int n_gpu_layers = 0;
     int n_cpu_moe = 0;
     int flash_attn = -1;
-    uint64_t vram_budget = 0;      // bytes of GPU memory mox may use (context included); 0: no budget
+    uint64_t vram_budget = 0;     // bytes of GPU memory mox may use (context included); 0: no budget
     std::string plan = "manual";  // "manual": placement from the flags (-ngl, -ncmoe); "auto": planner
     // Placement beyond -ngl/-ncmoe (the same for every configuration): llama.cpp's -ot rules and
     // mox's --moe-cpu-layers list; the GPU's threshold for streaming CPU-resident experts.
     std::string override_tensor, moe_cpu_layers;
+    bool cpu_moe = false;  // --cpu-moe: every layer's experts on the host
     int64_t stream_min_tokens = 32;
     int64_t n_ctx = 0;  // -c: the state's context (0: what the test needs), the KV cache held
+    // As mox run's flags, the same for every configuration: the CPU kernel tier cap ("auto", "avx2",
+    // ...), pinned worker threads, the hardware profile --plan auto and the predictions use.
+    std::string isa = "auto";
+    bool pin = true;
+    std::string profile;
     BenchTest test;
 };
 
@@ -61,14 +67,18 @@ struct BenchParams {
     std::vector<uint64_t> vram_budget{0};
     std::vector<std::string> plan{"manual"};
     std::string override_tensor, moe_cpu_layers;
+    bool cpu_moe = false;
     int64_t stream_min_tokens = 32;
     int64_t n_ctx = 0;
+    std::string isa = "auto";
+    bool pin = true;
+    std::string profile;
     int repetitions = 5;
 };
 
 // All configurations: model outermost, then batch, ubatch, type_k, type_v, threads, ngl, ncmoe,
-// vram budget, plan, fa, depth, and the tests innermost (every -p, then every -n, then every -pg), like llama-bench's rows.
-// -p 0 / -n 0 add no pp / tg test. Throws if there is no test or a value is out of range.
+// vram budget, plan, fa, depth, and the tests innermost (every -p, then every -n, then every -pg), like
+// llama-bench's rows. -p 0 / -n 0 add no pp / tg test. Throws if there is no test or a value is out of range.
 std::vector<BenchConfig> expand_configs(const BenchParams& params);
 
 // "--plan" values: manual or auto. Throws on anything else.

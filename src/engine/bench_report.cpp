@@ -41,10 +41,10 @@ double decode_bytes_per_token(const BenchModelInfo& m, const BenchConfig& c) {
         return static_cast<double>(tr.block_bytes) / static_cast<double>(tr.block_elems);
     };
     // Token i of n (0-based) attends to depth + prompt + i + 1 positions; the mean over i.
-    const double mean_ctx = static_cast<double>(c.test.n_depth + c.test.n_prompt) +
-                            static_cast<double>(c.test.n_gen + 1) / 2.0;
-    const double kv = m.kv_k_elems_per_token * bytes_per_elem(c.type_k) +
-                      m.kv_v_elems_per_token * bytes_per_elem(c.type_v);
+    const double mean_ctx =
+        static_cast<double>(c.test.n_depth + c.test.n_prompt) + static_cast<double>(c.test.n_gen + 1) / 2.0;
+    const double kv =
+        m.kv_k_elems_per_token * bytes_per_elem(c.type_k) + m.kv_v_elems_per_token * bytes_per_elem(c.type_v);
     return m.weight_bytes_per_token + kv * mean_ctx + 2.0 * static_cast<double>(m.recurrent_state_bytes);
 }
 
@@ -125,7 +125,8 @@ nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta
     j["vram_budget"] = c.vram_budget;
     j["plan"] = c.plan;
     // Decode roofline: bandwidth in decimal GB/s, as datasheets and `mox inspect --bandwidth` give it.
-    j["gpu_peak_gbps"] = r.gpu_bytes_per_s > 0 ? nlohmann::ordered_json(r.gpu_bytes_per_s / 1e9) : nlohmann::ordered_json(nullptr);
+    j["gpu_peak_gbps"] = r.gpu_bytes_per_s > 0 ? nlohmann::ordered_json(r.gpu_bytes_per_s / 1e9)
+                                               : nlohmann::ordered_json(nullptr);
     j["host_read_gbps"] = r.host_read_bytes_per_s > 0 ? nlohmann::ordered_json(r.host_read_bytes_per_s / 1e9)
                                                       : nlohmann::ordered_json(nullptr);
     j["host_read_source"] = meta.bandwidth_source;
@@ -146,7 +147,9 @@ nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta
         // Same statistics over llama-bench's samples; ratio of medians (mox / llama.cpp).
         const bool have = r.llama && !r.llama->samples_ts.empty();
         const SampleStats l = have ? sample_stats(r.llama->samples_ts) : SampleStats{};
-        auto num = [&](double v) { return have ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
+        auto num = [&](double v) {
+            return have ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+        };
         j["llama_build_commit"] = r.llama ? r.llama->build_commit : "";
         j["llama_avg_ts"] = num(l.mean);
         j["llama_stddev_ts"] = num(l.stddev);
@@ -168,10 +171,124 @@ std::string dump_row(const BenchResult& r, const BenchMeta& meta) {
     return result_fields(r, meta).dump();
 }
 
-std::string md_row(const std::vector<std::string>& cells) {
-    std::string s = "|";
-    for (const auto& c : cells) s += " " + c + " |";
-    return s + "\n";
+// Display width of a cell: UTF-8 continuation bytes take no column ("±").
+size_t text_width(const std::string& s) {
+    size_t w = 0;
+    for (unsigned char c : s) w += (c & 0xC0) != 0x80;
+    return w;
+}
+
+// A markdown table padded to column widths, as llama-bench prints it; `align` holds ":--" (left)
+// or "--:" (right) per column, its rule row is widened to the column.
+std::string md_table(const std::vector<std::string>& head, const std::vector<std::string>& align,
+                     const std::vector<std::vector<std::string>>& rows) {
+    std::vector<size_t> width(head.size());
+    for (size_t i = 0; i < head.size(); ++i) {
+        width[i] = std::max<size_t>(text_width(head[i]), 3);
+        for (const auto& r : rows) width[i] = std::max(width[i], text_width(r[i]));
+    }
+    auto line = [&](const std::vector<std::string>& cells) {
+        std::string s = "|";
+        for (size_t i = 0; i < cells.size(); ++i) {
+            const std::string pad(width[i] - text_width(cells[i]), ' ');
+            s += " " + (align[i] == "--:" ? pad + cells[i] : cells[i] + pad) + " |";
+        }
+        return s + "\n";
+    };
+    std::vector<std::string> rule(head.size());
+    for (size_t i = 0; i < head.size(); ++i)
+        rule[i] =
+            align[i] == "--:" ? std::string(width[i] - 1, '-') + ":" : ":" + std::string(width[i] - 1, '-');
+    std::string out = line(head) + line(rule);
+    for (const auto& r : rows) out += line(r);
+    return out;
+}
+
+// llama.cpp's size label for the shapes of the architectures mox runs (by layer and expert count).
+std::string size_label(std::string_view arch, int64_t n_layer, int64_t n_expert) {
+    struct Shape {
+        const char* arch;
+        int64_t n_layer, n_expert;
+        const char* label;
+    };
+    static const Shape kShapes[] = {
+        {"qwen35moe", 40, 256, "35B.A3B"},  {"qwen3moe", 48, 128, "30B.A3B"},
+        {"qwen3moe", 94, 128, "235B.A22B"}, {"llama", 32, 8, "8x7B"},
+        {"llama", 56, 8, "8x22B"},          {"phimoe", 32, 16, "16x3.8B"},
+    };
+    for (const Shape& s : kShapes)
+        if (arch == s.arch && n_layer == s.n_layer && n_expert == s.n_expert) return s.label;
+    return "?B";
+}
+
+// llama.cpp's names of general.file_type values (its llama_ftype enum).
+const char* file_type_name(uint32_t t) {
+    switch (t) {
+        case 0:
+            return "all F32";
+        case 1:
+            return "F16";
+        case 2:
+            return "Q4_0";
+        case 3:
+            return "Q4_1";
+        case 7:
+            return "Q8_0";
+        case 8:
+            return "Q5_0";
+        case 9:
+            return "Q5_1";
+        case 10:
+            return "Q2_K - Medium";
+        case 11:
+            return "Q3_K - Small";
+        case 12:
+            return "Q3_K - Medium";
+        case 13:
+            return "Q3_K - Large";
+        case 14:
+            return "Q4_K - Small";
+        case 15:
+            return "Q4_K - Medium";
+        case 16:
+            return "Q5_K - Small";
+        case 17:
+            return "Q5_K - Medium";
+        case 18:
+            return "Q6_K";
+        case 19:
+            return "IQ2_XXS - 2.0625 bpw";
+        case 20:
+            return "IQ2_XS - 2.3125 bpw";
+        case 21:
+            return "Q2_K - Small";
+        case 22:
+            return "IQ3_XS - 3.3 bpw";
+        case 23:
+            return "IQ3_XXS - 3.0625 bpw";
+        case 24:
+            return "IQ1_S - 1.5625 bpw";
+        case 25:
+            return "IQ4_NL - 4.5 bpw";
+        case 26:
+            return "IQ3_S - 3.4375 bpw";
+        case 27:
+            return "IQ3_S mix - 3.66 bpw";
+        case 28:
+            return "IQ2_S - 2.5 bpw";
+        case 29:
+            return "IQ2_M - 2.7 bpw";
+        case 30:
+            return "IQ4_XS - 4.25 bpw";
+        case 31:
+            return "IQ1_M - 1.75 bpw";
+        case 32:
+            return "BF16";
+        case 38:
+            return "MXFP4 MoE";
+        default:
+            return nullptr;
+    }
 }
 
 std::string csv_cell(const nlohmann::ordered_json& v) {
@@ -207,6 +324,17 @@ const char* sql_type(const nlohmann::ordered_json& v) {
 }
 
 }  // namespace
+
+std::string llama_model_type(std::string_view arch, int64_t n_layer, int64_t n_expert,
+                             std::optional<uint32_t> file_type, std::string_view dominant_type) {
+    // llama.cpp marks a type it had to infer with this flag bit and " (guessed)".
+    constexpr uint32_t kGuessed = 1024;
+    const bool guessed = !file_type || (*file_type & kGuessed) != 0;
+    const char* name = file_type ? file_type_name(*file_type & ~kGuessed) : nullptr;
+    const std::string type = name ? std::string(name) : std::string(dominant_type);
+    return fmt::format("{} {} {}{}", arch, size_label(arch, n_layer, n_expert), type,
+                       guessed ? " (guessed)" : "");
+}
 
 std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& meta) {
     // Options that were swept or left their default get a column, as in llama-bench.
@@ -255,7 +383,7 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
     if (show_hit) add("cache hit", "--:");
     if (show_roofline) add("roofline", "--:");
 
-    std::string out = md_row(head) + md_row(align);
+    std::vector<std::vector<std::string>> table;
     for (const auto& r : rows) {
         const BenchConfig& c = r.config;
         const SampleStats ts = sample_stats(r.samples_ts);
@@ -288,41 +416,49 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
         cells.push_back(r.vram_bytes ? format_bytes(*r.vram_bytes) : "-");
         if (show_pcie) cells.push_back(r.pcie_bytes ? format_bytes(*r.pcie_bytes) : "-");
         if (show_hit)
-            cells.push_back(r.expert_cache_hit_rate ? fmt::format("{:.1f}%", 100 * *r.expert_cache_hit_rate) : "-");
+            cells.push_back(r.expert_cache_hit_rate ? fmt::format("{:.1f}%", 100 * *r.expert_cache_hit_rate)
+                                                    : "-");
         if (show_roofline) {
             const auto f = roofline_fraction(r, ts.median);
             cells.push_back(f ? fmt::format("{:.1f}%", 100 * *f) : "-");
         }
-        out += md_row(cells);
+        table.push_back(std::move(cells));
     }
+    std::string out = md_table(head, align, table);
     out += fmt::format(
         "\nmox {} | {} ({} logical CPUs) | backend {} ({} kernels; -b and -fa are recorded, not acted on) | "
         "prompts: {}\n",
-        meta.build_commit, meta.cpu_info, meta.cpu_cores, meta.backends, quant::isa_name(quant::host_isa()), meta.corpus);
+        meta.build_commit, meta.cpu_info, meta.cpu_cores, meta.backends, quant::isa_name(quant::host_isa()),
+        meta.corpus);
     if (show_roofline) {
         // One bandwidth per thread count; rows with equal threads share one measurement.
         std::vector<std::pair<int, double>> bw;
         for (const auto& r : rows)
-            if (r.host_read_bytes_per_s > 0 &&
-                std::none_of(bw.begin(), bw.end(), [&](const auto& b) { return b.first == r.config.threads; }))
+            if (r.host_read_bytes_per_s > 0 && std::none_of(bw.begin(), bw.end(), [&](const auto& b) {
+                    return b.first == r.config.threads;
+                }))
                 bw.emplace_back(r.config.threads, r.host_read_bytes_per_s);
         std::string list;
-        for (const auto& [t, b] : bw) list += fmt::format("{}t={}: {:.1f} GB/s", list.empty() ? "" : ", ", t, b / 1e9);
+        for (const auto& [t, b] : bw)
+            list += fmt::format("{}t={}: {:.1f} GB/s", list.empty() ? "" : ", ", t, b / 1e9);
         if (list.empty()) list = "-";
         for (const auto& r : rows)
             if (r.gpu_bytes_per_s > 0) {
-                out += fmt::format("roofline (GPU rows): tg t/s x bytes per token / the GPU's peak memory bandwidth "
-                                   "from the driver (memory clock x bus width): {:.1f} GB/s\n",
-                                   r.gpu_bytes_per_s / 1e9);
+                out += fmt::format(
+                    "roofline (GPU rows): tg t/s x bytes per token / the GPU's peak memory bandwidth "
+                    "from the driver (memory clock x bus width): {:.1f} GB/s\n",
+                    r.gpu_bytes_per_s / 1e9);
                 break;
             }
         out += meta.bandwidth_source == "measured"
-                   ? fmt::format("roofline: tg t/s x bytes per token / host read bandwidth measured in this run "
-                                 "({} buffer, best pass): {}\n",
-                                 format_bytes(meta.bandwidth_buffer), list)
-                   : fmt::format("roofline: tg t/s x bytes per token / host read bandwidth given (--host-bandwidth): "
-                                 "{}\n",
-                                 list);
+                   ? fmt::format(
+                         "roofline: tg t/s x bytes per token / host read bandwidth measured in this run "
+                         "({} buffer, best pass): {}\n",
+                         format_bytes(meta.bandwidth_buffer), list)
+                   : fmt::format(
+                         "roofline: tg t/s x bytes per token / host read bandwidth given (--host-bandwidth): "
+                         "{}\n",
+                         list);
     }
     if (!any([](const BenchResult& r) { return r.vram_bytes.has_value(); })) out += "VRAM: - (no GPU used)\n";
     // Rows that shared the machine: their CPU-side numbers (and a hybrid decode's) are not this
@@ -342,9 +478,10 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
         std::string commit;
         for (const auto& r : rows)
             if (r.llama && !r.llama->build_commit.empty()) commit = r.llama->build_commit;
-        out += fmt::format("llama.cpp: llama-bench {} run alternately with mox, one repetition per invocation; "
-                           "mox/llama is the ratio of medians\n",
-                           commit.empty() ? "(unknown commit)" : commit);
+        out += fmt::format(
+            "llama.cpp: llama-bench {} run alternately with mox, one repetition per invocation; "
+            "mox/llama is the ratio of medians\n",
+            commit.empty() ? "(unknown commit)" : commit);
     }
     std::vector<std::string> seen;
     for (const auto& r : rows) {

@@ -5,8 +5,8 @@
 #include "core/units.h"
 #include "engine/bench_machine.h"
 #include "gguf/reader.h"
-#include "models/model.h"
 #include "models/hparams.h"
+#include "models/model.h"
 #include "models/summary.h"
 #include "place/execute.h"
 #include "place/flags.h"
@@ -35,7 +35,7 @@ struct BenchRunner::Loaded {
     explicit Loaded(gguf::File f) : file(std::move(f)) {}
     gguf::File file;
     std::unique_ptr<text::Tokenizer> tokenizer;
-    std::vector<int32_t> corpus;                                   // the corpus in this model's tokens
+    std::vector<int32_t> corpus;  // the corpus in this model's tokens
     // Loaded once per setup (threads, device, placement...: what is fixed at load), keyed by a text
     // naming it. At most one GPU setup is alive at a time (they would share the device's memory).
     struct Setup {
@@ -87,10 +87,12 @@ BenchRunner::Loaded& BenchRunner::load(const std::string& path) {
         if (b > most) most = b, dominant = name;
     std::transform(dominant.begin(), dominant.end(), dominant.begin(),
                    [](unsigned char c) { return std::toupper(c); });
-    std::string params = format_count(static_cast<double>(info.n_params));
-    params.erase(std::remove(params.begin(), params.end(), ' '), params.end());
-    info.type =
-        fmt::format("{} {} {}", m->file.get_string_or("general.architecture", "unknown"), params, dominant);
+    const models::Hparams shape = models::read_hparams(m->file);
+    std::optional<uint32_t> file_type;
+    if (m->file.find("general.file_type"))
+        file_type = static_cast<uint32_t>(m->file.get_uint_or("general.file_type", 0));
+    info.type = llama_model_type(m->file.get_string_or("general.architecture", "unknown"), shape.n_layer,
+                                 shape.n_expert, file_type, dominant);
     info.sha256 = model_fingerprint(path);
     // Decode roofline inputs: the same accounting `mox inspect` prints.
     const models::ModelSummary summary = models::summarize(m->file);
@@ -112,7 +114,8 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
     const models::Hparams hp = models::read_hparams(m.file);
     const models::Device device = c.n_gpu_layers == 0 ? models::Device::cpu : models::Device::cuda;
     const int64_t needed = std::max<int64_t>(1, c.test.n_depth + c.test.n_prompt + c.test.n_gen);
-    if (c.n_ctx > 0 && c.n_ctx < needed) fail("-c {}: the test {} needs {} tokens of context", c.n_ctx, c.test.name(), needed);
+    if (c.n_ctx > 0 && c.n_ctx < needed)
+        fail("-c {}: the test {} needs {} tokens of context", c.n_ctx, c.test.name(), needed);
     const int64_t n_ctx = c.n_ctx > 0 ? c.n_ctx : needed;
     auto kv_type = [](const std::string& name) {
         if (name == "auto")
@@ -124,25 +127,30 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
         return *t;
     };
     // What is fixed at load (thread pool, placement, budget, micro-batch, context) names the setup.
-    std::string setup = fmt::format("t{} {}", c.threads, device == models::Device::cpu ? "cpu" : "cuda");
+    std::string setup = fmt::format("t{} {} isa {} pin {}", c.threads,
+                                    device == models::Device::cpu ? "cpu" : "cuda", c.isa, c.pin);
     if (device == models::Device::cuda)
-        setup += fmt::format(" ngl{} ncmoe{} ot[{}] layers[{}] budget{} ub{} stream{} ctx{} plan {} kv {}/{}", c.n_gpu_layers,
-                             c.n_cpu_moe, c.override_tensor, c.moe_cpu_layers, c.vram_budget, c.n_ubatch,
-                             c.stream_min_tokens, n_ctx, c.plan, c.type_k, c.type_v);
+        setup += fmt::format(
+            " ngl{} ncmoe{} cmoe{} ot[{}] layers[{}] budget{} ub{} stream{} ctx{} plan {} kv {}/{}",
+            c.n_gpu_layers, c.n_cpu_moe, c.cpu_moe, c.override_tensor, c.moe_cpu_layers, c.vram_budget,
+            c.n_ubatch, c.stream_min_tokens, n_ctx, c.plan, c.type_k, c.type_v);
     Loaded::Setup& su = m.by_setup[setup];
     if (!su.model) {
         if (device == models::Device::cuda) {
             for (auto& [key, other] : m.by_setup)  // free the device for this setup
-                if (key != setup && other.model && other.model->device() == models::Device::cuda) other.model.reset();
+                if (key != setup && other.model && other.model->device() == models::Device::cuda)
+                    other.model.reset();
             // The placement from the flags, in llama.cpp's order of precedence: -ot rules first (they
             // win), then -ncmoe, then --moe-cpu-layers (first match wins, place/flags.h).
             place::PlacementFlags flags;
             flags.n_gpu_layers = c.n_gpu_layers;
             if (!c.override_tensor.empty()) flags.overrides = place::parse_override_tensor(c.override_tensor);
-            for (auto& r : place::n_cpu_moe_rules(c.n_cpu_moe, hp.n_layer)) flags.overrides.push_back(std::move(r));
+            for (auto& r : place::n_cpu_moe_rules(c.n_cpu_moe, hp.n_layer))
+                flags.overrides.push_back(std::move(r));
             if (!c.moe_cpu_layers.empty())
                 for (auto& r : place::moe_cpu_layers_rules(c.moe_cpu_layers, hp.n_layer))
                     flags.overrides.push_back(std::move(r));
+            if (c.cpu_moe) flags.overrides.push_back(place::cpu_moe_rule());
             if (c.plan == "auto") {
                 // The planner, with the flags as constraints and this configuration's context, KV
                 // types and micro-batch fixed.
@@ -154,6 +162,7 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
                 in.v_type = kv_type(c.type_v);
                 in.n_ubatch = c.n_ubatch;
                 in.vram_budget = c.vram_budget;
+                in.profile_path = c.profile;
                 plan::AutoPlan p = plan::auto_plan(m.file, in);
                 fmt::print(stderr, "{}\n", p.summary);
                 su.placement = p.result.placement;
@@ -167,7 +176,8 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
                 su.gpu.n_ctx_max = n_ctx;
             }
         }
-        su.model = std::make_unique<models::Model>(m.file, c.threads, quant::host_isa(), true, device, su.gpu);
+        const quant::Isa isa = c.isa == "auto" ? quant::host_isa() : quant::isa_from_name(c.isa).value();
+        su.model = std::make_unique<models::Model>(m.file, c.threads, isa, c.pin, device, su.gpu);
     }
     const std::unique_ptr<models::Model>& model = su.model;
 
@@ -241,21 +251,28 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
         // plus the CUDA context, as the driver counts it: total - free.
         const ops::CudaDeviceInfo info = ops::cuda_devices().front();
         sample.vram_bytes = info.total_bytes - info.free_bytes;
-        const place::Allowance context{.cuda_context_bytes = cuda::context_bytes(), .measured = true,
+        const place::Allowance context{.cuda_context_bytes = cuda::context_bytes(),
+                                       .measured = true,
                                        .source = "measured when the model was loaded"};
         const place::CacheOptions cache{.n_ctx = so.n_ctx, .k_type = so.k_type, .v_type = so.v_type};
         const place::RunShape run{.n_ubatch = su.gpu.n_ubatch, .stream_min_tokens = su.gpu.stream_min_tokens};
-        sample.predicted_vram_bytes = place::predict_memory(*su.placement, hp, cache, context, run).gpu_total();
+        sample.predicted_vram_bytes =
+            place::predict_memory(*su.placement, hp, cache, context, run).gpu_total();
         // The speed model's number for this row, when this machine has a hardware profile.
         // A profile without this model's types (a quick one made for another model) leaves the
         // cell empty and says why once: the measurement is the benchmark's job, the prediction a bonus.
-        if (const auto profile = plan::load_profile(plan::default_profile_path()); profile && c.test.n_prompt + c.test.n_gen > 0) {
+        if (const auto profile =
+                plan::load_profile(c.profile.empty() ? plan::default_profile_path() : c.profile);
+            profile && c.test.n_prompt + c.test.n_gen > 0) {
             try {
-                const plan::SpeedPrediction sp = plan::predict_speed(
-                    *su.placement, hp, cache,
-                    {.run = run, .stream_min_tokens = su.gpu.stream_min_tokens, .prompt_tokens = std::max<int64_t>(1, c.test.n_prompt)},
-                    *profile);
-                if (c.test.n_gen == 0) sample.predicted_tps = sp.prefill.tokens_per_s;
+                const plan::SpeedPrediction sp =
+                    plan::predict_speed(*su.placement, hp, cache,
+                                        {.run = run,
+                                         .stream_min_tokens = su.gpu.stream_min_tokens,
+                                         .prompt_tokens = std::max<int64_t>(1, c.test.n_prompt)},
+                                        *profile);
+                if (c.test.n_gen == 0)
+                    sample.predicted_tps = sp.prefill.tokens_per_s;
                 else if (c.test.n_prompt == 0)  // at the mean context of the generated tokens
                     sample.predicted_tps = plan::predict_decode(*su.placement, hp, cache,
                                                                 c.test.n_depth + c.test.n_gen / 2, *profile)

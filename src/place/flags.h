@@ -40,8 +40,8 @@ struct PlacementFlags {
     std::vector<OverrideRule> overrides;  // command-line order, first match wins
 };
 
-// -ngl's value: a count >= 0, -1, or "all" (= -1). "auto" (llama.cpp's fit) is refused: fitting is
-// the planner's search, which does not exist yet.
+// -ngl's value: a count >= 0, -1, or "all" (= -1). "auto" (llama.cpp's fit) is the commands' business
+// (the planner's search, plan/auto_plan.h); here it is refused.
 int64_t parse_n_gpu_layers(std::string_view value);
 
 // DEVICE of -ot: CPU -> mmap_host, CUDA0 -> gpu (llama.cpp's buffer-type names), or a mox tier

@@ -168,7 +168,7 @@ def test_text_output(mox_bin, tiny):
     (["-ot", "exps=TPU"], "unknown device"),
     (["--moe-cpu-layers", "3-9"], "out of range"),
     (["--n-cpu-moe", "-1"], "--n-cpu-moe"),
-    (["-ngl", "auto"], "auto"),
+    (["--plan", "manual", "-ngl", "auto"], "-ngl auto"),
     (["-ot", r"ffn_down_exps=CPU", "-ngl", "all"], "as a whole"),
     (["-ctk", "q4_k"], "-ctk"),
     (["-c", "100000"], "trained context"),

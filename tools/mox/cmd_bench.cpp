@@ -3,13 +3,16 @@
 // lives in src/engine/bench_*; this file parses flags, drives the schedule and prints.
 #include "commands.h"
 #include "core/error.h"
-#include "core/units.h"
 #include "core/read_bandwidth.h"
+#include "core/topology.h"
+#include "core/units.h"
 #include "engine/bench_compare.h"
 #include "engine/bench_machine.h"
 #include "engine/bench_options.h"
 #include "engine/bench_report.h"
 #include "engine/bench_run.h"
+#include "flag_values.h"
+#include "llama_flags.h"
 #ifdef MOX_HAVE_CUDA
 #include "ops/cuda_device.h"
 #endif
@@ -19,6 +22,7 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -45,14 +49,20 @@ struct BenchFlags {
     std::string output = "md";
     std::string output_err;  // -oe: a second format, on stderr (llama-bench's option)
     std::string corpus = MOX_BENCH_CORPUS;
-    bool random_prompt = false;  // uniformly random token ids instead of the corpus
+    bool random_prompt = false;         // uniformly random token ids instead of the corpus
     std::string compare, compare_args;  // llama-bench path, extra llama-bench arguments
     std::vector<std::string> plots;     // .svg / .png files
     std::string plot_x;                 // field on the x axis (default: the first swept one)
     std::string host_bandwidth;         // given instead of measured; "0": no roofline
     std::string override_tensor, moe_cpu_layers;
+    bool cpu_moe = false;
     int64_t stream_min_tokens = 32;
     int64_t n_ctx = 0;
+    // As mox run's.
+    std::string isa = "auto";
+    bool no_pin = false;
+    std::string device;  // cpu or cuda: the default of -ngl (0 or 99)
+    std::string profile;
 };
 
 // The plotting script and interpreter; the environment overrides the build's defaults.
@@ -98,24 +108,40 @@ engine::BenchParams params_from(const BenchFlags& f) {
     p.n_depth = int_values(f.n_depth, p.n_depth);
     for (const auto& s : f.pg) p.pg.push_back(engine::parse_pg_value(s));
     // llama-bench: when only -pg is given, the default pp/tg tests are still run; keep that.
-    p.threads = int_values(f.threads, {engine::logical_cpus()});
+    // One thread per physical core, as mox run (0 means the same); the row records the number used.
+    const int cores = topology().physical_cores;
+    p.threads = int_values(f.threads, {cores});
     for (auto& t : p.threads)
-        if (t == 0) t = engine::logical_cpus();  // record the number actually used
+        if (t == 0) t = cores;
     p.type_k = string_values(f.type_k, p.type_k);
     p.type_v = string_values(f.type_v, p.type_v);
     p.n_batch = int_values(f.n_batch, p.n_batch);
     p.n_ubatch = int_values(f.n_ubatch, p.n_ubatch);
-    p.n_gpu_layers = int_values(f.n_gpu_layers, p.n_gpu_layers);
+    std::string dev = f.device;
+    std::transform(dev.begin(), dev.end(), dev.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (!dev.empty() && dev != "cpu" && dev != "none" && dev != "cuda" && dev != "cuda0" && dev != "gpu")
+        fail("--device {}: expected cpu or cuda (one GPU: CUDA0)", f.device);
+    const bool on_cpu = dev == "cpu" || dev == "none";
+    p.n_gpu_layers = int_values(f.n_gpu_layers, {dev.empty() || on_cpu ? 0 : 99});
+    for (int64_t n : p.n_gpu_layers)
+        if (!dev.empty() && (n == 0) != on_cpu) fail("-ngl {} and --device {} disagree", n, f.device);
     p.n_cpu_moe = int_values(f.n_cpu_moe, p.n_cpu_moe);
     p.flash_attn.clear();
     for (const auto& v : string_values(f.flash_attn, {"auto"}))
         p.flash_attn.push_back(engine::flash_attn_value(v));
     p.vram_budget.clear();
     for (const auto& v : string_values(f.vram_budget, {"0"}))
-        for (const auto& item : engine::parse_string_values(v)) p.vram_budget.push_back(parse_size(item));
-    p.plan = string_values(f.plan, p.plan);
+        for (const auto& item : engine::parse_string_values(v))
+            p.vram_budget.push_back(parse_size_flag("--vram-budget", item));
+    // A budget is the planner's job (as in mox plan): --vram-budget without --plan plans.
+    p.plan = string_values(f.plan, {f.vram_budget.empty() ? "manual" : "auto"});
     p.override_tensor = f.override_tensor;
     p.moe_cpu_layers = f.moe_cpu_layers;
+    p.cpu_moe = f.cpu_moe;
+    p.isa = f.isa;
+    if (f.isa != "auto") cpu_isa_from_flag(f.isa);  // fails now on a name or tier this CPU lacks
+    p.pin = !f.no_pin;
+    p.profile = f.profile;
     p.stream_min_tokens = f.stream_min_tokens;
     p.n_ctx = f.n_ctx;
     p.repetitions = f.repetitions;
@@ -126,10 +152,10 @@ void progress(size_t done, size_t total, const engine::BenchConfig& c, const eng
               int reps) {
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / std::max<size_t>(total, 1));
-    const std::string what = e.warmup ? "warm-up"
-                                      : fmt::format("{} rep {}/{}",
-                                                    e.engine == engine::BenchEngine::mox ? "mox" : "llama-bench",
-                                                    e.repetition, reps);
+    const std::string what =
+        e.warmup ? "warm-up"
+                 : fmt::format("{} rep {}/{}", e.engine == engine::BenchEngine::mox ? "mox" : "llama-bench",
+                               e.repetition, reps);
     fmt::print(stderr, "\r\033[K[{}{}] {}/{} {} t={} ctk={} ctv={} {}", std::string(filled, '#'),
                std::string(kWidth - filled, '.'), done, total, c.test.name(), c.threads, c.type_k, c.type_v,
                what);
@@ -164,7 +190,7 @@ std::map<int, double> host_bandwidths(const BenchFlags& f, const std::vector<eng
     std::map<int, double> bw;
     if (!f.host_bandwidth.empty()) {
         if (f.host_bandwidth == "0" || f.host_bandwidth == "off") return bw;  // no roofline
-        const double given = parse_bandwidth(f.host_bandwidth);
+        const double given = parse_bandwidth_flag("--host-bandwidth", f.host_bandwidth);
         for (const auto& c : configs) bw[c.threads] = given;
         meta.bandwidth_source = "given";
         return bw;
@@ -217,8 +243,10 @@ void run_bench(const BenchFlags& f) {
     meta.corpus = f.random_prompt ? "random token ids (seed 42)" : f.corpus;
     meta.compare = !f.compare.empty();
     {
-        const bool gpu = std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.n_gpu_layers != 0; });
-        const bool cpu = std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.n_gpu_layers == 0; });
+        const bool gpu =
+            std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.n_gpu_layers != 0; });
+        const bool cpu =
+            std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.n_gpu_layers == 0; });
         meta.backends = gpu && cpu ? "CPU,CUDA" : gpu ? "CUDA" : "CPU";
     }
 
@@ -244,8 +272,9 @@ void run_bench(const BenchFlags& f) {
     // setup after another instead (interleaved within a setup, e.g. its pp and tg tests).
     auto setup_of = [&](const engine::BenchConfig& c) {
         if (c.n_gpu_layers == 0) return std::string("cpu");
-        return fmt::format("{} {} {} {} {} {} {} {} {} {}", c.n_gpu_layers, c.n_cpu_moe, c.vram_budget, c.plan, c.n_ubatch,
-                           c.override_tensor, c.moe_cpu_layers, c.stream_min_tokens, c.type_k, c.type_v);
+        return fmt::format("{} {} {} {} {} {} {} {} {} {}", c.n_gpu_layers, c.n_cpu_moe, c.vram_budget,
+                           c.plan, c.n_ubatch, c.override_tensor, c.moe_cpu_layers, c.stream_min_tokens,
+                           c.type_k, c.type_v);
     };
     std::stable_sort(schedule.begin(), schedule.end(), [&](const auto& a, const auto& b) {
         return setup_of(configs[a.config]) < setup_of(configs[b.config]);
@@ -256,7 +285,8 @@ void run_bench(const BenchFlags& f) {
         auto& r = results[e.config];
         if (!e.warmup && r.test_time.empty()) r.test_time = engine::utc_now_iso8601();
         if (e.engine == engine::BenchEngine::llama) {
-            const engine::LlamaBenchSample s = engine::run_llama_bench(f.compare, configs[e.config], compare_extra);
+            const engine::LlamaBenchSample s =
+                engine::run_llama_bench(f.compare, configs[e.config], compare_extra);
             r.llama->samples_ns.push_back(s.ns);
             r.llama->samples_ts.push_back(s.tokens_per_s);
             r.llama->run_slots.push_back(static_cast<int64_t>(k));
@@ -314,20 +344,34 @@ void register_bench(CLI::App& app) {
     multi("--pg", f->pg, "pp+tg test 'pp,tg' (-pg)");
     multi("-d,--n-depth", f->n_depth,
           "Context already filled (by an untimed prefill) before the test (default 0)");
-    multi("-t,--threads", f->threads, "CPU threads (default: all logical CPUs)");
+    multi("-t,--threads", f->threads, "CPU threads (default: one per physical core)");
     multi("--cache-type-k", f->type_k, "KV cache type for K (-ctk; default f16)");
     multi("--cache-type-v", f->type_v, "KV cache type for V (-ctv; default f16)");
     multi("-b,--batch-size", f->n_batch, "Logical batch size (default 2048; recorded, not acted on)");
     multi("--ubatch-size", f->n_ubatch, "Tokens per forward pass during prefill (-ub; default 512)");
-    multi("--n-gpu-layers", f->n_gpu_layers, "Layers on the GPU (-ngl: 0 = CPU, 99 = all; needs a CUDA build)");
-    multi("--n-cpu-moe", f->n_cpu_moe, "Keep the experts of the first N layers on the CPU (-ncmoe, with -ngl 99)");
-    cmd->add_option("--override-tensor", f->override_tensor,
-                    "-ot REGEX=DEVICE[,...] for every configuration (as llama.cpp; passed to llama-bench too)");
+    multi(
+        "--n-gpu-layers,--gpu-layers", f->n_gpu_layers,
+        "Layers on the GPU (-ngl: 0 = CPU, 99 = all; needs a CUDA build; default: 0, 99 with --device cuda)");
+    multi("--n-cpu-moe", f->n_cpu_moe,
+          "Keep the experts of the first N layers on the CPU (-ncmoe, with -ngl 99)");
+    cmd->add_option(
+        "--override-tensor", f->override_tensor,
+        "-ot REGEX=DEVICE[,...] for every configuration (as llama.cpp; passed to llama-bench too)");
     cmd->add_option("-c,--ctx-size", f->n_ctx,
                     "Context of every run's state (the KV cache held; default 0: what the test needs)");
-    cmd->add_option("--moe-cpu-layers", f->moe_cpu_layers, "Keep the experts of these layers on the CPU, e.g. 0-9,20");
-    cmd->add_option("--stream-min-tokens", f->stream_min_tokens,
-                    "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU")
+    cmd->add_option("--moe-cpu-layers", f->moe_cpu_layers,
+                    "Keep the experts of these layers on the CPU, e.g. 0-9,20");
+    cmd->add_flag("--cpu-moe", f->cpu_moe, "Keep every layer's experts on the CPU (-cmoe, with -ngl 99)");
+    cmd->add_option("--isa", f->isa, "CPU kernel tier: auto, avx512, avx2, scalar (the reference path)")
+        ->capture_default_str();
+    cmd->add_flag("--no-pin", f->no_pin, "Do not pin worker threads to cores");
+    cmd->add_option("--device", f->device, "cpu or cuda: the default of -ngl (0 or 99)");
+    cmd->add_option(
+        "--profile", f->profile,
+        "Hardware profile for --plan auto and the predicted t/s (default: `mox calibrate`'s cache)");
+    cmd->add_option(
+           "--stream-min-tokens", f->stream_min_tokens,
+           "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU")
         ->capture_default_str();
     multi("--flash-attn", f->flash_attn, "on|off|auto (-fa; recorded, not acted on)");
     cmd->add_option("-r,--repetitions", f->repetitions, "Timed repetitions per configuration")
@@ -337,10 +381,13 @@ void register_bench(CLI::App& app) {
     cmd->add_option("--output-err", f->output_err, "Also print this format on stderr (-oe)");
     multi("--vram-budget", f->vram_budget,
           "GPU memory budget(s), e.g. 24G,16G: mox never allocates more (CUDA context included; 0: none)");
-    multi("--plan", f->plan, "manual (placement from the flags) or auto (the planner within --vram-budget; flags constrain it)");
+    multi("--plan", f->plan,
+          "manual (placement from the flags) or auto (the planner within --vram-budget; flags constrain it); "
+          "default: auto with --vram-budget, else manual");
     cmd->add_option("--corpus", f->corpus, "Text file prompts are made of (default: bench/corpus)");
     cmd->add_flag("--random-prompt", f->random_prompt,
-                  "Prompts of random token ids (llama-bench's way) instead of real text; they route experts unlike text");
+                  "Prompts of random token ids (llama-bench's way) instead of real text; they route experts "
+                  "unlike text");
     cmd->add_option("--compare", f->compare,
                     "llama.cpp's llama-bench: run it on the same file and options, interleaved with mox");
     cmd->add_option("--compare-args", f->compare_args,
@@ -350,6 +397,7 @@ void register_bench(CLI::App& app) {
     cmd->add_option("--plot-x", f->plot_x, "Field on the plot's x axis (default: the first swept option)");
     cmd->add_option("--host-bandwidth", f->host_bandwidth,
                     "Host read bandwidth for the roofline, e.g. 80GB/s, instead of measuring it (0: none)");
+    add_llama_flags(cmd, Command::bench);
     cmd->callback([f] { run_bench(*f); });
 }
 

@@ -7,8 +7,8 @@
 #include "gguf/reader.h"
 #include "models/model.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -62,32 +62,34 @@ void register_logits(CLI::App& app) {
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every position as float32 .npy");
-    add_model_options(cmd, o->model);
+    add_model_options(cmd, o->model, Command::logits);
     cmd->add_option("--tokens", o->tokens, "Token ids: comma list or @file")->required();
     cmd->add_option("-o,--output", o->output, "Output .npy [n_tokens, n_vocab]")->required();
     cmd->add_option("--incremental", o->incremental,
                     "Prefill the first K tokens in one batch, then decode the rest one at a time");
-    cmd->add_option("--dump-activations", o->dump_dir,
-                    "Also write every layer's named intermediates (l{N}_mixer_in, _mixer_out, _moe_in, _moe_out) "
-                    "as DIR/NAME.npy [n_tokens, n_embd] (CPU path)");
+    cmd->add_option(
+        "--dump-activations", o->dump_dir,
+        "Also write every layer's named intermediates (l{N}_mixer_in, _mixer_out, _moe_in, _moe_out) "
+        "as DIR/NAME.npy [n_tokens, n_embd] (CPU path)");
     cmd->callback([o] {
         const std::vector<int32_t> ids = parse_token_list(o->tokens);
+        check_writable("-o", o->output);
+        if (!o->dump_dir.empty() && !std::filesystem::is_directory(o->dump_dir))
+            fail("--dump-activations: '{}' is not a directory", o->dump_dir);
         const gguf::File file = gguf::File::open(o->model.path);
         const std::unique_ptr<models::Model> loaded = o->model.load(file);
         models::Model& model = *loaded;
         models::StateOptions so = state_options(o->model, model.hparams(), static_cast<int64_t>(ids.size()));
         auto state = model.new_state(so);
-        if (!o->dump_dir.empty()) {
-            if (!std::filesystem::is_directory(o->dump_dir)) fail("--dump-activations: '{}' is not a directory", o->dump_dir);
-            model.set_activation_dump(true);
-        }
+        if (!o->dump_dir.empty()) model.set_activation_dump(true);
         const int64_t n = static_cast<int64_t>(ids.size());
         const int64_t k = o->incremental < 0 ? n : o->incremental;
         if (k > n) fail("--incremental {} is larger than the {} tokens given", k, n);
         std::vector<float> all, step;
         all.reserve(static_cast<size_t>(n * model.n_vocab()));
         if (k > 0) {
-            models::SequenceBatch b{state.get(), std::span<const int32_t>(ids.data(), static_cast<size_t>(k))};
+            models::SequenceBatch b{state.get(),
+                                    std::span<const int32_t>(ids.data(), static_cast<size_t>(k))};
             model.forward(std::span(&b, 1), true, step);
             all.insert(all.end(), step.begin(), step.end());
         }

@@ -8,8 +8,8 @@
 #include "text/tokenizer.h"
 #include "text/vocab_io.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -27,9 +27,11 @@ void register_perplexity(CLI::App& app) {
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of a text file under the model");
-    add_model_options(cmd, o->model);
+    add_model_options(cmd, o->model, Command::perplexity);
     cmd->add_option("-f,--file", o->file, "Text file to score")->required();
-    cmd->add_option("--window", o->window, "Score independent windows of this many tokens (0: the whole text)");
+    cmd->add_option("--window", o->window,
+                    "Score independent windows of this many tokens (0: the whole text)")
+        ->check(CLI::NonNegativeNumber);
     cmd->callback([o] {
         std::ifstream in(o->file, std::ios::binary);
         if (!in) fail("cannot read '{}'", o->file);
@@ -51,7 +53,8 @@ void register_perplexity(CLI::App& app) {
             if (len < 2) break;
             auto so = state_options(o->model, model.hparams(), len);
             auto state = model.new_state(so);
-            models::SequenceBatch b{state.get(), std::span<const int32_t>(ids.data() + start, static_cast<size_t>(len))};
+            models::SequenceBatch b{state.get(),
+                                    std::span<const int32_t>(ids.data() + start, static_cast<size_t>(len))};
             model.forward(std::span(&b, 1), true, logits);
             const int64_t V = model.n_vocab();
             for (int64_t i = 0; i + 1 < len; ++i) {
@@ -64,7 +67,8 @@ void register_perplexity(CLI::App& app) {
             }
         }
         const double mean = nll / static_cast<double>(scored);
-        fmt::print("tokens {} scored {} mean_nll {:.6f} perplexity {:.4f}\n", n, scored, mean, std::exp(mean));
+        fmt::print("tokens {} scored {} mean_nll {:.6f} perplexity {:.4f}\n", n, scored, mean,
+                   std::exp(mean));
     });
 }
 

@@ -4,13 +4,16 @@
 // (plan::plan_auto): the manual flags become constraints, and the hardware profile that
 // `mox calibrate` caches supplies the speed model's rates (docs/plan.md).
 #include "commands.h"
-#include "placement_options.h"
+#include "common_options.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "flag_values.h"
 #include "gguf/reader.h"
+#include "llama_flags.h"
 #include "models/hparams.h"
 #include "place/flags.h"
 #include "place/memory.h"
+#include "placement_options.h"
 #include "plan/auto_plan.h"
 #include "plan/hardware.h"
 #include "plan/search.h"
@@ -36,7 +39,7 @@ namespace {
 struct PlanOptions {
     std::string model;
     std::string n_gpu_layers = "0";
-    PlacementOptions rules;  // -ot, --n-cpu-moe, --cpu-moe, --moe-cpu-layers in command-line order
+    PlacementOptions rules;   // -ot, --n-cpu-moe, --cpu-moe, --moe-cpu-layers in command-line order
     std::string n_ctx = "0";  // tokens, 0 (the trained context) or max
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
@@ -216,10 +219,11 @@ void print_text(const Plan& p) {
     fmt::print("    gpu  {} layers: {}\n", m.recurrent_layers_gpu, bytes_text(m.state_gpu));
     fmt::print("    host {} layers: {}\n", m.recurrent_layers_host, bytes_text(m.state_host));
     if (m.gpu_used) {
-        fmt::print("  GPU buffers for -ub {}: activations {}, scratch {} + {}, expert staging {} (pinned host {})\n",
-                   p.run.n_ubatch, format_bytes(m.buffers.activations), format_bytes(m.buffers.matmul_scratch),
-                   format_bytes(m.buffers.attention_scratch), format_bytes(m.buffers.staging),
-                   format_bytes(m.buffers.pinned_host));
+        fmt::print(
+            "  GPU buffers for -ub {}: activations {}, scratch {} + {}, expert staging {} (pinned host {})\n",
+            p.run.n_ubatch, format_bytes(m.buffers.activations), format_bytes(m.buffers.matmul_scratch),
+            format_bytes(m.buffers.attention_scratch), format_bytes(m.buffers.staging),
+            format_bytes(m.buffers.pinned_host));
         fmt::print("  CUDA context: {}{}\n", format_bytes(m.allowance.cuda_context_bytes),
                    m.allowance.measured ? fmt::format(" ({})", m.allowance.source) : "");
         if (!m.allowance.measured) fmt::print("    NOTE: NOT measured: {}\n", m.allowance.source);
@@ -231,7 +235,8 @@ void print_text(const Plan& p) {
     fmt::print("    RAM (KV cache + state on the host): {}\n", bytes_text(m.host_ram()));
     if (p.speed) {
         fmt::print("\n  predicted decode: {:.1f} t/s at depth 0, {:.1f} t/s at depth {}\n",
-                   p.speed->decode.tokens_per_s, p.speed->decode_half.tokens_per_s, p.speed->decode_half.depth);
+                   p.speed->decode.tokens_per_s, p.speed->decode_half.tokens_per_s,
+                   p.speed->decode_half.depth);
         fmt::print("  predicted prefill: {:.0f} t/s for {} tokens\n", p.speed->prefill.tokens_per_s,
                    p.speed->prefill.prompt_tokens);
         for (const std::string& n : p.speed->notes) fmt::print("    note: {}\n", n);
@@ -248,14 +253,15 @@ void register_plan(CLI::App& app) {
         "plan",
         "Show where each tensor and expert would live (llama.cpp's placement flags) and the memory it takes");
     cmd->add_option("-m,--model", o->model, "GGUF model file (first shard of a split model)")->required();
-    cmd->add_option(
-           "--n-gpu-layers", o->n_gpu_layers,
-           "-ngl N: the last N of the layers + output layer on the GPU, as llama.cpp (all or -1: everything)")
+    cmd->add_option("--n-gpu-layers,--gpu-layers", o->n_gpu_layers,
+                    "-ngl N: the last N of the layers + output layer on the GPU, as llama.cpp (all or -1: "
+                    "everything; auto: the planner's search)")
         ->capture_default_str();
     add_rule_options(cmd, o->rules);
-    cmd->add_option("-c,--ctx-size", o->n_ctx,
-                    "Context size in tokens (default 4096 or the trained context if smaller; 0: the trained "
-                    "context; max: the largest that fits, which searches)");
+    cmd->add_option(
+        "-c,--ctx-size", o->n_ctx,
+        "Context size in tokens (default 8192, as chat and serve, or the trained context if smaller; "
+        "0: the trained context; max: the largest that fits, which searches)");
     cmd->add_option("--cache-type-k", o->cache_type_k,
                     "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (searched when not given or auto "
                     "and searching)")
@@ -285,31 +291,39 @@ void register_plan(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--prompt-tokens", o->prompt_tokens,
                     "Predict prefill for a prompt of N tokens (default 4096 or -c)");
+    add_llama_flags(cmd, Command::plan);
     cmd->callback([o, cmd] {
+        // Sizes are checked before a quick calibration or the file make them wait.
+        if (!o->vram_budget.empty()) parse_size_flag("--vram-budget", o->vram_budget);
+        if (!o->ram_budget.empty()) parse_size_flag("--ram-budget", o->ram_budget);
+        if (!o->vram_margin.empty()) parse_size_flag("--vram-margin", o->vram_margin);
         const gguf::File file = gguf::File::open(o->model);
         const models::Hparams hp = models::read_hparams(file);
         place::PlacementFlags flags;
-        flags.n_gpu_layers = place::parse_n_gpu_layers(o->n_gpu_layers);
+        // -ngl auto is llama.cpp's fit: here, the planner's search over every layer.
+        const bool ngl_auto = o->n_gpu_layers == "auto";
+        flags.n_gpu_layers = ngl_auto ? -1 : place::parse_n_gpu_layers(o->n_gpu_layers);
         flags.overrides = o->rules.rules(hp.n_layer);
         const bool ctx_given = cmd->count("--ctx-size") > 0;
         const bool ctx_max = ctx_given && o->n_ctx == "max";
         const bool wants_search = cmd->count("--vram-budget") > 0 || cmd->count("--ram-budget") > 0 ||
-                                  cmd->count("--goal") > 0 || ctx_max;
+                                  cmd->count("--goal") > 0 || ctx_max || ngl_auto;
         if (o->plan != "manual" && o->plan != "auto") fail("--plan {}: expected manual or auto", o->plan);
         if (o->plan == "manual" && cmd->count("--plan") > 0 && wants_search)
             fail(
-                "--plan manual: --vram-budget, --ram-budget, --goal and -c max need the search (--plan "
-                "auto)");
+                "--plan manual: --vram-budget, --ram-budget, --goal, -c max and -ngl auto need the search "
+                "(--plan auto)");
         const bool search = o->plan == "auto" || wants_search;
-        // Not given: 4096 capped by the trained context; 0: the trained context (llama.cpp's -c 0).
-        std::optional<int64_t> n_ctx = std::min<int64_t>(4096, hp.n_ctx_train);
+        // Not given: chat's and serve's 8192 capped by the trained context; 0: the trained context
+        // (llama.cpp's -c 0).
+        std::optional<int64_t> n_ctx = std::min<int64_t>(kDefaultContext, hp.n_ctx_train);
         if (ctx_max || (!ctx_given && o->goal == "context")) {
             n_ctx.reset();
         } else if (ctx_given) {
             int64_t v = 0;
             const std::string& t = o->n_ctx;
             const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-            if (ec != std::errc() || end != t.data() + t.size())
+            if (ec != std::errc() || end != t.data() + t.size() || v < 0)
                 fail("-c {}: expected a number of tokens, 0 (the trained context) or max", t);
             n_ctx = v == 0 ? hp.n_ctx_train : v;
         }
@@ -320,8 +334,15 @@ void register_plan(CLI::App& app) {
             cache.v_type = cache_type("-ctv", o->cache_type_v);
             const place::RunShape run{.n_ubatch = o->n_ubatch > 0 ? o->n_ubatch : 512,
                                       .stream_min_tokens = o->stream_min_tokens};
-            Plan plan{o->model, flags.n_gpu_layers, flags.overrides, place::place_from_flags(file, flags), cache, run,
-                      {}, {}, {}};
+            Plan plan{o->model,
+                      flags.n_gpu_layers,
+                      flags.overrides,
+                      place::place_from_flags(file, flags),
+                      cache,
+                      run,
+                      {},
+                      {},
+                      {}};
             // The context from this machine's profile when there is one (else a stated placeholder).
             place::Allowance allowance;
             const std::string path = o->profile.empty() ? plan::default_profile_path() : o->profile;
@@ -334,10 +355,11 @@ void register_plan(CLI::App& app) {
                 plan.speed_missing = fmt::format("no hardware profile at {}: run `mox calibrate`", path);
             } else {
                 try {
-                    plan.speed = plan::predict_speed(
-                        plan.placement, hp, cache,
-                        {.run = run, .stream_min_tokens = run.stream_min_tokens, .prompt_tokens = o->prompt_tokens},
-                        *prof);
+                    plan.speed = plan::predict_speed(plan.placement, hp, cache,
+                                                     {.run = run,
+                                                      .stream_min_tokens = run.stream_min_tokens,
+                                                      .prompt_tokens = o->prompt_tokens},
+                                                     *prof);
                 } catch (const Error& e) {
                     plan.speed_missing = e.what();
                 }
@@ -368,13 +390,7 @@ void register_plan(CLI::App& app) {
         req.constraints = plan::constraints_from_flags(file, flags);
         if (!o->vram_budget.empty()) req.vram_budget = plan::parse_budget("--vram-budget", o->vram_budget);
         if (!o->ram_budget.empty()) req.ram_budget = plan::parse_budget("--ram-budget", o->ram_budget);
-        if (!o->vram_margin.empty()) {
-            try {
-                req.vram_margin = parse_size(o->vram_margin);
-            } catch (const Error& e) {
-                fail("--vram-margin {}: {}", o->vram_margin, e.what());
-            }
-        }
+        if (!o->vram_margin.empty()) req.vram_margin = parse_size_flag("--vram-margin", o->vram_margin);
         const std::optional<plan::Goal> goal = plan::goal_from_name(o->goal);
         if (!goal) fail("--goal {}: expected decode, prefill or context", o->goal);
         req.goal = *goal;
@@ -387,7 +403,8 @@ void register_plan(CLI::App& app) {
         const plan::PlanResult result = plan::plan_auto(req);
         if (o->json) {
             nlohmann::json j = plan_result_json(o->model, profile_path, *profile, result);
-            Plan chosen{o->model, 0, {}, result.placement, result.cache, result.run, result.memory, result.speed, {}};
+            Plan chosen{o->model,     0, {}, result.placement, result.cache, result.run, result.memory,
+                        result.speed, {}};
             j["placement"] = to_json(chosen);
             fmt::print("{}\n", j.dump(2));
         } else {

@@ -11,16 +11,17 @@
 #include "text/tokenizer.h"
 #include "text/vocab_io.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
-#include <unistd.h>
 
 namespace mox::cli {
 
@@ -46,9 +47,11 @@ std::string read_file(const std::string& path) {
 }
 
 void print_stats(const engine::GenerationStats& s) {
-    fmt::print(stderr, "\nmox: prompt {} tokens in {:.2f} s ({:.1f} t/s); generated {} tokens in {:.2f} s ({:.2f} t/s){}\n",
-               s.prompt_tokens, s.prompt_seconds, s.prompt_tokens_per_s(), s.generated_tokens, s.generate_seconds,
-               s.generate_tokens_per_s(), s.stopped_by_eog ? ", stopped at end of generation" : "");
+    fmt::print(
+        stderr,
+        "\nmox: prompt {} tokens in {:.2f} s ({:.1f} t/s); generated {} tokens in {:.2f} s ({:.2f} t/s){}\n",
+        s.prompt_tokens, s.prompt_seconds, s.prompt_tokens_per_s(), s.generated_tokens, s.generate_seconds,
+        s.generate_tokens_per_s(), s.stopped_by_eog ? ", stopped at end of generation" : "");
 }
 
 text::ChatMessage message(const std::string& role, const std::string& content) {
@@ -56,6 +59,10 @@ text::ChatMessage message(const std::string& role, const std::string& content) {
     m.role = role;
     m.content = content;
     return m;
+}
+
+void check_n_predict(int64_t n) {
+    if (n < -1) fail("-n {}: expected a number of tokens, or -1 for no limit", n);
 }
 
 auto stream_to_stdout = [](const std::string& piece) {
@@ -67,24 +74,39 @@ auto stream_to_stdout = [](const std::string& piece) {
 
 void register_run(CLI::App& app) {
     auto o = std::make_shared<RunOptions>();
-    CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (default model: the embedded mox-tiny)");
-    add_model_options(cmd, o->model, false);
-    cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+    CLI::App* cmd =
+        app.add_subcommand("run", "Generate text from a prompt (default model: the embedded mox-tiny)");
+    add_model_options(cmd, o->model, Command::run, false);
+    cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: \"Once upon a time\")");
     cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
-    cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();
+    cmd->add_option("-n,--n-predict,--predict", o->n_predict,
+                    "Tokens to generate (-1: until the end of generation or a full context)")
+        ->capture_default_str();
     cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template (a user turn)");
-    cmd->add_option("--system", o->system, "System message for --chat");
+    cmd->add_option("--system,--system-prompt", o->system, "System message (-sys; implies --chat)");
     cmd->add_flag("--no-think", o->no_think, "Chat template with thinking off (enable_thinking=false)");
     cmd->add_option("--routing-stats", o->routing_stats,
                     "Write expert-routing statistics of prompt and generation (JSON) to this file");
-    cmd->add_option("--ids-out", o->ids_out,
-                    "Write the prompt's and the generated token ids to this file (two comma-separated lines)");
+    cmd->add_option(
+        "--ids-out", o->ids_out,
+        "Write the prompt's and the generated token ids to this file (two comma-separated lines)");
     add_sampling_options(cmd, o->sampling);
-    cmd->callback([o] {
+    cmd->callback([o, cmd] {
         o->model.path = resolve_model_path(o->model.path);
+        check_n_predict(o->n_predict);
+        if (cmd->count("--prompt") && !o->prompt_file.empty())
+            fail("-p and -f both give the prompt: give one");
+        if (cmd->count("--prompt") && o->prompt.empty()) fail("-p: the prompt is empty");
         std::string prompt = o->prompt_file.empty() ? o->prompt : read_file(o->prompt_file);
-        if (prompt.empty()) prompt = "Once upon a time";
-        if (o->n_predict < 0) fail("-n must be >= 0");
+        if (!cmd->count("--prompt") && o->prompt_file.empty()) prompt = "Once upon a time";
+        if (prompt.empty()) fail("-f {}: the file is empty", o->prompt_file);
+        if (!o->system.empty() && !o->chat) {
+            note("--system: the prompt goes through the chat template (--chat)");
+            o->chat = true;
+        }
+        if (!o->ids_out.empty()) check_writable("--ids-out", o->ids_out);
+        if (!o->routing_stats.empty()) check_writable("--routing-stats", o->routing_stats);
+        resolve_seed(o->sampling);
         LoadedModel m = load(o->model);
         if (o->chat) {
             std::vector<text::ChatMessage> msgs;
@@ -94,12 +116,17 @@ void register_run(CLI::App& app) {
                                                chat_options(*m.tokenizer, o->no_think));
         }
         const std::vector<int32_t> ids = m.tokenizer->encode(prompt);
-        const auto so = state_options(o->model, m.model->hparams(), static_cast<int64_t>(ids.size()) + o->n_predict);
+        const auto n_prompt = static_cast<int64_t>(ids.size());
+        // -n -1: as many tokens as the context holds after the prompt (-c, else chat's 8192).
+        ModelOptions mo = o->model;
+        if (o->n_predict < 0) mo.n_ctx = mo.context(m.model->hparams(), kDefaultContext);
+        const auto so = state_options(mo, m.model->hparams(), n_prompt + std::max<int64_t>(o->n_predict, 1));
+        const int64_t n_predict = o->n_predict < 0 ? so.n_ctx - n_prompt : o->n_predict;
         engine::Generator gen(*m.model, *m.tokenizer, so, o->sampling);
         if (!o->chat) stream_to_stdout(prompt);
         engine::GenerationStats stats;
         m.model->set_routing_trace(!o->routing_stats.empty());
-        const std::vector<int32_t> out_ids = gen.generate(ids, o->n_predict, stream_to_stdout, &stats);
+        const std::vector<int32_t> out_ids = gen.generate(ids, n_predict, stream_to_stdout, &stats);
         print_stats(stats);
         if (!o->ids_out.empty()) {
             std::ofstream out(o->ids_out);
@@ -108,12 +135,16 @@ void register_run(CLI::App& app) {
         }
         if (!o->routing_stats.empty()) {
             const auto& hp = m.model->hparams();
-            const auto rs = engine::compute_routing_stats(m.model->routing_trace(), hp.n_expert, hp.n_expert_used);
+            const auto rs =
+                engine::compute_routing_stats(m.model->routing_trace(), hp.n_expert, hp.n_expert_used);
             std::ofstream out(o->routing_stats);
             out << engine::routing_stats_json(rs) << "\n";
             if (!out) fail("cannot write '{}'", o->routing_stats);
-            fmt::print(stderr, "mox: routing over {} tokens: {:.1f}% of selections repeat on the next token, {:.1f}% within 8 "
-                       "(uniform random: {:.1f}%, {:.1f}%)\n", rs.n_tokens, 100 * rs.repeat_next, 100 * rs.repeat_within_8,
+            fmt::print(stderr,
+                       "mox: routing over {} tokens: {:.1f}% of selections repeat on the next token, {:.1f}% "
+                       "within 8 "
+                       "(uniform random: {:.1f}%, {:.1f}%)\n",
+                       rs.n_tokens, 100 * rs.repeat_next, 100 * rs.repeat_within_8,
                        100 * rs.random_repeat_next, 100 * rs.random_repeat_within_8);
         }
     });
@@ -122,22 +153,29 @@ void register_run(CLI::App& app) {
 void register_chat(CLI::App& app) {
     auto o = std::make_shared<RunOptions>();
     o->n_predict = 512;
-    CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (one line per turn; Ctrl-D ends)");
-    add_model_options(cmd, o->model, false);
-    cmd->add_option("--system", o->system, "System message");
-    cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply")->capture_default_str();
+    CLI::App* cmd =
+        app.add_subcommand("chat", "Chat with a model in the terminal (one line per turn; Ctrl-D ends)");
+    add_model_options(cmd, o->model, Command::chat, false);
+    cmd->add_option("--system,--system-prompt", o->system, "System message (-sys)");
+    cmd->add_option("-n,--n-predict,--predict", o->n_predict,
+                    "Most tokens per reply (-1: until the end of the turn)")
+        ->capture_default_str();
     cmd->add_flag("--no-think", o->no_think, "Thinking off (enable_thinking=false)");
-    cmd->add_option("--ids-out", o->ids_out,
-                    "Write the prompt's and the generated token ids to this file (two comma-separated lines)");
+    cmd->add_option(
+        "--ids-out", o->ids_out,
+        "Write the prompt's and the generated token ids to this file (two comma-separated lines)");
     add_sampling_options(cmd, o->sampling);
     cmd->callback([o] {
         o->model.path = resolve_model_path(o->model.path);
+        check_n_predict(o->n_predict);
+        if (!o->ids_out.empty()) check_writable("--ids-out", o->ids_out);
+        resolve_seed(o->sampling);
         LoadedModel m = load(o->model);
         const std::string tmpl = chat_template_of(*m.tokenizer);
         const text::ChatOptions co = chat_options(*m.tokenizer, o->no_think);
-        const int64_t n_ctx = o->model.n_ctx > 0 ? o->model.n_ctx : std::min<int64_t>(m.model->hparams().n_ctx_train, 8192);
         ModelOptions mo = o->model;
-        mo.n_ctx = n_ctx;
+        mo.n_ctx = mo.context(m.model->hparams(), kDefaultContext);
+        const int64_t n_reply = o->n_predict < 0 ? std::numeric_limits<int64_t>::max() : o->n_predict;
         engine::Generator gen(*m.model, *m.tokenizer, state_options(mo, m.model->hparams(), 1), o->sampling);
         std::vector<text::ChatMessage> msgs;
         if (!o->system.empty()) msgs.push_back(message("system", o->system));
@@ -161,7 +199,7 @@ void register_chat(CLI::App& app) {
             }
             engine::GenerationStats stats;
             const std::vector<int32_t> reply =
-                gen.generate(std::span(all).subspan(common), o->n_predict, stream_to_stdout, &stats);
+                gen.generate(std::span(all).subspan(common), n_reply, stream_to_stdout, &stats);
             std::vector<int32_t> text_ids(reply);
             if (!text_ids.empty() && m.tokenizer->is_end_of_generation(text_ids.back())) text_ids.pop_back();
             text::DecodeOptions lossy;

@@ -55,13 +55,13 @@ void wait_for_signal_then_stop(sigset_t set) {
 void register_serve(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
     CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
-    add_model_options(cmd, o->model, false);
+    add_model_options(cmd, o->model, Command::serve, false);
     cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
     cmd->add_option("--port", o->port, "Port to listen on (0: any free one, printed)")->capture_default_str();
     cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every API request");
     cmd->add_option("-a,--alias", o->alias, "The model's name in the API (default: the file name)");
     cmd->add_option(
-           "-n,--n-predict", o->n_predict,
+           "-n,--n-predict,--predict", o->n_predict,
            "Most tokens per answer when a request gives no max_tokens (-1: until the context is full)")
         ->capture_default_str();
     cmd->add_flag("--no-think", o->no_think, "Chat template with thinking off unless a request asks for it");
@@ -86,10 +86,15 @@ void register_serve(CLI::App& app) {
         if (o->n_predict < -1 || o->n_predict == 0) fail("-n {}: at least 1, or -1", o->n_predict);
         if (o->reasoning_format != "deepseek" && o->reasoning_format != "none")
             fail("--reasoning-format {}: expected deepseek or none", o->reasoning_format);
+        if (o->port < 0 || o->port > 65535) fail("--port {}: expected 0 to 65535", o->port);
+        // A request without a seed draws a new one (the same default seed would give the same answer
+        // to the same question every time).
+        if (o->sampling.seed == engine::kRandomSeed)
+            log::debug("sampling seed: a random one per request (-s N fixes it)");
         LoadedModel m = load(o->model);
         // The context of the one sequence slot: -c, else 8192 or the trained context if smaller (what
         // load planned the GPU placement for).
-        if (o->model.n_ctx <= 0) o->model.n_ctx = std::min<int64_t>(8192, m.model->hparams().n_ctx_train);
+        o->model.n_ctx = o->model.context(m.model->hparams(), kDefaultContext);
 
         server::ServerOptions so;
         so.host = o->host;

@@ -5,23 +5,37 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/units.h"
+#include "place/flags.h"
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <optional>
 
 namespace mox::cli {
 
-void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
+void add_model_options(CLI::App* cmd, ModelOptions& o, Command which, bool model_required) {
     auto* m = cmd->add_option("-m,--model", o.path, "GGUF model file (first shard of a split model)");
     if (model_required) m->required();
-    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: one per physical core)");
-    cmd->add_option("--isa", o.isa, "CPU kernel tier: auto, avx512, avx2, scalar (the reference path)")->capture_default_str();
-    cmd->add_flag("--no-pin", o.no_pin, "Do not pin worker threads to cores");
-    cmd->add_option("--device", o.device, "Where the model runs: cpu or cuda (every weight on the first GPU)")
+    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: one per physical core)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--isa", o.isa, "CPU kernel tier: auto, avx512, avx2, scalar (the reference path)")
         ->capture_default_str();
-    cmd->add_option("--n-gpu-layers", o.n_gpu_layers,
-                    "Layers on the GPU (-ngl, as llama.cpp): 0 = CPU, all layers (or -1, 99...) = --device cuda");
-    cmd->add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (default: what the job needs)");
+    cmd->add_flag("--no-pin", o.no_pin, "Do not pin worker threads to cores");
+    cmd->add_option("--device", o.device,
+                    "Where the model runs: cpu or cuda (also llama.cpp's CUDA0 and none)")
+        ->capture_default_str();
+    cmd->add_option(
+        "--n-gpu-layers,--gpu-layers", o.n_gpu_layers,
+        "-ngl: 0 = the CPU; all, -1 or more than the layers = the GPU; auto (default) = the GPU in a "
+        "CUDA build with the planner's placement, else the CPU");
+    cmd->add_option(
+           "-c,--ctx-size", o.n_ctx,
+           "Context size in tokens; 0: the model's trained context (default: run, what the prompt and -n "
+           "need; chat and serve, 8192; logits and perplexity, the tokens scored)")
+        ->check(CLI::NonNegativeNumber);
     add_placement_options(cmd, o.placement);
     cmd->add_option(
            "--cache-type-k", o.cache_type_k,
@@ -30,31 +44,55 @@ void add_model_options(CLI::App* cmd, ModelOptions& o, bool model_required) {
         ->capture_default_str();
     cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V (-ctv): as -ctk")
         ->capture_default_str();
+    add_llama_flags(cmd, which);
+}
+
+int64_t ModelOptions::context(const models::Hparams& hp, int64_t fallback) const {
+    if (n_ctx < -1) fail("-c {}: expected a number of tokens, or 0 for the model's trained context", n_ctx);
+    if (n_ctx == 0) return hp.n_ctx_train;
+    if (n_ctx > 0) return n_ctx;
+    return std::min<int64_t>(fallback, hp.n_ctx_train);
 }
 
 quant::Isa ModelOptions::cpu_isa() const {
-    if (isa == "auto") return quant::host_isa();
-    const auto want = quant::isa_from_name(isa);
-    if (!want) fail("--isa {}: expected auto, avx512, avx2 or scalar", isa);
-    if (*want > quant::host_isa())
-        fail("--isa {}: this CPU supports up to {}", isa, quant::isa_name(quant::host_isa()));
-    return *want;
+    return cpu_isa_from_flag(isa);
 }
 
 models::Device ModelOptions::resolve_device(int64_t n_layer) const {
+    (void)n_layer;  // -ngl counts past the layers mean all of them: the GPU either way
+    if (!placement.vram_budget.empty()) placement.vram_budget_bytes();  // a bad size fails on any build
+    std::string dev = device;
+    std::transform(dev.begin(), dev.end(), dev.begin(), [](unsigned char c) { return std::tolower(c); });
     models::Device d;
-    if (device == "cpu") d = models::Device::cpu;
-    else if (device == "cuda" || device == "gpu") d = models::Device::cuda;
-    else fail("--device {}: expected cpu or cuda", device);
+    if (dev == "cpu" || dev == "none")
+        d = models::Device::cpu;
+    else if (dev == "cuda" || dev == "gpu" || dev == "cuda0")
+        d = models::Device::cuda;
+    else
+        fail("--device {}: expected cpu or cuda (one GPU: CUDA0)", device);
     const bool placed = placement.any_rule() || !placement.vram_budget.empty();
-    if (n_gpu_layers == -2) return placed ? models::Device::cuda : d;
-    if (n_gpu_layers < -1) fail("-ngl {}: expected -1 (all) or a layer count", n_gpu_layers);
-    if (n_gpu_layers == 0) {
-        if (device != "cpu") fail("-ngl 0 and --device {} disagree", device);
-        if (placed) fail("-ngl 0 runs on the CPU: placement flags (-ot, --n-cpu-moe, --vram-budget...) need the GPU");
+    // -ngl auto: the GPU with the planner's placement; not given: --device (cpu unless said).
+    const bool ngl_count = !n_gpu_layers.empty() && n_gpu_layers != "auto";
+    const int64_t ngl = ngl_count ? place::parse_n_gpu_layers(n_gpu_layers) : -1;
+    if (ngl == 0) {
+        if (d != models::Device::cpu) fail("-ngl 0 and --device {} disagree", device);
+        if (placed)
+            fail("-ngl 0 runs on the CPU: placement flags (-ot, --n-cpu-moe, --vram-budget...) need the GPU");
         return models::Device::cpu;
     }
-    return models::Device::cuda;
+    const bool gpu = d == models::Device::cuda || !n_gpu_layers.empty() || placed;
+#ifndef MOX_HAVE_CUDA
+    // As llama.cpp without a GPU backend: GPU layers and placement are a note and the model runs on
+    // the CPU; asking for the GPU by name is an error.
+    if (d == models::Device::cuda) fail("--device {}: {}", device, no_cuda_reason());
+    if (gpu)
+        note(fmt::format("{}: {}; the model runs on the CPU",
+                         n_gpu_layers.empty() ? std::string("placement flags") : "-ngl " + n_gpu_layers,
+                         no_cuda_reason()));
+    return models::Device::cpu;
+#else
+    return gpu ? models::Device::cuda : models::Device::cpu;
+#endif
 }
 
 namespace {
@@ -80,12 +118,13 @@ std::unique_ptr<models::Model> ModelOptions::load(const gguf::File& file) {
     std::optional<quant::TypeId> k = kv_type(cache_type_k), v = kv_type(cache_type_v);
     models::GpuOptions g;
     if (d == models::Device::cuda) {
-        // The context planned for: -c, else 8192 (mox chat's default; a job that needs more says so
-        // and asks for -c).
+        // The context planned for: -c, else 8192 (chat's and serve's default; a job that needs more
+        // says so and asks for -c).
         const models::Hparams hp = models::read_hparams(file);
-        const int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(8192, hp.n_ctx_train);
-        // -ngl not given with --device cuda: all of it (llama.cpp's -ngl all), then the plan.
-        g = gpu_options(file, placement, n_gpu_layers == -2 ? -1 : n_gpu_layers, ctx, k, v);
+        const int64_t ctx = context(hp, kDefaultContext);
+        // -ngl not given or auto with --device cuda: all of it (llama.cpp's -ngl all), then the plan.
+        const bool count = !n_gpu_layers.empty() && n_gpu_layers != "auto";
+        g = gpu_options(file, placement, count ? place::parse_n_gpu_layers(n_gpu_layers) : -1, ctx, k, v);
     } else if (!k || !v) {
         // Host RAM is not what a quantized cache saves on the CPU path: keep the exact one.
         log::info("-ctk/-ctv auto on the CPU: f16");
@@ -105,9 +144,9 @@ models::StateOptions state_options(const ModelOptions& o, const models::Hparams&
     };
     so.k_type = type(o.cache_type_k);
     so.v_type = type(o.cache_type_v);
-    if (o.n_ctx > 0) {
-        if (n_needed > o.n_ctx) fail("{} tokens do not fit the context size {} (-c)", n_needed, o.n_ctx);
-        so.n_ctx = o.n_ctx;
+    if (o.n_ctx >= 0) {
+        so.n_ctx = o.context(hp, 0);
+        if (n_needed > so.n_ctx) fail("{} tokens do not fit the context size {} (-c)", n_needed, so.n_ctx);
     } else {
         if (n_needed > hp.n_ctx_train)
             fail("{} tokens exceed the model's trained context {}", n_needed, hp.n_ctx_train);

@@ -1,6 +1,7 @@
 #include "loaded_model.h"
 
 #include "core/error.h"
+#include "core/log.h"
 #include "text/vocab_io.h"
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 
 #include <unistd.h>
 #include <cstdlib>
+#include <random>
 
 #ifndef MOX_DEFAULT_MODEL
 #define MOX_DEFAULT_MODEL ""
@@ -16,18 +18,38 @@
 namespace mox::cli {
 
 void add_sampling_options(CLI::App* cmd, engine::SamplerParams& s) {
-    s.seed = 42;
+    s.seed = engine::kRandomSeed;
     cmd->add_option("--temp", s.temperature, "Temperature (0 = greedy)")->capture_default_str();
-    cmd->add_option("--top-k", s.top_k, "Top-k (0 = off)")->capture_default_str();
-    cmd->add_option("--top-p", s.top_p, "Top-p (1 = off)")->capture_default_str();
-    cmd->add_option("--min-p", s.min_p, "Min-p (0 = off)")->capture_default_str();
+    cmd->add_option("--top-k", s.top_k, "Top-k (0 = off)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-p", s.top_p, "Top-p (1 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--min-p", s.min_p, "Min-p (0 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty (1 = off)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--repeat-last-n", s.penalty_last_n, "Tokens the penalties look back (-1 = all)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 1 << 30));
     cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty")->capture_default_str();
     cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty")->capture_default_str();
-    cmd->add_option("-s,--seed", s.seed, "Sampling seed; same seed, same tokens")->capture_default_str();
+    cmd->add_option_function<int64_t>(
+        "-s,--seed",
+        [&s](int64_t v) {
+            s.seed = v < 0 || v == 0xFFFFFFFF ? engine::kRandomSeed : static_cast<uint64_t>(v);
+        },
+        "Sampling seed; the same seed gives the same tokens (default or -1: random, printed with -v)");
+}
+
+void resolve_seed(engine::SamplerParams& s) {
+    if (s.seed != engine::kRandomSeed) return;
+    std::random_device rd;
+    s.seed = rd() & 0x7FFFFFFF;  // short enough to type back with -s
+    log::debug("sampling seed {} (-s {} repeats this run)", s.seed, s.seed);
 }
 
 std::string resolve_model_path(const std::string& given) {

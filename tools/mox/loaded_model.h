@@ -17,8 +17,10 @@ class App;
 
 namespace mox::cli {
 
-// --temp, --top-k, --top-p, --min-p, the penalties and -s (seed 42 by default: reproducible runs).
+// --temp, --top-k, --top-p, --min-p, the penalties and -s (a random seed unless given).
 void add_sampling_options(CLI::App* cmd, engine::SamplerParams& s);
+// A random seed drawn now and printed with -v, so a run can be repeated with -s.
+void resolve_seed(engine::SamplerParams& s);
 
 // The model every command falls back to: the small MoE trained for mox (assets/mox-tiny), or
 // $MOX_DEFAULT_MODEL.

@@ -1,32 +1,65 @@
 // mox: one executable, subcommands (run, inspect, synth, ...).
+#include "command_line.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tuning.h"
+#include "did_you_mean.h"
+#include "version.h"
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
-#include <cstring>
-#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
 
 namespace {
 
-// llama.cpp spells some long options with one dash (-ctk, -ngl, ...); CLI11 reserves single-dash
-// names for one letter, so they are rewritten to their long form before parsing.
-std::vector<std::string> expand_llama_style_options(int argc, char** argv) {
-    static const std::pair<const char*, const char*> kAliases[] = {
-        {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ngl", "--n-gpu-layers"},
-        {"-ncmoe", "--n-cpu-moe"},  {"-ub", "--ubatch-size"},   {"-fa", "--flash-attn"},
-        {"-ot", "--override-tensor"}, {"-pg", "--pg"}, {"-oe", "--output-err"}};
-    std::vector<std::string> args(argv, argv + argc);
-    for (size_t i = 1; i < args.size(); ++i)
-        for (const auto& [short_name, long_name] : kAliases)
-            if (args[i] == short_name) args[i] = long_name;
-    return args;
+// llama.cpp's rule for an option given twice: the last one counts (CLI11 would refuse it).
+void last_value_wins(CLI::App& app) {
+    for (CLI::App* cmd : app.get_subcommands([](const CLI::App*) { return true; }))
+        for (CLI::Option* o : cmd->get_options())
+            if (o->get_items_expected_max() <= 1 &&
+                o->get_multi_option_policy() == CLI::MultiOptionPolicy::Throw)
+                o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+// `mox help [COMMAND]`: the same text as --help.
+void register_help(CLI::App& app) {
+    auto command = std::make_shared<std::string>();
+    CLI::App* cmd = app.add_subcommand("help", "Show the commands, or one command's options");
+    cmd->add_option("command", *command, "A command whose options to show");
+    cmd->callback([&app, command] {
+        if (command->empty()) {
+            fmt::print("{}", app.help());
+            return;
+        }
+        for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; }))
+            if (c->get_name() == *command) {
+                fmt::print("{}", c->help());
+                return;
+            }
+        std::vector<std::string> names;
+        for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; }))
+            names.push_back(c->get_name());
+        mox::fail("unknown command '{}'{}", *command, mox::cli::did_you_mean(*command, names));
+    });
+}
+
+void register_version(CLI::App& app) {
+    app.add_subcommand("version", "Print the version and the commit mox was built from")->callback([] {
+        fmt::print("{}\n", mox::cli::version_text());
+    });
+}
+
+// A CLI11 parse error as one line (its messages may span lines).
+std::string one_line(std::string text) {
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    return text;
 }
 
 }  // namespace
@@ -39,9 +72,12 @@ int main(int argc, char** argv) {
     // ~460 MiB on the H200 (bench/results/2026-11-30-cublas-projections-h200), VRAM a small card needs
     // for experts.
     CLI::App app{"mox: Mixture-of-Experts inference that plans its own GPU/CPU placement"};
-    app.require_subcommand(1);
-    bool verbose = false;
-    app.add_flag("-v,--verbose", verbose, "Debug logging");
+    app.footer(
+        "'mox help COMMAND' shows a command's options. llama.cpp's spellings work (-ngl, -ctk, -fa...).");
+    app.fallthrough();  // -v also after the command, as llama.cpp users put it
+    bool verbose = false, version = false;
+    app.add_flag("-v,--verbose", verbose, "Debug logging (prints the sampling seed, the plan's details...)");
+    app.add_flag("--version", version, "Print the version and the commit mox was built from");
     app.parse_complete_callback([&] {
         if (verbose) mox::log::set_level(mox::log::Level::debug);
         mox::tuning();  // a bad MOX_* tuning value is an error before any command runs (core/tuning.h)
@@ -58,13 +94,28 @@ int main(int argc, char** argv) {
     mox::cli::register_plan(app);
     mox::cli::register_calibrate(app);
     mox::cli::register_serve(app);
+    register_help(app);
+    register_version(app);
+    last_value_wins(app);
     try {
-        std::vector<std::string> args = expand_llama_style_options(argc, argv);
+        std::vector<std::string> args =
+            mox::cli::prepare_command_line(app, std::vector<std::string>(argv + 1, argv + argc));
+        args.insert(args.begin(), argv[0]);
         std::vector<char*> ptrs;
         for (auto& a : args) ptrs.push_back(a.data());
         app.parse(static_cast<int>(ptrs.size()), ptrs.data());
-    } catch (const CLI::ParseError& e) {
+        if (version) {
+            fmt::print("{}\n", mox::cli::version_text());
+        } else if (app.get_subcommands().empty()) {
+            fmt::print("{}", app.help());
+        }
+    } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "mox: error: %s\n", one_line(e.what()).c_str());
+        return 1;
     } catch (const mox::Error& e) {
         std::fprintf(stderr, "mox: error: %s\n", e.what());
         return 1;

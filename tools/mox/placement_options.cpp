@@ -1,9 +1,11 @@
 #include "placement_options.h"
 
+#include "flag_values.h"
+
 #include "core/error.h"
+#include "core/log.h"
 #include "core/units.h"
 #include "models/hparams.h"
-#include "core/log.h"
 #include "place/execute.h"
 #include "plan/auto_plan.h"
 
@@ -15,8 +17,9 @@ namespace mox::cli {
 
 void add_rule_options(CLI::App* cmd, PlacementOptions& o) {
     o.cmd = cmd;
-    o.ot = cmd->add_option("--override-tensor", o.override_tensor,
-                           "-ot REGEX=DEVICE[,...]: DEVICE CPU, CUDA0 or gpu/pinned_host/mmap_host; first match wins")
+    o.ot = cmd->add_option(
+                  "--override-tensor", o.override_tensor,
+                  "-ot REGEX=DEVICE[,...]: DEVICE CPU, CUDA0 or gpu/pinned_host/mmap_host; first match wins")
                ->allow_extra_args(false);
     o.ncmoe = cmd->add_option("--n-cpu-moe", o.n_cpu_moe, "Keep the experts of the first N layers on the CPU")
                   ->allow_extra_args(false);
@@ -30,20 +33,24 @@ void add_placement_options(CLI::App* cmd, PlacementOptions& o) {
     add_rule_options(cmd, o);
     cmd->add_option("--vram-budget", o.vram_budget,
                     "Never allocate more GPU memory than this (e.g. 16GiB), CUDA context included");
-    cmd->add_option("--plan", o.plan,
-                    "auto: the planner places the experts for the VRAM budget (the flags above constrain it); "
-                    "manual: the flags alone")
+    cmd->add_option(
+           "--plan", o.plan,
+           "auto: the planner places the experts for the VRAM budget (the flags above constrain it); "
+           "manual: the flags alone")
         ->capture_default_str();
-    cmd->add_option("--profile", o.profile, "Hardware profile for --plan auto (default: `mox calibrate`'s cache)");
-    cmd->add_option("--ubatch-size", o.n_ubatch, "Tokens per prefill micro-batch on the GPU (-ub; default: planned, "
-                                                 "512 with --plan manual)");
-    cmd->add_option("--stream-min-tokens", o.stream_min_tokens,
-                    "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU; "
-                    "smaller ones (and decode) compute them on the CPU (default: planned, 32 with --plan manual)");
+    cmd->add_option("--profile", o.profile,
+                    "Hardware profile for --plan auto (default: `mox calibrate`'s cache)");
+    cmd->add_option("--ubatch-size", o.n_ubatch,
+                    "Tokens per prefill micro-batch on the GPU (-ub; default: planned, "
+                    "512 with --plan manual)");
+    cmd->add_option(
+        "--stream-min-tokens", o.stream_min_tokens,
+        "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU; "
+        "smaller ones (and decode) compute them on the CPU (default: planned, 32 with --plan manual)");
 }
 
 uint64_t PlacementOptions::vram_budget_bytes() const {
-    return vram_budget.empty() ? 0 : parse_size(vram_budget);
+    return vram_budget.empty() ? 0 : parse_size_flag("--vram-budget", vram_budget);
 }
 
 std::vector<place::OverrideRule> PlacementOptions::rules(int64_t n_layer) const {
@@ -54,10 +61,14 @@ std::vector<place::OverrideRule> PlacementOptions::rules(int64_t n_layer) const 
     };
     for (const CLI::Option* opt : cmd->parse_order()) {
         const size_t k = seen[opt]++;
-        if (opt == ot) append(place::parse_override_tensor(override_tensor.at(k)));
-        else if (opt == ncmoe) append(place::n_cpu_moe_rules(n_cpu_moe.at(k), n_layer));
-        else if (opt == cmoe && k == 0) out.push_back(place::cpu_moe_rule());
-        else if (opt == layers) append(place::moe_cpu_layers_rules(moe_cpu_layers.at(k), n_layer));
+        if (opt == ot)
+            append(place::parse_override_tensor(override_tensor.at(k)));
+        else if (opt == ncmoe)
+            append(place::n_cpu_moe_rules(n_cpu_moe.at(k), n_layer));
+        else if (opt == cmoe && k == 0)
+            out.push_back(place::cpu_moe_rule());
+        else if (opt == layers)
+            append(place::moe_cpu_layers_rules(moe_cpu_layers.at(k), n_layer));
     }
     return out;
 }
@@ -67,7 +78,7 @@ models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o
                                std::optional<quant::TypeId>& v_type) {
 #ifndef MOX_HAVE_CUDA
     // Nothing to plan for (and no calibration to run): say so before anything else.
-    fail("this mox was built without CUDA: rebuild with -DMOX_CUDA=ON to run on the GPU");
+    fail("{}", no_cuda_reason());
 #endif
     const models::Hparams hp = models::read_hparams(file);
     place::PlacementFlags flags;

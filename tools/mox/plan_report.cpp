@@ -184,12 +184,30 @@ void print_plan_result(const std::string& model, const std::string& profile_path
     if (!r.host_layers.empty())
         flags = fmt::format("--moe-cpu-layers {} {}", layer_list(r.host_layers), flags);
     fmt::print("    as manual flags: {}\n", flags);
+    if (!r.speed.cpu_only) {
+        const NCpuMoe n = nearest_n_cpu_moe(r.host_layers);
+        const std::string kv = fmt::format("-c {} -ctk {} -ctv {} -ub {}", r.cache.n_ctx,
+                                           lower(quant::type_name(r.cache.k_type)),
+                                           lower(quant::type_name(r.cache.v_type)), r.run.n_ubatch);
+        fmt::print(
+            "    nearest llama.cpp flags: -ngl 99 --n-cpu-moe {} {}  ({})\n", n.n, kv,
+            n.exact ? "the same placement"
+                    : fmt::format("as many layers' experts on the host, but the first {}; the plan keeps {}",
+                                  n.n, layer_list(r.host_layers)));
+    }
     if (!r.notes.empty()) {
         fmt::print("  notes:\n");
         for (const std::string& n : r.notes) fmt::print("    - {}\n", n);
     }
     if (!profile.measured)
         fmt::print("  NOTE: the profile is hand-written, not measured: the speeds are what-if numbers\n");
+}
+
+NCpuMoe nearest_n_cpu_moe(const std::vector<int64_t>& host_layers) {
+    NCpuMoe out{.n = static_cast<int64_t>(host_layers.size()), .exact = true};
+    for (size_t i = 0; i < host_layers.size(); ++i)
+        if (host_layers[i] != static_cast<int64_t>(i)) out.exact = false;
+    return out;
 }
 
 nlohmann::json plan_result_json(const std::string& model, const std::string& profile_path,
@@ -232,6 +250,9 @@ nlohmann::json plan_result_json(const std::string& model, const std::string& pro
     plan["decode_half"] = decode_json(r.speed.decode_half);
     plan["prefill"] = prefill_json(r.speed.prefill);
     plan["cpu_only"] = r.speed.cpu_only;
+    const NCpuMoe n = nearest_n_cpu_moe(r.host_layers);
+    plan["n_cpu_moe"] = n.n;  // llama.cpp's nearest --n-cpu-moe
+    plan["n_cpu_moe_exact"] = n.exact;
     j["plan"] = std::move(plan);
     j["table"] = nlohmann::json::array();
     for (const plan::PlanCandidate& c : r.table)

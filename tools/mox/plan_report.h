@@ -19,6 +19,14 @@ std::string layer_list(const std::vector<int64_t>& layers);
 // "gpu", "pinned", "mmap": a tier in a table cell.
 const char* short_tier(place::Tier t);
 
+// llama.cpp's nearest flag for a plan: --n-cpu-moe N keeps the experts of the first N layers on the
+// host, so N is the number of host layers; exact when those are layers 0..N-1.
+struct NCpuMoe {
+    int64_t n = 0;
+    bool exact = true;
+};
+NCpuMoe nearest_n_cpu_moe(const std::vector<int64_t>& host_layers);
+
 void print_plan_result(const std::string& model, const std::string& profile_path,
                        const plan::HardwareProfile& profile, const plan::PlanResult& r);
 
