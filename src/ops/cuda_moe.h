@@ -43,12 +43,21 @@ struct MoeDecodeShared {
     const float* gate_logit = nullptr;
 };
 
+// Which kernels moe_gate_up, moe_route_gate_up and moe_down run. by_shape (what the model uses):
+// a projection whose rows have 4096 or more inputs (Mixtral's and Phi-3.5-MoE's gate/up and down)
+// takes the wide kernels, narrower ones (Qwen3.6's 2048 -> 512) the kernels tuned there. narrow and
+// wide force one, for the tests and the benchmark that compare them; the wide kernels exist for the
+// quantized types except the grid i-quants (IQ2_*, IQ3_*, IQ1_*), and forcing them on another type,
+// or where their shared memory does not fit, is an error. Both are deterministic; they sum in
+// different orders, so their results differ in the last bits.
+enum class MoeDecodePath { by_shape, narrow, wide };
+
 // h[i, :] = silu(gate_e x) * up_e x for i < k, e = ids[i]. gate/up: {n_embd, n_ff, n_expert} stacks
 // of one type; x [n_embd]; h [k, n_ff]. With `shared`, h holds k * n_ff + n_ff_s floats: the shared
 // expert's silu(gate_s x) * up_s x follows the routed rows, at h + k * n_ff.
 void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* ids, int64_t k,
                  const float* x, float* h, StreamHandle stream = nullptr,
-                 const MoeDecodeShared* shared = nullptr);
+                 const MoeDecodeShared* shared = nullptr, MoeDecodePath path = MoeDecodePath::by_shape);
 
 // route_softmax_topk (one token, logits [n_expert], n_expert = gate.n_expert) fused into
 // moe_gate_up: every block of the launch routes for itself (one warp, while the others stage x), so
@@ -56,14 +65,16 @@ void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* 
 // moe_down. Same ids and weights as route_softmax_topk, same h as moe_gate_up.
 void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, float* weights,
                        const ops::Weight& gate, const ops::Weight& up, int64_t k, const float* x, float* h,
-                       StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr);
+                       StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr,
+                       MoeDecodePath path = MoeDecodePath::by_shape);
 
 // out[:] = sum_i weights[i] * down_e h[i, :], e = ids[i] (overwrites out), plus, with `shared`,
 // sigmoid(*shared->gate_logit) * down_s(h + k * n_ff) (h as moe_gate_up left it). down: {n_ff,
 // n_embd, n_expert}; h [k, n_ff]; out [n_embd]. Each output row is one warp's fixed set of partial
 // sums reduced by a fixed shuffle tree: no atomics, the same bits on every run.
 void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights, int64_t k, const float* h,
-              float* out, StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr);
+              float* out, StreamHandle stream = nullptr, const MoeDecodeShared* shared = nullptr,
+              MoeDecodePath path = MoeDecodePath::by_shape);
 
 // Routed experts for a batch of n_tokens tokens (prefill), grouped by expert so each selected
 // expert's weights are read once per batch, on the tensor cores:
@@ -73,7 +84,8 @@ void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights,
 // moe_batch_workspace_bytes(...) bytes. Tolerance: fp16 operand rounding (about 1e-3 relative);
 // precise = true carries both operands as two fp16 parts (three MMAs per product): about 1e-5
 // relative at 2-3x the time.
-size_t moe_batch_workspace_bytes(const ops::Weight& gate, const ops::Weight& down, int64_t n_tokens, int64_t k);
+size_t moe_batch_workspace_bytes(const ops::Weight& gate, const ops::Weight& down, int64_t n_tokens,
+                                 int64_t k);
 void moe_batch(const ops::Weight& gate, const ops::Weight& up, const ops::Weight& down, const int32_t* ids,
                const float* weights, int64_t n_tokens, int64_t k, const float* x, float* out, void* workspace,
                StreamHandle stream = nullptr, bool precise = false);

@@ -125,9 +125,23 @@ TEST(CudaMoe, RouterTiesGoToLowerId) {
     for (float w : test::to_host<float>(weights, 4)) EXPECT_NEAR(w, 0.25f, 1e-6f);
 }
 
-// Router -> gate/up -> down on the device, no host round trip in between, against the reference.
-void check_moe(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_ff, int64_t n_expert,
-               int64_t k, uint32_t seed) {
+// The kernels each launch runs (ops/cuda_moe.h): by shape as in the model, or forced.
+struct Paths {
+    MoeDecodePath gate_up = MoeDecodePath::by_shape;
+    MoeDecodePath down = MoeDecodePath::by_shape;
+};
+constexpr Paths kWide{MoeDecodePath::wide, MoeDecodePath::wide};
+constexpr Paths kNarrow{MoeDecodePath::narrow, MoeDecodePath::narrow};
+
+const char* path_name(MoeDecodePath p) {
+    return p == MoeDecodePath::wide ? "wide" : p == MoeDecodePath::narrow ? "narrow" : "by shape";
+}
+
+// Router -> gate/up -> down on the device, no host round trip in between, against the reference,
+// once per entry of `paths` on the same weights; returns each run's out.
+std::vector<std::vector<float>> check_moe(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_ff,
+                                          int64_t n_expert, int64_t k, uint32_t seed,
+                                          const std::vector<Paths>& paths = {Paths{}}) {
     SCOPED_TRACE(fmt::format("gate/up {} down {} n_embd={} n_ff={} experts={} k={}",
                              quant::type_name(gate_up_type), quant::type_name(down_type), n_embd, n_ff,
                              n_expert, k));
@@ -139,6 +153,10 @@ void check_moe(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_
 
     ops::Routing routing;
     ops::route_softmax_topk(logits.data(), 1, n_expert, k, true, routing);
+    std::vector<RefSlot> slots;
+    for (int64_t i = 0; i < k; ++i)
+        slots.push_back({&gate.w, &up.w, &down.w, routing.ids[static_cast<size_t>(i)],
+                         routing.weights[static_cast<size_t>(i)]});
 
     Stream stream;
     const StreamHandle st = stream.handle();
@@ -153,20 +171,27 @@ void check_moe(TypeId gate_up_type, TypeId down_type, int64_t n_embd, int64_t n_
     auto* d_out = arena.alloc<float>(static_cast<size_t>(n_embd));
     copy_to_device(d_logits, logits.data(), logits.size() * 4, st);
     copy_to_device(d_x, x.data(), x.size() * 4, st);
-    route_softmax_topk(d_logits, 1, n_expert, k, true, d_ids, d_w, st);
-    moe_gate_up(dg.view, du.view, d_ids, k, d_x, d_h, st);
-    moe_down(dd.view, d_ids, d_w, k, d_h, d_out, st);
-    std::vector<float> got(static_cast<size_t>(n_embd)), got_h(static_cast<size_t>(k * n_ff));
-    std::vector<int32_t> got_ids(static_cast<size_t>(k));
-    copy_to_host(got.data(), d_out, got.size() * 4, st);
-    copy_to_host(got_h.data(), d_h, got_h.size() * 4, st);
-    copy_to_host(got_ids.data(), d_ids, got_ids.size() * 4, st);
-    EXPECT_EQ(got_ids, routing.ids);
-    std::vector<RefSlot> slots;
-    for (int64_t i = 0; i < k; ++i)
-        slots.push_back({&gate.w, &up.w, &down.w, routing.ids[static_cast<size_t>(i)],
-                         routing.weights[static_cast<size_t>(i)]});
-    check_moe_reference(slots, x, got_h, got);
+    std::vector<std::vector<float>> outs;
+    for (const Paths& p : paths) {
+        SCOPED_TRACE(fmt::format("paths {}/{}", path_name(p.gate_up), path_name(p.down)));
+        // Poisoned h and out: an element the kernels leave unwritten shows as NaN.
+        const std::vector<float> nan(static_cast<size_t>(k * n_ff + n_embd),
+                                     std::numeric_limits<float>::quiet_NaN());
+        copy_to_device(d_h, nan.data(), static_cast<size_t>(k * n_ff) * 4, st);
+        copy_to_device(d_out, nan.data(), static_cast<size_t>(n_embd) * 4, st);
+        route_softmax_topk(d_logits, 1, n_expert, k, true, d_ids, d_w, st);
+        moe_gate_up(dg.view, du.view, d_ids, k, d_x, d_h, st, nullptr, p.gate_up);
+        moe_down(dd.view, d_ids, d_w, k, d_h, d_out, st, nullptr, p.down);
+        std::vector<float> got(static_cast<size_t>(n_embd)), got_h(static_cast<size_t>(k * n_ff));
+        std::vector<int32_t> got_ids(static_cast<size_t>(k));
+        copy_to_host(got.data(), d_out, got.size() * 4, st);
+        copy_to_host(got_h.data(), d_h, got_h.size() * 4, st);
+        copy_to_host(got_ids.data(), d_ids, got_ids.size() * 4, st);
+        EXPECT_EQ(got_ids, routing.ids);
+        check_moe_reference(slots, x, got_h, got);
+        outs.push_back(std::move(got));
+    }
+    return outs;
 }
 
 TEST(CudaMoe, DecodeMatchesCpuMoeFfn) {
@@ -182,7 +207,8 @@ TEST(CudaMoe, DecodeMatchesCpuMoeFfn) {
     check_moe(TypeId::iq1_m, TypeId::iq2_s, 512, 512, 12, 3, 80);
     check_moe(TypeId::q4_1, TypeId::q5_0, 256, 96, 6, 2, 90);
     check_moe(TypeId::q4_k, TypeId::q4_k, 2048, 512, 24, 8, 70);  // Qwen3.6-35B-A3B row sizes
-    check_moe(TypeId::q4_k, TypeId::q6_k, 4096, 256, 20, 5, 80);  // two passes of the gate/up lanes
+    check_moe(TypeId::q4_k, TypeId::q6_k, 4096, 256, 20, 5, 80,
+              {kNarrow});  // two passes of the gate/up lanes
 }
 
 TEST(CudaMoe, RouterLogitsStride) {
@@ -218,11 +244,13 @@ struct SharedCase {
 // Router (logits row with the shared gate logit appended) -> gate/up -> down with the shared
 // expert fused, all on the device; returns out [n_embd] and checks it against the CPU composition of
 // Model::moe: routed experts + the shared expert weighted by sigmoid(g . x).
-std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check, bool fused_route = false) {
-    SCOPED_TRACE(
-        fmt::format("routed {}/{} shared {}/{} n_embd={} n_ff={} n_ff_s={} experts={} k={} fused route={}",
-                    quant::type_name(c.gate_up), quant::type_name(c.down), quant::type_name(c.sh_gate_up),
-                    quant::type_name(c.sh_down), c.n_embd, c.n_ff, c.n_ff_s, c.n_expert, c.k, fused_route));
+std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check, bool fused_route = false,
+                                  Paths paths = {}) {
+    SCOPED_TRACE(fmt::format(
+        "routed {}/{} shared {}/{} n_embd={} n_ff={} n_ff_s={} experts={} k={} fused route={} paths {}/{}",
+        quant::type_name(c.gate_up), quant::type_name(c.down), quant::type_name(c.sh_gate_up),
+        quant::type_name(c.sh_down), c.n_embd, c.n_ff, c.n_ff_s, c.n_expert, c.k, fused_route,
+        path_name(paths.gate_up), path_name(paths.down)));
     HostStack gate = make_stack(c.gate_up, c.n_embd, c.n_ff, c.n_expert, seed, 0.05f);
     HostStack up = make_stack(c.gate_up, c.n_embd, c.n_ff, c.n_expert, seed + 1, 0.05f);
     HostStack down = make_stack(c.down, c.n_ff, c.n_embd, c.n_expert, seed + 2, 0.05f);
@@ -264,12 +292,13 @@ std::vector<float> run_moe_shared(const SharedCase& c, uint32_t seed, bool check
     copy_to_device(d_ids, bad_ids.data(), bad_ids.size() * 4, st);
     copy_to_device(d_w, nan_out.data(), static_cast<size_t>(c.k) * 4, st);
     if (fused_route) {
-        moe_route_gate_up(d_logits, true, d_ids, d_w, dg.view, du.view, c.k, d_x, d_h, st, &shared);
+        moe_route_gate_up(d_logits, true, d_ids, d_w, dg.view, du.view, c.k, d_x, d_h, st, &shared,
+                          paths.gate_up);
     } else {
         route_softmax_topk(d_logits, 1, c.n_expert, c.k, true, d_ids, d_w, st, c.n_expert + 1);
-        moe_gate_up(dg.view, du.view, d_ids, c.k, d_x, d_h, st, &shared);
+        moe_gate_up(dg.view, du.view, d_ids, c.k, d_x, d_h, st, &shared, paths.gate_up);
     }
-    moe_down(dd.view, d_ids, d_w, c.k, d_h, d_out, st, &shared);
+    moe_down(dd.view, d_ids, d_w, c.k, d_h, d_out, st, &shared, paths.down);
     std::vector<float> got(static_cast<size_t>(c.n_embd));
     copy_to_host(got.data(), d_out, got.size() * 4, st);
     if (!check) return got;
@@ -332,6 +361,87 @@ TEST(CudaMoe, DecodeIsDeterministic) {
     for (bool fused_route : {false, true}) {
         const auto a = run_moe_shared(c, 200, false, fused_route);
         const auto b = run_moe_shared(c, 200, false, fused_route);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+        for (float v : a) ASSERT_TRUE(std::isfinite(v));
+    }
+}
+
+// ---- the wide kernels (Mixtral, Phi-3.5-MoE shapes), forced at small sizes. A piece is 32
+// segments of a row (K-quants: 4 super-blocks, 1024 values; 32-value blocks: 32 of them), so these
+// sizes give rows of several chunks with a shorter last one, rows that start at every alignment
+// (blocks of 17, 18, 22, 34, 84, 110, 210 bytes) and warps with several tasks each.
+
+TEST(CudaMoe, WideDecodeMatchesCpu) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    // int8 activations: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K.
+    check_moe(TypeId::q4_k, TypeId::q6_k, 1280, 2816, 6, 2, 400, {kWide});  // last chunks 1 and 3 of 4 blocks
+    check_moe(TypeId::q4_k, TypeId::q4_k, 2048, 1024, 8, 1, 410, {kWide});  // whole chunks, k = 1
+    check_moe(TypeId::q8_0, TypeId::q8_0, 1056, 1088, 10, 8, 420,
+              {kWide});                                                    // 1122- and 1156-byte rows, k = 8
+    check_moe(TypeId::q4_0, TypeId::q5_k, 1024, 768, 5, 2, 430, {kWide});  // down: one short chunk
+    check_moe(TypeId::q5_k, TypeId::q6_k, 768, 512, 4, 3, 440, {kWide});
+    // fp32 activations.
+    check_moe(TypeId::q2_k, TypeId::q3_k, 1280, 1280, 6, 2, 450, {kWide});
+    check_moe(TypeId::iq4_xs, TypeId::q4_1, 1024, 1056, 5, 2, 460, {kWide});
+    check_moe(TypeId::mxfp4, TypeId::iq4_nl, 1088, 1056, 4, 2, 470, {kWide});
+    check_moe(TypeId::q5_0, TypeId::q5_1, 1024, 1120, 4, 4, 480, {kWide});
+    // An odd n_ff (the last row pair is one row): wide gate/up, narrow F16 down (no wide kernel).
+    check_moe(TypeId::q4_k, TypeId::f16, 512, 97, 4, 2, 490, {{MoeDecodePath::wide, MoeDecodePath::narrow}});
+}
+
+TEST(CudaMoe, WideDecodeWithSharedExpertMatchesCpu) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    for (bool fused_route : {false, true}) {
+        // Shared expert of the routed types: one more slot of each launch.
+        run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q6_k, 1024, 1280, 1280, 16, 8}, 500,
+                       true, fused_route, kWide);
+        run_moe_shared({TypeId::q4_k, TypeId::q4_k, TypeId::q4_k, TypeId::q4_k, 1280, 1024, 1024, 8, 2}, 510,
+                       true, fused_route, kWide);
+        // Another type, another n_ff: second wide launches for the shared expert.
+        run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q8_0, TypeId::q8_0, 1024, 1280, 1280, 16, 8}, 520,
+                       true, fused_route, kWide);
+        run_moe_shared({TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q6_k, 1024, 1280, 768, 12, 1}, 530,
+                       true, fused_route, kWide);
+    }
+}
+
+TEST(CudaMoe, WideDecodeRefusesTypesWithoutIt) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    HostStack gate = make_stack(TypeId::f16, 256, 64, 4, 600, 0.05f);
+    Stream stream;
+    DeviceWeight dg = upload_weight(gate.w, stream.handle());
+    DeviceBuffer ids = test::to_device(std::vector<int32_t>{0, 1});
+    DeviceBuffer x(256 * 4), h(2 * 64 * 4);
+    EXPECT_THROW(moe_gate_up(dg.view, dg.view, ids.as<int32_t>(), 2, x.as<float>(), h.as<float>(),
+                             stream.handle(), nullptr, MoeDecodePath::wide),
+                 Error);
+}
+
+// By shape: the wide kernels from rows of 4096 values (Mixtral's and Phi-3.5-MoE's gate/up and
+// down, here with fewer experts; n_ff 4352 and 6400 end in a short chunk), the narrow ones below
+// (Qwen3.6's 2048 -> 512). Each is checked against the reference and equals the forced path's bits.
+TEST(CudaMoe, DecodePathByShape) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const auto same = [](const std::vector<std::vector<float>>& outs) {
+        ASSERT_EQ(outs.size(), 2u);
+        ASSERT_EQ(outs[0].size(), outs[1].size());
+        EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0);
+    };
+    same(check_moe(TypeId::q4_k, TypeId::q6_k, 4096, 4352, 3, 2, 700, {Paths{}, kWide}));
+    same(check_moe(TypeId::q4_k, TypeId::q4_k, 4096, 6400, 2, 2, 710, {Paths{}, kWide}));
+    same(check_moe(TypeId::q4_k, TypeId::q6_k, 2048, 512, 24, 8, 720, {Paths{}, kNarrow}));
+    // Wide gate/up (4096 inputs), narrow down (1024 inputs).
+    same(check_moe(TypeId::q4_k, TypeId::q6_k, 4096, 1024, 4, 2, 730,
+                   {Paths{}, {MoeDecodePath::wide, MoeDecodePath::narrow}}));
+}
+
+TEST(CudaMoe, WideDecodeIsDeterministic) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    const SharedCase c{TypeId::q4_k, TypeId::q6_k, TypeId::q4_k, TypeId::q6_k, 1024, 2816, 2816, 16, 8};
+    for (bool fused_route : {false, true}) {
+        const auto a = run_moe_shared(c, 800, false, fused_route, kWide);
+        const auto b = run_moe_shared(c, 800, false, fused_route, kWide);
         ASSERT_EQ(a.size(), b.size());
         EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
         for (float v : a) ASSERT_TRUE(std::isfinite(v));

@@ -1,4 +1,5 @@
 #include "ops/cuda_moe.h"
+#include "quant/cuda/matmul.cuh"
 #include "quant/cuda/matvec.cuh"
 #include "quant/cuda_matvec.h"
 
@@ -7,6 +8,10 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
+#include <vector>
 
 namespace mox::cuda {
 
@@ -59,7 +64,8 @@ __device__ void route_row_slots(const float* __restrict__ l, int n_expert, int k
         int bi = INT_MAX;
 #pragma unroll
         for (int s = 0; s < PER; ++s) {
-            if (!((taken >> s) & 1u) && better(p[s], lane + s * kWarp, bp, bi)) bp = p[s], bi = lane + s * kWarp;
+            if (!((taken >> s) & 1u) && better(p[s], lane + s * kWarp, bp, bi))
+                bp = p[s], bi = lane + s * kWarp;
         }
         for (int o = 16; o > 0; o >>= 1) {
             const float op = __shfl_xor_sync(0xFFFFFFFFu, bp, o);
@@ -80,10 +86,12 @@ __device__ void route_row_slots(const float* __restrict__ l, int n_expert, int k
     }
 }
 
-__device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool renormalize, int32_t* ids_out,
-                          float* w_out) {
-    if (n_expert <= 8 * kWarp) route_row_slots<8>(l, n_expert, k, renormalize, ids_out, w_out);
-    else route_row_slots<kRouterPerLane>(l, n_expert, k, renormalize, ids_out, w_out);
+__device__ void route_row(const float* __restrict__ l, int n_expert, int k, bool renormalize,
+                          int32_t* ids_out, float* w_out) {
+    if (n_expert <= 8 * kWarp)
+        route_row_slots<8>(l, n_expert, k, renormalize, ids_out, w_out);
+    else
+        route_row_slots<kRouterPerLane>(l, n_expert, k, renormalize, ids_out, w_out);
 }
 
 // One warp per token.
@@ -397,6 +405,521 @@ void launch_down(const DownArgs& a, int slots, StreamHandle stream) {
         launch_down_kernel<T, false, 2>(a, slots, stream);
 }
 
+// ---- wide experts (Mixtral 4096 -> 14336 -> 4096, Phi-3.5-MoE 4096 -> 6400 -> 4096).
+//
+// Why the kernels above lose there: they were tuned at 2048 -> 512, where a layer is latency-bound.
+// At Mixtral's shapes a layer reads ~200 MB and the limit is the rate at which SMs turn bytes into
+// dot products. The kernels above load each lane's segments straight from global memory, plus up to
+// 6 L1 prefetches per segment; built the same way, the dense matvec reaches 2.3-2.6 TB/s on the H200
+// at best (Q4_K 2048 -> 131072: 2.34 TB/s, Q6_K 2.61, bench/results/2026-12-01-qwen3moe-h200), half
+// of HBM. The down kernel also stages every slot's whole activation row in every block (Mixtral:
+// 28,672 values, 7 dependent L2 round trips and 47 KB of shared memory per block, before any weight
+// load leaves), and walks each 28,672-wide output row in 6 dependent passes.
+//
+// Here each warp streams its weights through a private ring of `depth` stages in shared memory:
+// cp.async copies of whole 16-byte pieces (a warp instruction moves 512 contiguous bytes, no L1
+// allocation, no registers held while in flight), issued depth - 1 stages ahead of the decode, which
+// reads the bytes back with segments.cuh's shared-memory loaders. A "piece" is the 32 segments (one
+// per lane) of one row at one column chunk (Q4_K: 4 super-blocks, 576 bytes; Q6_K: 840; Q8_0: 1088),
+// copied as the 16-byte aligned span around it, so it keeps its global alignment mod 16 and the
+// loaders' aligned loads stay valid. The ring runs across the warp's tasks, so the next task's first
+// stages are in flight while this one finishes; warps synchronise only with themselves (cp.async
+// groups + __syncwarp), never with the block after the prologue.
+// * gate/up: a task is (slot, row pair) as above, a stage one chunk of its 4 rows (gate r0, up r0,
+//   gate r1, up r1: each staged x read feeds 4 rows). Mixtral, Q4_K: 8-warp blocks, depth 3,
+//   62 KB of shared memory, 3 blocks (24 warps) per SM: 24 x 2 stages x 2.3 KB = 110 KB in flight
+//   per SM (HBM at 4.8 TB/s x ~1.5 us loaded latency needs ~55 KB).
+// * down: a task is an output row pair; its stages walk (slot, chunk) pairs, two per stage, the two
+//   rows sharing each staged h read. One 16-warp block per SM stages h once (Mixtral, int8: 45.5 KB
+//   for Q4_K, 31.5 KB for Q6_K) after its first weight stages are issued, so that staging overlaps
+//   their flight. Mixtral: 2048 tasks on 128 blocks, depth 4 (Q4_K) or 3 (Q6_K), 194 KB: 107-110 KB
+//   in flight per SM. No split of the input dimension across blocks, so no partial sums in global
+//   memory; the price is that every block quantizes all of h (~1-3 us, 5-15% of the kernel).
+// Each output element is one warp's sum in a fixed order (lane l adds segment l of every chunk in
+// chunk order, then the shuffle tree), whatever the grid: the same bits on every run and device.
+// The depth is picked per kernel and shape from what fits (plan_wide); rows need only be whole
+// blocks: any alignment, a last chunk of fewer segments (its idle lanes add nothing).
+inline constexpr int kWideSegs = kWarp;                 // segments per piece: one per lane
+inline constexpr int64_t kWideMinSegs = 4 * kWideSegs;  // by_shape: rows of 4+ chunks (4096 values)
+inline constexpr int kWideDepthMax = 4;                 // ring stages per warp
+inline constexpr int kWidePieces = 4;                   // pieces per stage, both kernels
+inline constexpr int kDownWideWarps = 16;
+inline constexpr int kDownWideThreads = kDownWideWarps * kWarp;
+
+// Quantized types but the grid i-quants, whose decode is codebook lookups rather than row bytes
+// (their raw-staged prefill tiles lost to direct loads: quant/cuda/matmul.cuh, kGridIQuant).
+template <class T>
+inline constexpr bool kWideEligible = !seg::kIsFloat<T> && !mm::kGridIQuant<T>;
+
+template <class T>
+inline constexpr int kPieceBytes = (kWideSegs / T::kSegs) * block_bytes<T>();
+// The aligned span around a piece that starts anywhere in a 16-byte word.
+template <class T>
+inline constexpr int kSlotBytes = 16 * ((kPieceBytes<T> + 30) / 16);
+
+__device__ __forceinline__ void cp_async_wait_newest(int n) {  // all but the n newest groups, n <= 2
+    if (n <= 0)
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    else if (n == 1)
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    else
+        asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+}
+
+// The warp copies `bytes` bytes from src (any alignment) into slot: the 16-byte words around them,
+// lane l taking words l, l + 32, ...; they land at slot + (src & 15). Reads at most 15 bytes either
+// side of the piece: inside the weight's allocation (upload_weight pads it by 16 bytes).
+template <class T>
+__device__ __forceinline__ void copy_piece(unsigned char* slot, const uint8_t* src, int bytes, int lane) {
+    const uintptr_t start = reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15};
+    const int words = static_cast<int>((reinterpret_cast<uintptr_t>(src) + bytes + 15 - start) >> 4);
+    constexpr int kIters = (kSlotBytes<T> / 16 + kWarp - 1) / kWarp;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+        const int q = lane + it * kWarp;
+        if (q < words) mm::cp_async16(slot + 16 * q, reinterpret_cast<const void*>(start + 16 * q));
+    }
+}
+
+// T::load_i8 from a row in shared memory: the same decode, from the loaders' Smem forms (load_i8
+// itself reads through __ldg). Every type with load_i8 must be listed.
+template <class T>
+__device__ __forceinline__ void load_i8_smem(const uint8_t* row, int g, seg::SegI& s) {
+    using seg::Smem;
+    if constexpr (std::is_same_v<T, seg::Q4_0>) {
+        const uint8_t* b = row + g * T::kBlockBytes;
+        seg::set_d(s, seg::f16_at(b));
+        T::template qwords<Smem>(b, s.q);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s.q[k] = seg::sub_bytes(s.q[k], 0x08080808u);
+    } else if constexpr (std::is_same_v<T, seg::Q8_0>) {
+        const uint8_t* b = row + g * T::kBlockBytes;
+        seg::set_d(s, seg::f16_at(b));
+        seg::load_words<Smem>(b + 2, s.q);
+    } else if constexpr (std::is_same_v<T, seg::Q4_K> || std::is_same_v<T, seg::Q5_K>) {
+        const uint8_t* b = row + (g >> 3) * T::kBlockBytes;
+        T::template qwords<Smem>(b, g & 7, s.q);
+        seg::k4_scales_words(seg::ld128_a16<Smem>(b), g & 7, s);
+    } else {
+        static_assert(std::is_same_v<T, seg::Q6_K>, "load_i8_smem: a type with load_i8 is missing here");
+        T::template qwords<Smem>(row + (g >> 3) * T::kBlockBytes, g & 7, s.q, s);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s.q[k] = seg::sub_bytes(s.q[k], 0x20202020u);
+    }
+}
+
+// Bytes of staged activations per row (int8 or fp32 layout, matvec.cuh).
+template <class T, bool I8>
+__host__ __device__ inline int64_t staged_row_bytes(int64_t n_segs) {
+    return I8 ? i8_row_bytes<T>(n_segs) : n_units(n_segs) * 256 * static_cast<int64_t>(sizeof(float));
+}
+
+// dot(segment `lane` of the piece at p (shared memory), staged x segment xr), I8 or fp32.
+template <class T, bool I8>
+struct WideDot {
+    using X = std::conditional_t<I8, XSegI, float[32]>;
+    __device__ __forceinline__ static void load_x_seg(const unsigned char* xs_row, int64_t units, int64_t g,
+                                                      X& x) {
+        if constexpr (I8)
+            load_xi<T>(xs_row, units, g, x);
+        else
+            load_x(reinterpret_cast<const float*>(xs_row), g, x);
+    }
+    __device__ __forceinline__ static float dot(const uint8_t* p, int lane, const X& x, const float* tbl) {
+        if constexpr (I8) {
+            seg::SegI s;
+            load_i8_smem<T>(p, lane, s);
+            return seg_dot_i8<T>(s, x);
+        } else {
+            seg::Seg s;
+            T::template load<seg::Smem>(p, lane, 0, s, tbl);  // n_in: only float types read it
+            return seg_dot<T>(s, x);
+        }
+    }
+};
+
+// Tasks [begin, end) of this block: an equal share of all tasks, in one contiguous range.
+__device__ __forceinline__ void block_tasks(int tasks, int& begin, int& end) {
+    begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * tasks / gridDim.x);
+    end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * tasks / gridDim.x);
+}
+
+// 3 blocks of 8 warps per SM (<= 80 registers: the int8 decode needs no more); the fp32 decode
+// holds 72 registers of values alone and spilled at 80, so 2 blocks there.
+template <class T, bool I8>
+__global__ void __launch_bounds__(kThreads, I8 ? 3 : 2) gate_up_wide_kernel(const GateUpArgs a, int depth) {
+    constexpr int kSlot = kSlotBytes<T>, kPiece = kPieceBytes<T>;
+    using D = WideDot<T, I8>;
+    extern __shared__ float4 smem[];
+    __shared__ float tbl[16];
+    __shared__ const uint8_t* gbase[kMaxK + 1];
+    __shared__ const uint8_t* ubase[kMaxK + 1];
+    __shared__ int32_t route_ids[kMaxK];
+    __shared__ float route_w[kMaxK];
+    const int tid = static_cast<int>(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
+    const int slots = a.k + (a.sh_gate != nullptr ? 1 : 0);
+    if (a.logits != nullptr) {
+        if (tid < kWarp) {
+            route_row(a.logits, static_cast<int>(a.n_expert), a.k, a.renormalize, route_ids, route_w);
+            __syncwarp();
+            if (tid < a.k && blockIdx.x == 0) {
+                a.ids_out[tid] = route_ids[tid];
+                a.weights_out[tid] = route_w[tid];
+            }
+        }
+        __syncthreads();
+    }
+    if (tid < slots) {
+        if (tid < a.k) {
+            const int e = a.logits != nullptr ? route_ids[tid] : a.ids[tid];
+            if (e < 0 || e >= a.n_expert) __trap();
+            const size_t off = static_cast<size_t>(e) * static_cast<size_t>(a.n_ff) * a.row_bytes;
+            gbase[tid] = a.gate + off;
+            ubase[tid] = a.up + off;
+        } else {
+            gbase[tid] = a.sh_gate;
+            ubase[tid] = a.sh_up;
+        }
+    }
+    stage_table<T>(tbl);
+    __syncthreads();
+
+    const int64_t n_segs = n_segments<T>(a.n_in);
+    const int nc = static_cast<int>((n_segs + kWideSegs - 1) / kWideSegs);  // chunks per row
+    const int last_bytes = static_cast<int>(a.row_bytes) - (nc - 1) * kPiece;
+    const int n_ff = static_cast<int>(a.n_ff), pairs = (n_ff + 1) / 2;
+    int t_begin, t_end;
+    block_tasks(slots * pairs, t_begin, t_end);
+    const int my_tasks = t_begin + warp < t_end ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
+    const int n_stages = my_tasks * nc;
+    const int64_t xs_bytes = (staged_row_bytes<T, I8>(n_segs) + 15) & ~int64_t{15};
+    unsigned char* const xs = reinterpret_cast<unsigned char*>(smem);
+    unsigned char* const ring = xs + xs_bytes + static_cast<size_t>(warp) * depth * kWidePieces * kSlot;
+
+    // The 4 rows of task t: gate r0, up r0, gate r1, up r1 (r1 = r0 past the end).
+    const auto task_rows = [&](int t, const uint8_t*(&rows)[kWidePieces]) {
+        const int i = t / pairs;
+        const int r0 = (t - i * pairs) * 2, r1 = min(r0 + 1, n_ff - 1);
+        const size_t o0 = static_cast<size_t>(r0) * a.row_bytes, o1 = static_cast<size_t>(r1) * a.row_bytes;
+        rows[0] = gbase[i] + o0;
+        rows[1] = ubase[i] + o0;
+        rows[2] = gbase[i] + o1;
+        rows[3] = ubase[i] + o1;
+    };
+    // Issue cursor: task, chunk, ring slot of the next stage to copy.
+    int it = t_begin + warp, ic = 0, is = 0;
+    const uint8_t* irows[kWidePieces];
+    if (n_stages > 0) task_rows(it, irows);
+    const auto issue = [&] {
+        unsigned char* slot = ring + is * kWidePieces * kSlot;
+        const int bytes = ic == nc - 1 ? last_bytes : kPiece;
+#pragma unroll
+        for (int p = 0; p < kWidePieces; ++p)
+            copy_piece<T>(slot + p * kSlot, irows[p] + ic * kPiece, bytes, lane);
+        is = is + 1 == depth ? 0 : is + 1;
+        if (++ic == nc) {
+            ic = 0;
+            it += kWarps;
+            if (it < t_end) task_rows(it, irows);
+        }
+    };
+    for (int s = 0; s < depth - 1; ++s) {
+        if (s < n_stages) issue();
+        mm::cp_async_commit();
+    }
+    if constexpr (I8)
+        stage_x_i8<T>(xs, a.x, 0, 1, a.n_in, n_segs);
+    else
+        stage_x<T>(reinterpret_cast<float*>(xs), a.x, a.n_in, n_segs);
+    __syncthreads();
+
+    const int64_t units = n_units(n_segs);
+    int dt = t_begin + warp, dc = 0, ds = 0;  // decode cursor
+    const uint8_t* drows[kWidePieces];
+    if (n_stages > 0) task_rows(dt, drows);
+    float acc[kWidePieces] = {};
+#pragma unroll 1
+    for (int q = 0; q < n_stages; ++q) {
+        cp_async_wait_newest(depth - 2);  // this lane's copies of stage q have landed ...
+        __syncwarp();                     // ... and every lane's; stage q - 1's slot is read
+        if (q + depth - 1 < n_stages) issue();
+        mm::cp_async_commit();
+        const int64_t g = static_cast<int64_t>(dc) * kWideSegs + lane;
+        if (g < n_segs) {
+            typename D::X xr;
+            D::load_x_seg(xs, units, g, xr);
+            const unsigned char* slot = ring + ds * kWidePieces * kSlot;
+#pragma unroll
+            for (int p = 0; p < kWidePieces; ++p) {
+                const uint8_t* src = drows[p] + dc * kPiece;
+                acc[p] += D::dot(slot + p * kSlot + (reinterpret_cast<uintptr_t>(src) & 15), lane, xr, tbl);
+            }
+        }
+        ds = ds + 1 == depth ? 0 : ds + 1;
+        if (++dc == nc) {
+            float v[kWidePieces];
+#pragma unroll
+            for (int p = 0; p < kWidePieces; ++p) v[p] = warp_sum(acc[p]), acc[p] = 0.0f;
+            const int i = dt / pairs, r0 = (dt - i * pairs) * 2;
+            if (lane < 2 && r0 + lane < n_ff)
+                a.h[static_cast<int64_t>(i) * n_ff + r0 + lane] =
+                    lane == 0 ? silu_mul(v[0], v[1]) : silu_mul(v[2], v[3]);
+            dc = 0;
+            dt += kWarps;
+            if (dt < t_end) task_rows(dt, drows);
+        }
+    }
+    mm::cp_async_wait_all();
+}
+
+// Stage pieces: (pair u, row r) at 2u + r; pair u = (slot, chunk) number 2s + u of the task's
+// slots x chunks walk, both rows of the output row pair.
+template <class T, bool I8>
+__global__ void __launch_bounds__(kDownWideThreads, 1) down_wide_kernel(const DownArgs a, int depth) {
+    constexpr int kSlot = kSlotBytes<T>, kPiece = kPieceBytes<T>;
+    constexpr int kW = kDownWideWarps;
+    using D = WideDot<T, I8>;
+    extern __shared__ float4 smem[];
+    __shared__ float tbl[16];
+    __shared__ const uint8_t* base_s[kMaxK + 1];
+    __shared__ float w_s[kMaxK + 1];
+    const int tid = static_cast<int>(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
+    const bool has_shared = a.sh_down != nullptr;
+    const int slots = a.k + (has_shared ? 1 : 0);
+    if (tid < a.k) {
+        const int e = a.ids[tid];
+        if (e < 0 || e >= a.n_expert) __trap();
+        base_s[tid] = a.down + static_cast<size_t>(e) * static_cast<size_t>(a.n_embd) * a.row_bytes;
+        w_s[tid] = a.weights[tid];
+    } else if (tid == a.k && has_shared) {
+        base_s[tid] = a.sh_down;
+        w_s[tid] = 1.0f / (1.0f + expf(-*a.sh_gate_logit));
+    }
+    stage_table<T>(tbl);
+    __syncthreads();
+
+    const int64_t n_segs = n_segments<T>(a.n_ff);
+    const int nc = static_cast<int>((n_segs + kWideSegs - 1) / kWideSegs);
+    const int last_bytes = static_cast<int>(a.row_bytes) - (nc - 1) * kPiece;
+    const int n_embd = static_cast<int>(a.n_embd);
+    int t_begin, t_end;
+    block_tasks((n_embd + 1) / 2, t_begin, t_end);
+    const int my_tasks = t_begin + warp < t_end ? (t_end - t_begin - warp + kW - 1) / kW : 0;
+    const int stages_per_task = (slots * nc + 1) / 2;
+    const int n_stages = my_tasks * stages_per_task;
+    const int64_t xs_stride = staged_row_bytes<T, I8>(n_segs);
+    const int64_t xs_bytes = (slots * xs_stride + 15) & ~int64_t{15};
+    unsigned char* const xs = reinterpret_cast<unsigned char*>(smem);
+    unsigned char* const ring = xs + xs_bytes + static_cast<size_t>(warp) * depth * kWidePieces * kSlot;
+
+    // Issue cursor: task (output rows 2t, 2t + 1), the stage's first (slot, chunk), ring slot.
+    int it = t_begin + warp, ii = 0, ic = 0, is = 0;
+    const auto issue = [&] {
+        unsigned char* slot = ring + is * kWidePieces * kSlot;
+        const size_t o0 = static_cast<size_t>(2 * it) * a.row_bytes;
+        const size_t o1 = static_cast<size_t>(min(2 * it + 1, n_embd - 1)) * a.row_bytes;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            if (ii < slots) {  // the task's last stage may hold one pair
+                const uint8_t* b = base_s[ii] + ic * kPiece;
+                const int bytes = ic == nc - 1 ? last_bytes : kPiece;
+                copy_piece<T>(slot + (2 * u) * kSlot, b + o0, bytes, lane);
+                copy_piece<T>(slot + (2 * u + 1) * kSlot, b + o1, bytes, lane);
+                if (++ic == nc) ic = 0, ++ii;
+            }
+        }
+        is = is + 1 == depth ? 0 : is + 1;
+        if (ii == slots) ii = 0, ic = 0, it += kW;
+    };
+    for (int s = 0; s < depth - 1; ++s) {
+        if (s < n_stages) issue();
+        mm::cp_async_commit();
+    }
+    if constexpr (I8)
+        stage_x_i8<T>(xs, a.h, a.n_ff, slots, a.n_ff, n_segs);
+    else
+        stage_x_rows<T>(reinterpret_cast<float*>(xs), a.h, a.n_ff, slots, a.n_ff, n_segs);
+    __syncthreads();
+
+    const int64_t units = n_units(n_segs);
+    int dt = t_begin + warp, di = 0, dc = 0, ds = 0;  // decode cursor
+    float acc[2] = {};
+#pragma unroll 1
+    for (int q = 0; q < n_stages; ++q) {
+        cp_async_wait_newest(depth - 2);
+        __syncwarp();
+        if (q + depth - 1 < n_stages) issue();
+        mm::cp_async_commit();
+        const unsigned char* slot = ring + ds * kWidePieces * kSlot;
+        const size_t o0 = static_cast<size_t>(2 * dt) * a.row_bytes;
+        const size_t o1 = static_cast<size_t>(min(2 * dt + 1, n_embd - 1)) * a.row_bytes;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            if (di < slots) {
+                const int64_t g = static_cast<int64_t>(dc) * kWideSegs + lane;
+                if (g < n_segs) {
+                    typename D::X xr;
+                    D::load_x_seg(xs + di * xs_stride, units, g, xr);
+                    const uint8_t* b = base_s[di] + dc * kPiece;
+                    const float w = w_s[di];
+                    const float d0 = D::dot(
+                        slot + (2 * u) * kSlot + (reinterpret_cast<uintptr_t>(b + o0) & 15), lane, xr, tbl);
+                    const float d1 =
+                        D::dot(slot + (2 * u + 1) * kSlot + (reinterpret_cast<uintptr_t>(b + o1) & 15), lane,
+                               xr, tbl);
+                    acc[0] += w * d0;
+                    acc[1] += w * d1;
+                }
+                if (++dc == nc) dc = 0, ++di;
+            }
+        }
+        ds = ds + 1 == depth ? 0 : ds + 1;
+        if (di == slots) {
+            const float v0 = warp_sum(acc[0]), v1 = warp_sum(acc[1]);
+            acc[0] = acc[1] = 0.0f;
+            const int o = 2 * dt + lane;
+            if (lane < 2 && o < n_embd) {
+                const float vl = lane == 0 ? v0 : v1;
+                a.out[o] = a.accumulate ? a.out[o] + vl : vl;
+            }
+            di = 0, dc = 0, dt += kW;
+        }
+    }
+    mm::cp_async_wait_all();
+}
+
+// How a wide kernel runs at one shape's staged activations: ring depth (0: nothing fits) and the
+// dynamic shared memory that gives, and how many of its blocks an SM holds then.
+struct WidePlan {
+    int depth = 0;
+    size_t smem = 0;
+    int per_sm = 0;
+};
+
+// The ring depth for a kernel of `warps` warps whose blocks stage xs_bytes of activations: the most
+// bytes in flight per SM up to kWideFlightTarget, then the most warps per SM (to issue the decode),
+// then the most bytes. Occupancy (registers and shared memory) from the driver, cached per kernel
+// and size: the launchers run on the host at every decode step outside a CUDA graph.
+inline constexpr int64_t kWideFlightTarget = 96 * 1024;
+
+WidePlan plan_wide(const void* kernel, int warps, int64_t xs_bytes, int slot_bytes, int piece_bytes) {
+    struct Entry {
+        const void* kernel;
+        int64_t xs_bytes;
+        WidePlan plan;
+    };
+    static std::mutex mutex;
+    static std::vector<Entry> cache;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (const Entry& e : cache)
+            if (e.kernel == kernel && e.xs_bytes == xs_bytes) return e.plan;
+    }
+    const LaunchLimits& lim = launch_limits();
+    WidePlan best;
+    std::tuple<int64_t, int64_t, int64_t> best_key{-1, -1, -1};
+    for (int depth = kWideDepthMax; depth >= 2; --depth) {
+        const int64_t smem =
+            ((xs_bytes + 15) & ~int64_t{15}) + static_cast<int64_t>(warps) * depth * kWidePieces * slot_bytes;
+        if (smem + 1024 > lim.max_smem_optin) continue;
+        prepare_smem(kernel, static_cast<size_t>(smem), "MoE wide decode");
+        int per_sm = 0;
+        MOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * kWarp,
+                                                                     static_cast<size_t>(smem)));
+        if (per_sm < 1) continue;
+        const int64_t bytes = static_cast<int64_t>(per_sm) * warps * (depth - 1) * kWidePieces * piece_bytes;
+        const std::tuple<int64_t, int64_t, int64_t> key{std::min(bytes, kWideFlightTarget),
+                                                        static_cast<int64_t>(per_sm) * warps, bytes};
+        if (key > best_key) {
+            best_key = key;
+            best = WidePlan{.depth = depth, .smem = static_cast<size_t>(smem), .per_sm = per_sm};
+        }
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    cache.push_back({kernel, xs_bytes, best});
+    return best;
+}
+
+// Blocks for `tasks` tasks of one warp each, at most what the device holds at once (the blocks
+// take equal contiguous shares of the tasks, block_tasks).
+int wide_blocks(const WidePlan& p, int warps, int64_t tasks) {
+    const int64_t resident = static_cast<int64_t>(p.per_sm) * launch_limits().sm_count;
+    return static_cast<int>(std::clamp<int64_t>((tasks + warps - 1) / warps, 1, resident));
+}
+
+// Launches the wide gate/up kernel; false when no ring depth fits in shared memory.
+template <class T, bool I8>
+bool launch_gate_up_wide(const GateUpArgs& a, int slots, StreamHandle stream) {
+    const auto kernel = gate_up_wide_kernel<T, I8>;
+    const WidePlan p =
+        plan_wide(reinterpret_cast<const void*>(kernel), kWarps,
+                  staged_row_bytes<T, I8>(n_segments<T>(a.n_in)), kSlotBytes<T>, kPieceBytes<T>);
+    if (p.depth == 0) return false;
+    prepare_smem(reinterpret_cast<const void*>(kernel), p.smem, "MoE gate/up (wide)");
+    const int blocks = wide_blocks(p, kWarps, slots * ((a.n_ff + 1) / 2));
+    kernel<<<blocks, kThreads, p.smem, stream>>>(a, p.depth);
+    MOX_CUDA_CHECK_LAUNCH("gate_up_wide_kernel");
+    return true;
+}
+
+template <class T, bool I8>
+bool launch_down_wide(const DownArgs& a, int slots, StreamHandle stream) {
+    const auto kernel = down_wide_kernel<T, I8>;
+    const WidePlan p =
+        plan_wide(reinterpret_cast<const void*>(kernel), kDownWideWarps,
+                  slots * staged_row_bytes<T, I8>(n_segments<T>(a.n_ff)), kSlotBytes<T>, kPieceBytes<T>);
+    if (p.depth == 0) return false;
+    prepare_smem(reinterpret_cast<const void*>(kernel), p.smem, "MoE down (wide)");
+    const int blocks = wide_blocks(p, kDownWideWarps, (a.n_embd + 1) / 2);
+    kernel<<<blocks, kDownWideThreads, p.smem, stream>>>(a, p.depth);
+    MOX_CUDA_CHECK_LAUNCH("down_wide_kernel");
+    return true;
+}
+
+// The launch `path` asks for at rows of n_in values of T (moe_gate_up: n_embd, moe_down: n_ff):
+// the wide kernel (true, launched by fn) or the narrow one (false). by_shape takes the narrow
+// kernel where the wide one's shared memory does not fit; a forced wide path fails there.
+template <class T, class Fn>
+bool run_wide(MoeDecodePath path, int64_t n_in, quant::TypeId type, const char* what, Fn&& fn) {
+    if (path == MoeDecodePath::narrow) return false;
+    if constexpr (kWideEligible<T>) {
+        if (path == MoeDecodePath::by_shape && n_segments<T>(n_in) < kWideMinSegs) return false;
+        if (fn()) return true;
+        if (path == MoeDecodePath::wide)
+            fail("CUDA MoE {}: the wide kernel's shared memory does not fit ({} inputs of {})", what, n_in,
+                 quant::type_name(type));
+        return false;
+    } else {
+        if (path == MoeDecodePath::wide)
+            fail("CUDA MoE {}: no wide decode kernel for {} weights", what, quant::type_name(type));
+        return false;
+    }
+}
+
+template <class T>
+void launch_gate_up_path(const GateUpArgs& a, int slots, MoeDecodePath path, quant::TypeId type,
+                         StreamHandle stream) {
+    const bool wide = run_wide<T>(path, a.n_in, type, "gate/up", [&] {
+        if constexpr (kWideEligible<T>)
+            return launch_gate_up_wide<T, kHasI8<T>>(a, slots, stream);
+        else
+            return false;
+    });
+    if (!wide) launch_gate_up<T>(a, slots, stream);
+}
+
+template <class T>
+void launch_down_path(const DownArgs& a, int slots, MoeDecodePath path, quant::TypeId type,
+                      StreamHandle stream) {
+    const bool wide = run_wide<T>(path, a.n_ff, type, "down", [&] {
+        if constexpr (kWideEligible<T>)
+            return launch_down_wide<T, kHasI8<T>>(a, slots, stream);
+        else
+            return false;
+    });
+    if (!wide) launch_down<T>(a, slots, stream);
+}
+
 void check_stack(const ops::Weight& w, const char* name) {
     MOX_CHECK(w.valid(), "MoE {} weight is empty", name);
     if (!matvec_supported(w.type))
@@ -446,7 +969,8 @@ __global__ void sparsemixer_kernel(const float* __restrict__ logits, int64_t str
 
 void route_sparsemixer(const float* logits, int64_t n_tokens, int64_t n_expert, float jitter, int32_t* ids,
                        float* weights, StreamHandle stream, int64_t logits_stride) {
-    if (n_expert < 2 || n_expert > 1024) fail("CUDA sparsemixer router: {} experts (supported: 2..1024)", n_expert);
+    if (n_expert < 2 || n_expert > 1024)
+        fail("CUDA sparsemixer router: {} experts (supported: 2..1024)", n_expert);
     if (logits_stride == 0) logits_stride = n_expert;
     MOX_CHECK(logits_stride >= n_expert, "router logits stride {} < {} experts", logits_stride, n_expert);
     if (n_tokens == 0) return;
@@ -503,7 +1027,7 @@ namespace {
 // moe_gate_up and moe_route_gate_up: `route` (logits set) fuses the routing into the launch.
 void gate_up_impl(const ops::Weight& gate, const ops::Weight& up, const int32_t* ids, int64_t k,
                   const float* x, float* h, StreamHandle stream, const MoeDecodeShared* shared,
-                  const GateUpArgs& route) {
+                  const GateUpArgs& route, MoeDecodePath path) {
     check_stack(gate, "gate");
     check_stack(up, "up");
     if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out ||
@@ -526,7 +1050,7 @@ void gate_up_impl(const ops::Weight& gate, const ops::Weight& up, const int32_t*
     a.x = x;
     a.h = h;
     dispatch_type(gate.type, [&](auto tag) {
-        launch_gate_up<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), stream);
+        launch_gate_up_path<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), path, gate.type, stream);
     });
     if (shared != nullptr && !fused) {
         // Another type or n_ff: the shared expert alone, as slot 0 of a second launch.
@@ -543,20 +1067,22 @@ void gate_up_impl(const ops::Weight& gate, const ops::Weight& up, const int32_t*
                            .sh_up = shared->up->data,
                            .x = x,
                            .h = h + k * gate.n_out};
-        dispatch_type(sg.type, [&](auto tag) { launch_gate_up<decltype(tag)>(b, 1, stream); });
+        dispatch_type(sg.type,
+                      [&](auto tag) { launch_gate_up_path<decltype(tag)>(b, 1, path, sg.type, stream); });
     }
 }
 
 }  // namespace
 
 void moe_gate_up(const ops::Weight& gate, const ops::Weight& up, const int32_t* ids, int64_t k,
-                 const float* x, float* h, StreamHandle stream, const MoeDecodeShared* shared) {
-    gate_up_impl(gate, up, ids, k, x, h, stream, shared, GateUpArgs{});
+                 const float* x, float* h, StreamHandle stream, const MoeDecodeShared* shared,
+                 MoeDecodePath path) {
+    gate_up_impl(gate, up, ids, k, x, h, stream, shared, GateUpArgs{}, path);
 }
 
 void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, float* weights,
                        const ops::Weight& gate, const ops::Weight& up, int64_t k, const float* x, float* h,
-                       StreamHandle stream, const MoeDecodeShared* shared) {
+                       StreamHandle stream, const MoeDecodeShared* shared, MoeDecodePath path) {
     if (gate.n_expert < 1 || gate.n_expert > kWarp * kRouterPerLane || k < 1 || k > kMaxK ||
         k > gate.n_expert)
         fail("CUDA router: {} experts, top {} (supported: up to {} experts, k <= {})", gate.n_expert, k,
@@ -566,11 +1092,11 @@ void moe_route_gate_up(const float* logits, bool renormalize, int32_t* ids, floa
     route.renormalize = renormalize;
     route.ids_out = ids;
     route.weights_out = weights;
-    gate_up_impl(gate, up, nullptr, k, x, h, stream, shared, route);
+    gate_up_impl(gate, up, nullptr, k, x, h, stream, shared, route, path);
 }
 
 void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights, int64_t k, const float* h,
-              float* out, StreamHandle stream, const MoeDecodeShared* shared) {
+              float* out, StreamHandle stream, const MoeDecodeShared* shared, MoeDecodePath path) {
     check_stack(down, "down");
     MOX_CHECK(k >= 1 && k <= kMaxK, "MoE k {}", k);
     const bool fused = shared != nullptr && check_shared_down(*shared, down);
@@ -588,7 +1114,7 @@ void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights,
                      .out = out,
                      .accumulate = false};
     dispatch_type(down.type, [&](auto tag) {
-        launch_down<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), stream);
+        launch_down_path<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), path, down.type, stream);
     });
     if (shared != nullptr && !fused) {
         // Added onto the routed sum by a second launch (stream order): still one fixed order.
@@ -606,7 +1132,8 @@ void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights,
                          .h = h + k * down.n_in,
                          .out = out,
                          .accumulate = true};
-        dispatch_type(sd.type, [&](auto tag) { launch_down<decltype(tag)>(b, 1, stream); });
+        dispatch_type(sd.type,
+                      [&](auto tag) { launch_down_path<decltype(tag)>(b, 1, path, sd.type, stream); });
     }
 }
 
