@@ -84,16 +84,17 @@ GpuBufferBytes gpu_buffer_bytes(const Hparams& hp, const GpuBufferShape& s) {
     const int64_t ctx = s.n_ctx_max > 0 ? s.n_ctx_max : hp.n_ctx_train;
     const int64_t C = hp.conv_channels(), inner = hp.ssm_inner, Hv = hp.ssm_v_heads;
     const int64_t H = hp.n_head, Hkv = hp.n_head_kv, hd = hp.head_dim_k;
-    const int64_t E = hp.n_expert, K = hp.n_expert_used, ffs = std::max<int64_t>(hp.n_ff_unrouted(), 1);
+    const int64_t E = hp.n_expert, K = hp.n_ffn_experts_used(),
+                  ffs = std::max<int64_t>(hp.n_ff_unrouted(), 1);
     // The buffers of models/gpu/gpu_forward.cpp, in its order.
     b.activations = u(nb) * 4 + 4                     // token ids, position
                     + 4 * floats(nb * d) + floats(d)  // x, u, mix, shared, mixer_out
                     + floats(nb * (C + inner + 2 * Hv)) + floats(nb * C) + floats(nb * inner)   // DeltaNet
                     + floats(nb * (hp.q_proj_rows() + 2 * Hkv * hd)) + 2 * floats(nb * H * hd)  // attention
-                    + floats(nb * E + 1) + u(nb * K) * 4 + floats(nb * K)  // router, ids, weights
-                    + floats(K * hp.n_ff_exp + hp.n_ff_shexp)              // decode MoE rows
-                    + floats(nb * 2 * ffs) + floats(nb * ffs)              // shared expert / dense FFN
-                    + floats(8 * hp.n_vocab + kArgmaxSlotFloats);          // logits (8 rows), arg max
+                    + floats(nb * E + 1) + u(nb * K) * 4 + floats(nb * K)     // router, ids, weights
+                    + floats(hp.n_expert_used * hp.n_ff_exp + hp.n_ff_shexp)  // decode MoE rows
+                    + floats(nb * 2 * ffs) + floats(nb * ffs)                 // shared expert / dense FFN
+                    + floats(8 * hp.n_vocab + kArgmaxSlotFloats);             // logits (8 rows), arg max
     // Scratch: the largest matmul of a micro-batch (every projection's shape), batched MoE or chunked
     // delta rule.
     uint64_t work = 16;
@@ -101,7 +102,11 @@ GpuBufferBytes gpu_buffer_bytes(const Hparams& hp, const GpuBufferShape& s) {
                                  {d, Hkv * hd}, {H * hd, d}, {d, E},  {d, 2 * ffs}, {ffs, d}};
     for (const auto& sh : shapes)  // a block the model lacks (DeltaNet in qwen3moe) has no shapes
         if (sh[0] > 0 && sh[1] > 0) work = std::max(work, gpu_matmul_scratch(sh[0], sh[1], nb));
-    if (hp.has_moe()) work = std::max(work, gpu_moe_scratch(E, d, hp.n_ff_exp, nb, K));
+    // The batched MoE: routed experts, or a dense FFN streamed from host memory as one expert.
+    if (hp.has_moe())
+        work = std::max(work, gpu_moe_scratch(E, d, hp.n_ff_exp, nb, K));
+    else if (s.any_host_experts)
+        work = std::max(work, gpu_moe_scratch(1, d, hp.n_ff, nb, 1));
     if (Hv > 0) work = std::max(work, gpu_delta_net_scratch(Hv, nb));
     b.matmul_scratch = work;
     b.attention_scratch = std::max<uint64_t>(16, gpu_attention_scratch(H, Hkv, hd, std::min(nb, ctx), ctx));

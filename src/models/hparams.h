@@ -60,6 +60,11 @@ struct Hparams {
     }
     // Width of the SwiGLU that runs for every token: the dense FFN's, else the shared expert's (0: none).
     int64_t n_ff_unrouted() const { return has_moe() ? (has_shared_expert() ? n_ff_shexp : 0) : n_ff; }
+    // The FFN's experts as placement, the host hand-off and the speed model see them: the routed
+    // experts, or a dense FFN as one expert that every token uses with weight 1 (so a dense layer's
+    // FFN can stay in host memory and be computed by the CPU like a layer of routed experts).
+    int64_t n_ffn_experts() const { return has_moe() ? n_expert : 1; }
+    int64_t n_ffn_experts_used() const { return has_moe() ? n_expert_used : 1; }
     int64_t n_attention_layers() const;  // full-attention layers of the trunk
     int64_t n_recurrent_layers() const;
     int64_t conv_channels() const { return 2 * ssm_k_heads * ssm_state + ssm_inner; }

@@ -226,6 +226,7 @@ Model::Model(const gguf::File& file, int n_threads, quant::Isa isa, bool pin_thr
             L.ffn_gate = bind(file, name("ffn_gate.weight"), {d, hp_.n_ff});
             L.ffn_up = bind(file, name("ffn_up.weight"), {d, hp_.n_ff});
             L.ffn_down = bind(file, name("ffn_down.weight"), {hp_.n_ff, d});
+            L.experts = {L.ffn_gate, L.ffn_up, L.ffn_down};  // one expert (Hparams::n_ffn_experts)
             continue;
         }
         L.router = bind(file, name("ffn_gate_inp.weight"), {d, hp_.n_expert});

@@ -32,10 +32,13 @@ models::GpuOptions gpu_options_for(const Placement& p, const models::Hparams& hp
             continue;
         }
         if (t.tier != Tier::gpu)
-            fail("{} on {}: the GPU forward keeps every tensor but the routed experts and token_embd on the GPU "
-                 "(layers on the CPU are not supported: use -ngl all and move experts with --n-cpu-moe, "
-                 "--moe-cpu-layers or -ot)",
-                 t.name, tier_name(t.tier));
+            fail(
+                "{} on {}: the GPU forward keeps every tensor but the routed experts (a dense model's FFNs) "
+                "and "
+                "token_embd on the GPU (layers on the CPU are not supported: use -ngl all and move experts "
+                "with "
+                "--n-cpu-moe, --moe-cpu-layers or -ot, a dense model's FFNs with -ot 'ffn_=CPU' rules)",
+                t.name, tier_name(t.tier));
     }
     for (int64_t l = 0; l < hp.n_trunk(); ++l) {
         if (!p.has_experts(l)) continue;
@@ -43,9 +46,11 @@ models::GpuOptions gpu_options_for(const Placement& p, const models::Hparams& hp
         int tiers = 0;
         for (int64_t c : counts) tiers += c > 0 ? 1 : 0;
         if (tiers > 1)
-            fail("layer {}: its experts are split across tiers ({} gpu, {} pinned_host, {} mmap_host); executing a "
-                 "per-expert split (the expert cache) is not supported yet: place a layer's experts together",
-                 l, counts[0], counts[1], counts[2]);
+            fail(
+                "layer {}: its experts are split across tiers ({} gpu, {} pinned_host, {} mmap_host); "
+                "executing a "
+                "per-expert split (the expert cache) is not supported yet: place a layer's experts together",
+                l, counts[0], counts[1], counts[2]);
         o.experts[static_cast<size_t>(l)] = home_of(p.expert_tier(l, 0));
     }
     return o;

@@ -1,8 +1,8 @@
 // From a Placement to what the GPU forward executes (models::GpuOptions), or a clear refusal of what
 // it cannot execute. The runtime only executes placements (DESIGN.md "Placement is data"); this is
 // the one place that says which placements it can run:
-//  - the routed experts of each trunk layer on one tier: gpu, pinned_host or mmap_host (an expert
-//    split within a layer, the expert cache, is not executed yet);
+//  - the routed experts of each trunk layer (a dense model's FFN: placement.h) on one tier: gpu,
+//    pinned_host or mmap_host (an expert split within a layer, the expert cache, is not executed yet);
 //  - every other tensor of the trunk layers, output and output_norm on the GPU (layers on the CPU,
 //    llama.cpp's partial -ngl, are not executed: keeping attention on the GPU and moving experts
 //    is always the faster use of the same VRAM for these models);

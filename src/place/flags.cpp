@@ -142,14 +142,14 @@ Placement place_from_flags(const gguf::File& file, const PlacementFlags& flags) 
     if (flags.n_gpu_layers < -1) fail("-ngl {}: expected a layer count >= 0 or -1 (all)", flags.n_gpu_layers);
     Placement p = Placement::uniform(file, Tier::mmap_host);
     const int64_t n_layer = p.n_layer();
-    // The expert flags of a model without experts would match nothing: say so instead of running a
-    // placement the user did not ask for.
-    if (p.n_expert() == 0)
+    // The expert flags match nothing in a dense model: say so instead of running a placement the user
+    // did not ask for.
+    if (p.dense_ffn())
         for (const OverrideRule& r : flags.overrides)
             if (r.pattern.ends_with(kExpsSuffix) && r.origin.starts_with("--"))
                 fail(
-                    "{}: this is a dense model (no routed experts to keep on the CPU); "
-                    "it runs whole on the GPU (-ngl all) or on the CPU (-ngl 0)",
+                    "{}: this is a dense model (no routed experts); to compute some layers' FFN on the CPU "
+                    "use -ot (e.g. -ot 'blk\\.[0-9]\\.ffn_=CPU' for layers 0-9) or --plan auto",
                     r.origin);
     // Layer indices 0..n_layer-1 are blocks, n_layer is the output layer; the last N go to the GPU.
     const int64_t n_gpu = flags.n_gpu_layers == -1 ? n_layer + 1 : std::min(flags.n_gpu_layers, n_layer + 1);
@@ -201,9 +201,9 @@ Placement place_from_flags(const gguf::File& file, const PlacementFlags& flags) 
         } else if (tiers[static_cast<size_t>(first)] != tiers[i]) {
             const auto f = static_cast<size_t>(first);
             fail(
-                "layer {}: {} puts {} on {} but {} puts {} on {}; mox places an expert as a whole (its gate, "
-                "up "
-                "and down slices together), so make the rule match all three stacks (e.g. ffn_.*_exps)",
+                "layer {}: {} puts {} on {} but {} puts {} on {}; mox places an expert as a whole "
+                "(its gate, up and down slices together), so make the rule match all three stacks "
+                "(e.g. ffn_.*_exps; ffn_ in a dense model)",
                 e.layer, origin(f), p.tensors()[f].name, tier_name(tiers[f]), origin(i), e.name,
                 tier_name(tiers[i]));
         }

@@ -40,13 +40,15 @@ int64_t layer_of(std::string_view name) {
     return n;
 }
 
-ExpertPart expert_part_of(std::string_view name, int64_t layer) {
+// dense: the file has no routed experts, and a layer's dense FFN (ffn_gate, ffn_up, ffn_down) is
+// placed as a stack of one expert (models::Hparams::n_ffn_experts).
+ExpertPart expert_part_of(std::string_view name, int64_t layer, bool dense) {
     if (layer < 0) return ExpertPart::none;
     const size_t dot = name.find('.', 4);  // after "blk.N"
     const std::string_view rest = name.substr(dot + 1);
-    if (rest == "ffn_gate_exps.weight") return ExpertPart::gate;
-    if (rest == "ffn_up_exps.weight") return ExpertPart::up;
-    if (rest == "ffn_down_exps.weight") return ExpertPart::down;
+    if (rest == (dense ? "ffn_gate.weight" : "ffn_gate_exps.weight")) return ExpertPart::gate;
+    if (rest == (dense ? "ffn_up.weight" : "ffn_up_exps.weight")) return ExpertPart::up;
+    if (rest == (dense ? "ffn_down.weight" : "ffn_down_exps.weight")) return ExpertPart::down;
     return ExpertPart::none;
 }
 
@@ -80,23 +82,29 @@ Placement Placement::uniform(const gguf::File& file, Tier tier) {
     p.n_layer_ = block_count > 0 ? block_count : max_layer + 1;
     const int64_t mtp_first = n_nextn > 0 ? p.n_layer_ - n_nextn : -1;
     p.experts_.resize(static_cast<size_t>(p.n_layer_));
+    const bool dense =
+        std::none_of(file.tensors().begin(), file.tensors().end(),
+                     [](const gguf::TensorInfo& t) { return t.name.find("_exps.") != std::string::npos; });
+    p.dense_ffn_ = dense;
 
     for (const gguf::TensorInfo& t : file.tensors()) {
         TensorEntry e;
         e.name = t.name;
         e.layer = layer_of(t.name);
         e.cls = models::classify_tensor(t.name, mtp_first);
-        e.part = expert_part_of(t.name, e.layer);
+        e.part = expert_part_of(t.name, e.layer, dense);
         e.type = t.type;
         e.ne = t.ne;
         e.n_bytes = t.n_bytes;
         e.tier = tier;
         const size_t index = p.tensors_.size();
         if (e.part != ExpertPart::none) {
-            // [n_in, n_out, n_expert]: every expert a contiguous slice of n_out rows.
-            const int64_t n_expert = t.ne[2];
-            if (t.n_dims != 3 || n_expert < 1)
-                fail("{}: expert stack {} must be 3-D [n_in, n_out, n_expert]", file.path(), t.name);
+            // [n_in, n_out, n_expert]: every expert a contiguous slice of n_out rows (a dense FFN's
+            // [n_in, n_out]: one expert).
+            const int64_t n_expert = dense ? 1 : t.ne[2];
+            if (t.n_dims != (dense ? 2 : 3) || n_expert < 1)
+                fail("{}: {} must be {}", file.path(), t.name,
+                     dense ? "2-D [n_in, n_out]" : "an expert stack, 3-D [n_in, n_out, n_expert]");
             if (p.n_expert_ == 0) p.n_expert_ = n_expert;
             if (n_expert != p.n_expert_)
                 fail("{}: {} has {} experts, earlier stacks {}", file.path(), t.name, n_expert, p.n_expert_);

@@ -6,6 +6,9 @@
 // bytes each. The three slices of an expert always share a tier (the CPU or GPU computes the whole
 // expert; splitting gate/up from down would ship the hidden activations across PCIe for nothing).
 //
+// A dense model (no _exps stacks) places each layer's FFN, blk.L.ffn_{gate,up,down}, as a stack of one
+// expert: the GPU forward computes an FFN left in host memory on the CPU as it does routed experts.
+//
 // Bytes are exact: every tensor's n_bytes comes from the file; an expert slice is n_bytes / n_expert
 // of its stack (checked to divide and to equal the row arithmetic).
 #pragma once
@@ -62,7 +65,9 @@ public:
     static Placement uniform(const gguf::File& file, Tier tier);
 
     int64_t n_layer() const { return n_layer_; }
-    int64_t n_expert() const { return n_expert_; }  // 0 when the file has no expert stacks
+    // 0 when the file has no expert stacks; 1 for a dense model's FFN
+    int64_t n_expert() const { return n_expert_; }
+    bool dense_ffn() const { return dense_ffn_; }  // the stacks are dense FFNs (no routed experts)
     const std::vector<TensorEntry>& tensors() const { return tensors_; }
     const TensorEntry& tensor(std::string_view name) const;  // throws mox::Error if absent
     bool has_experts(int64_t layer) const;
@@ -98,6 +103,7 @@ private:
 
     int64_t n_layer_ = 0;
     int64_t n_expert_ = 0;
+    bool dense_ffn_ = false;
     std::vector<TensorEntry> tensors_;  // file order
     std::unordered_map<std::string, size_t> by_name_;
     std::vector<LayerExperts> experts_;  // [n_layer]; stack == -1 where a layer has no experts

@@ -349,7 +349,7 @@ double distinct_experts(double tokens, double k, double n) {
 
 // The selected experts of one layer for `tokens` tokens (1: decode, k experts read once each).
 double experts_gpu_s(Rates& r, const Layer& L, const models::Hparams& hp, double tokens) {
-    const auto k = static_cast<double>(hp.n_expert_used);
+    const auto k = static_cast<double>(hp.n_ffn_experts_used());
     double s = 0;
     for (const Matrix& x : L.expert) {
         if (tokens <= 1) {
@@ -358,7 +358,7 @@ double experts_gpu_s(Rates& r, const Layer& L, const models::Hparams& hp, double
             // The batched MoE's measured rate when the profile has it (its small per-expert products
             // run far below the dense matmul's), else the dense matmul's rate; never faster than
             // reading the selected experts once.
-            const double used = distinct_experts(tokens, k, static_cast<double>(hp.n_expert));
+            const double used = distinct_experts(tokens, k, static_cast<double>(hp.n_ffn_experts()));
             const auto moe = r.gpu_moe_prefill(x.type, tokens);
             const double flops_rate = moe ? *moe : r.gpu_matmul(x.type);
             s += std::max(2.0 * tokens * k * x.params / flops_rate, used * x.bytes / r.gpu_matvec(x.type));
@@ -373,14 +373,14 @@ struct CpuExperts {
 };
 
 CpuExperts experts_cpu(Rates& r, const Layer& L, const models::Hparams& hp, double tokens) {
-    const auto k = static_cast<double>(hp.n_expert_used);
+    const auto k = static_cast<double>(hp.n_ffn_experts_used());
     CpuExperts c;
     for (const Matrix& x : L.expert) {
         if (tokens <= 1) {
             c.s += k * x.bytes / r.cpu_expert(x.type);
             c.bytes += k * x.bytes;
         } else {
-            const double used = distinct_experts(tokens, k, static_cast<double>(hp.n_expert));
+            const double used = distinct_experts(tokens, k, static_cast<double>(hp.n_ffn_experts()));
             c.s += std::max(2.0 * tokens * k * x.params / r.cpu_flops(x.type),
                             used * x.bytes / r.cpu_expert(x.type));
             c.bytes += used * x.bytes;
@@ -400,14 +400,15 @@ double shexp_gpu_s(Rates& r, const Layer& L) {
 // matrix of a type without one at its matvec rate). nullopt when a routed part's type was not
 // measured: the caller charges bytes at the matvec rate and a launch gap per kernel instead.
 std::optional<double> moe_decode_s(Rates& r, const Layer& L, const models::Hparams& hp) {
-    const auto k = static_cast<double>(hp.n_expert_used);
+    const auto k = static_cast<double>(hp.n_ffn_experts_used());
     double s = 0;
     for (const Matrix& x : L.expert) {
         const auto rate = r.gpu_moe_decode(x.type);
         if (!rate) {
-            r.note(fmt::format("GPU experts of type {} at the matvec rate (the profile has no MoE decode rate "
-                               "for it; `mox calibrate` measures one)",
-                               quant::type_name(x.type)));
+            r.note(
+                fmt::format("GPU experts of type {} at the matvec rate (the profile has no MoE decode rate "
+                            "for it; `mox calibrate` measures one)",
+                            quant::type_name(x.type)));
             return std::nullopt;
         }
         s += k * x.bytes / *rate;
@@ -424,7 +425,7 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Hparams& hp,
                            const place::CacheOptions& cache, int64_t depth) {
     DecodePrediction d;
     d.depth = depth;
-    const auto k = static_cast<double>(hp.n_expert_used);
+    const auto k = static_cast<double>(hp.n_ffn_experts_used());
     const double k_row = static_cast<double>(quant::row_bytes(cache.k_type, hp.n_head_kv * hp.head_dim_k));
     const double v_row = static_cast<double>(quant::row_bytes(cache.v_type, hp.n_head_kv * hp.head_dim_v));
     const auto state = static_cast<double>(state_layer_bytes(hp));
@@ -450,7 +451,9 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Hparams& hp,
         const double rt = r.decode_handoff();
         for (const Layer& L : m.layers) {
             const bool gpu_experts = L.has_experts && L.tier == place::Tier::gpu;
-            const std::optional<double> moe = gpu_experts ? moe_decode_s(r, L, hp) : std::nullopt;
+            // A dense FFN runs as plain matvecs: the MoE launches' measured rates are not its.
+            const std::optional<double> moe =
+                gpu_experts && hp.has_moe() ? moe_decode_s(r, L, hp) : std::nullopt;
             d.kernels += L.recurrent ? kDecodeKernelsRecurrent : kDecodeKernelsAttention;
             if (L.has_experts && !gpu_experts) d.kernels += kDecodeKernelsHostNorm;
             for (const Matrix& x : L.dense) {
@@ -468,7 +471,8 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Hparams& hp,
                 }
             } else {
                 d.gpu_cache_bytes += dd * (k_row + v_row);
-                const double bytes_s = dd * k_row / r.gpu_kv(cache.k_type) + dd * v_row / r.gpu_kv(cache.v_type);
+                const double bytes_s =
+                    dd * k_row / r.gpu_kv(cache.k_type) + dd * v_row / r.gpu_kv(cache.v_type);
                 if (const auto t = r.gpu_attention_decode(hp, depth)) {
                     const bool f16 = cache.k_type == quant::TypeId::f16 && cache.v_type == quant::TypeId::f16;
                     d.gpu_s += f16 ? *t : std::max(*t, bytes_s);
@@ -653,7 +657,8 @@ SpeedPrediction predict_speed(const place::Placement& p, const models::Hparams& 
 }
 
 DecodePrediction predict_decode(const place::Placement& p, const models::Hparams& hp,
-                                const place::CacheOptions& cache, int64_t depth, const HardwareProfile& profile) {
+                                const place::CacheOptions& cache, int64_t depth,
+                                const HardwareProfile& profile) {
     if (depth < 0) fail("decode depth {}: at least 0", depth);
     std::vector<std::string> notes;
     Rates r(profile, notes);

@@ -96,8 +96,7 @@ using TypeOf = std::function<quant::TypeId(const models::TensorSpec&)>;
 // A qwen35moe GGUF whose data section is a hole: the header comes from gguf::Writer, which removes
 // an unfinished file when destroyed, so a hard link taken before that keeps the header; the file
 // is then extended to its full size without writing (a sparse file).
-inline void write_sparse_model(const std::string& path, const models::Hparams& hp,
-                               const TypeOf& type_of) {
+inline void write_sparse_model(const std::string& path, const models::Hparams& hp, const TypeOf& type_of) {
     const std::string partial = path + ".header";
     constexpr uint64_t kAlign = 32;
     uint64_t data_bytes = 0;
@@ -134,11 +133,21 @@ inline std::string temp_path(const std::string& tag) {
 
 // Full-size Qwen3.6-35B-A3B with llama-quantize's Q4_K_M types (some layers' ffn_down in Q6_K).
 inline const SparseModel& q36_q4km() {
-    static const SparseModel m(
-        temp_path("q36"), models::synth_preset("qwen3.6-35b-a3b"), [](const models::TensorSpec& t) {
-            static const models::Hparams hp = models::synth_preset("qwen3.6-35b-a3b");
-            return models::choose_tensor_type(t, models::QuantMix::q4_k_m, hp);
-        });
+    static const SparseModel m(temp_path("q36"), models::synth_preset("qwen3.6-35b-a3b"),
+                               [](const models::TensorSpec& t) {
+                                   static const models::Hparams hp = models::synth_preset("qwen3.6-35b-a3b");
+                                   return models::choose_tensor_type(t, models::QuantMix::q4_k_m, hp);
+                               });
+    return m;
+}
+
+// Full-size dense Qwen3.6-27B (qwen35) with llama-quantize's Q4_K_M types.
+inline const SparseModel& q36_27b_q4km() {
+    static const SparseModel m(temp_path("q36_27b"), models::synth_preset("qwen3.6-27b"),
+                               [](const models::TensorSpec& t) {
+                                   static const models::Hparams hp = models::synth_preset("qwen3.6-27b");
+                                   return models::choose_tensor_type(t, models::QuantMix::q4_k_m, hp);
+                               });
     return m;
 }
 

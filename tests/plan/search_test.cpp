@@ -198,6 +198,23 @@ TEST(PlanSearch, ConsumerGpuPlanIsSensible) {
     }
 }
 
+// A dense model: its layers' FFNs are what the plan moves to the host (attention and DeltaNet stay).
+TEST(PlanSearch, DenseModelMovesWholeFfns) {
+    const auto& m = fixtures::q36_27b_q4km();
+    const PlanResult fits = plan_auto(request(m, rtx3090_like(), 24 * kGiB, 4096));
+    expect_valid(fits, m.hp, 24 * kGiB);
+    EXPECT_TRUE(fits.host_layers.empty()) << "Qwen3.6-27B at Q4_K_M fits 24 GiB";
+    const PlanResult r = plan_auto(request(m, rtx3090_like(), 12 * kGiB, 4096));
+    expect_valid(r, m.hp, 12 * kGiB);
+    ASSERT_FALSE(r.host_layers.empty());
+    for (int64_t l : r.host_layers) {
+        EXPECT_EQ(r.placement.tier_of(fmt::format("blk.{}.ffn_up.weight", l)), r.host_tier);
+        EXPECT_EQ(r.placement.tier_of(fmt::format("blk.{}.attn_norm.weight", l)), place::Tier::gpu);
+    }
+    EXPECT_GT(r.speed.decode.tokens_per_s, 0);
+    EXPECT_LT(r.speed.decode.tokens_per_s, fits.speed.decode.tokens_per_s);
+}
+
 // Layers with more expert bytes leave the GPU first (fewer hand-offs per byte freed).
 TEST(PlanSearch, FatLayersGoToTheHostFirst) {
     const auto& m = fixtures::q36_ud_like();

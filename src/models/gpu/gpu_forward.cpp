@@ -171,11 +171,20 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
     const int64_t H = hp_.n_head, Hkv = hp_.n_head_kv, hd = hp_.head_dim_k;
     attn_proj_ = fbuf(nb * (hp_.q_proj_rows() + 2 * Hkv * hd)), q_ = fbuf(nb * H * hd),
     o_ = fbuf(nb * H * hd);
-    const int64_t E = hp_.n_expert, K = hp_.n_expert_used;
+    const int64_t E = hp_.n_expert, K = hp_.n_ffn_experts_used();
     router_logits_ = fbuf(nb * E + 1);
     ids_ = DeviceBuffer(static_cast<size_t>(nb * K) * sizeof(int32_t));
     weights_ = fbuf(nb * K);
-    h_ = fbuf(K * hp_.n_ff_exp + hp_.n_ff_shexp);  // routed rows, then the shared expert's
+    if (!hp_.has_moe()) {
+        // A dense FFN left in host memory is handed to the CPU as expert 0 of weight 1 for every
+        // token: the routing the hand-off reads, written once (no router ever overwrites it).
+        const std::vector<int32_t> zeros(static_cast<size_t>(nb), 0);
+        const std::vector<float> ones(static_cast<size_t>(nb), 1.0f);
+        cuda::copy_to_device(ids_.data(), zeros.data(), zeros.size() * sizeof(int32_t), stream_.handle());
+        cuda::copy_to_device(weights_.data(), ones.data(), ones.size() * sizeof(float), stream_.handle());
+        stream_.synchronize();
+    }
+    h_ = fbuf(hp_.n_expert_used * hp_.n_ff_exp + hp_.n_ff_shexp);  // routed rows, then the shared expert's
     const int64_t ffs = std::max<int64_t>(hp_.n_ff_unrouted(), 1);
     swiglu_gu_ = fbuf(nb * 2 * ffs), swiglu_h_ = fbuf(nb * ffs);
 
@@ -193,7 +202,7 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
             if (w.valid())
                 work_bytes = std::max(work_bytes, cuda::matmul_workspace_bytes(w.type, w.n_in, w.n_out, nb));
         const ops::ExpertStack& host = m.layers_[i].experts;
-        if (hp_.has_moe())
+        if (hp_.has_moe() || host_index_[i] >= 0)  // a dense FFN streamed from the host too
             work_bytes = std::max(work_bytes, cuda::moe_batch_workspace_bytes(host.gate, host.down, nb, K));
     }
     // The chunked delta rule's records of a micro-batch, between the projections that use the scratch.
@@ -332,8 +341,12 @@ uint64_t GpuForward::upload_weights(const GpuOptions& o, WeightArena& arena) {
             }
         }
         if (!hp_.has_moe()) {
-            G.swiglu_gate_up = upg({&L.ffn_gate, &L.ffn_up});
-            G.swiglu_down = upw(L.ffn_down);
+            if (o.experts.empty() || o.experts[i] == ExpertHome::gpu) {
+                G.swiglu_gate_up = upg({&L.ffn_gate, &L.ffn_up});
+                G.swiglu_down = upw(L.ffn_down);
+            } else {
+                for (const ops::Weight* w : {&L.ffn_gate, &L.ffn_up, &L.ffn_down}) check_type(*w);
+            }
             continue;
         }
         if (hp_.has_shared_expert()) {
@@ -809,7 +822,12 @@ void GpuForward::ffn(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
             moe(L, il, n, logits_ready);
             break;
         case FfnKind::dense:
-            swiglu(L, n, mix_.as<float>(), stream_.handle());
+            if (host_index_[static_cast<size_t>(il)] < 0)
+                swiglu(L, n, mix_.as<float>(), stream_.handle());
+            else if (streaming(n) && stream_order_[static_cast<size_t>(il)] >= 0)
+                host_moe_streamed(L, il, n);
+            else
+                host_moe_handoff(L, il, n);
             break;
     }
 }

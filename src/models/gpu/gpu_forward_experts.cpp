@@ -1,4 +1,5 @@
-// Routed experts that stay in host memory while the rest of the model runs on the GPU.
+// Routed experts that stay in host memory while the rest of the model runs on the GPU (and dense FFNs
+// there, handed off as one expert of weight 1 for every token).
 //
 // Decode: the GPU computes the router and top-k, a kernel stores the normalized hidden state and the
 // routing (8 KiB for Qwen3.6) straight into host-mapped memory and raises that layer's `ready` word;
@@ -68,10 +69,6 @@ void GpuForward::load_host_experts(const GpuOptions& o) {
     batch_jobs_.resize(n_layer);
     const bool poll = polling_handoff();
     if (o.experts.empty()) return;
-    if (!hp_.has_moe() &&
-        std::any_of(o.experts.begin(), o.experts.end(), [](ExpertHome e) { return e != ExpertHome::gpu; }))
-        fail("--device cuda: {} is a dense model: it has no routed experts to leave in host memory",
-             hp_.arch_name());
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     std::vector<Range> mapped;  // page-rounded stacks left in the mapped file
     for (size_t i = 0; i < n_layer; ++i) {
@@ -162,7 +159,7 @@ void GpuForward::load_host_experts(const GpuOptions& o) {
         }
 
     // Hand-off buffers for a whole micro-batch.
-    const int64_t nb = n_ubatch_, d = hp_.n_embd, K = hp_.n_expert_used;
+    const int64_t nb = n_ubatch_, d = hp_.n_embd, K = hp_.n_ffn_experts_used();
     std::string why;
     hand_x_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(nb * d) * sizeof(float), &why);
     hand_out_ = cuda::PinnedBuffer::try_alloc(static_cast<size_t>(nb * d) * sizeof(float), &why);
@@ -173,7 +170,7 @@ void GpuForward::load_host_experts(const GpuOptions& o) {
     if (poll && !host_.empty()) channel_ = cuda::HandoffChannel(static_cast<int64_t>(host_.size()), d, K);
     host_routing_.ids.reserve(static_cast<size_t>(nb * K));
     host_routing_.weights.reserve(static_cast<size_t>(nb * K));
-    host_routing_.expert_counts.reserve(static_cast<size_t>(hp_.n_expert));
+    host_routing_.expert_counts.reserve(static_cast<size_t>(hp_.n_ffn_experts()));
 }
 
 bool GpuForward::streaming(int64_t n) const {
@@ -189,7 +186,7 @@ bool GpuForward::host_moe(int64_t layer, int64_t n, const float* x, const int32_
                           float* out) noexcept {
     if (host_failed_) return false;  // a failed hand-off poisons the rest of this forward
     try {
-        const int64_t K = hp_.n_expert_used, E = hp_.n_expert;
+        const int64_t K = hp_.n_ffn_experts_used(), E = hp_.n_ffn_experts();
         ops::Routing& r = host_routing_;
         r.n_tokens = n;
         r.k = K;
@@ -256,13 +253,15 @@ void GpuForward::check_handoff() const {
 void GpuForward::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
-    const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
-    float* logits = router_logits_.as<float>();
-    if (n == 1)
-        project(L.router_in, u, 1, logits);  // n_expert + 1 logits (the last: shared gate)
-    else
-        linear(L.router_in.parts[0], u, n, logits);
-    route(n, E, s);
+    const int64_t K = hp_.n_ffn_experts_used(), d = hp_.n_embd;
+    if (hp_.has_moe()) {  // a dense FFN's routing (expert 0, weight 1) is in ids_ and weights_ already
+        float* logits = router_logits_.as<float>();
+        if (n == 1)
+            project(L.router_in, u, 1, logits);  // n_expert + 1 logits (the last: shared gate)
+        else
+            linear(L.router_in.parts[0], u, n, logits);
+        route(n, hp_.n_expert, s);
+    }
     const bool shared = hp_.n_ff_shexp > 0;
     if (shared) {  // fork: the shared expert runs on the side stream while the CPU works
         fork_.record(s);
@@ -312,10 +311,11 @@ void GpuForward::stream_copy(size_t order, int buffer) {
 void GpuForward::host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n) {
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
-    const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
-    float* logits = router_logits_.as<float>();
-    linear(L.router_in.parts[0], u, n, logits);
-    route(n, E, s);
+    const int64_t K = hp_.n_ffn_experts_used(), d = hp_.n_embd;
+    if (hp_.has_moe()) {
+        linear(L.router_in.parts[0], u, n, router_logits_.as<float>());
+        route(n, hp_.n_expert, s);
+    }
     const auto order = static_cast<size_t>(stream_order_[static_cast<size_t>(il)]);
     const int b = static_cast<int>(order % 2);
     const HostExpertLayer& h = host_[static_cast<size_t>(host_index_[static_cast<size_t>(il)])];
