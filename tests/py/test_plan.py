@@ -358,6 +358,20 @@ def test_search_text_output(mox_bin, full):
     assert "hand-written" in out.stdout
 
 
+def test_search_names_the_nearest_n_cpu_moe(mox_bin, full):
+    """A searched plan also says which llama.cpp --n-cpu-moe comes nearest: as many host layers, exact
+    when they are the first ones."""
+    model, profiles, _, _ = full
+    args = ["--profile", str(profiles["3090"]), "--vram-budget", "16GiB", "-c", "32768"]
+    j = json.loads(run_plan(mox_bin, model, *args, "--json").stdout)["plan"]
+    host = j["host_layers"]
+    assert host and j["n_cpu_moe"] == len(host)
+    assert j["n_cpu_moe_exact"] == (host == list(range(len(host))))
+    text = run_plan(mox_bin, model, *args).stdout
+    line = next(l for l in text.splitlines() if "nearest llama.cpp flags" in l)
+    assert f"-ngl 99 --n-cpu-moe {len(host)} -c 32768" in line
+
+
 @pytest.mark.parametrize("args,message", [
     (["--vram-budget", "lots"], "--vram-budget"),
     (["--vram-budget", "0"], "--vram-budget"),

@@ -1,11 +1,12 @@
 // mox inspect MODEL.gguf: what the file holds and what it costs to run.
 #include "commands.h"
 #include "core/units.h"
+#include "flag_values.h"
 #include "gguf/reader.h"
 #include "models/summary.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -26,7 +27,8 @@ struct InspectOptions {
 
 std::string types_text(const models::ClassStats& c) {
     std::string out;
-    for (const auto& [name, count] : c.types) out += fmt::format("{}{}x{}", out.empty() ? "" : " ", count, name);
+    for (const auto& [name, count] : c.types)
+        out += fmt::format("{}{}x{}", out.empty() ? "" : " ", count, name);
     return out;
 }
 
@@ -44,9 +46,12 @@ nlohmann::json to_json(const models::ModelSummary& s, const gguf::File& file, co
         const models::ClassStats& cs = s.classes[c];
         if (cs.n_tensors == 0) continue;
         j["classes"][models::tensor_class_name(static_cast<models::TensorClass>(c))] = {
-            {"tensors", cs.n_tensors},          {"params", cs.params},
-            {"bytes", cs.bytes},                {"active_params", cs.active_params},
-            {"bytes_per_token", cs.bytes_per_token}, {"types", cs.types}};
+            {"tensors", cs.n_tensors},
+            {"params", cs.params},
+            {"bytes", cs.bytes},
+            {"active_params", cs.active_params},
+            {"bytes_per_token", cs.bytes_per_token},
+            {"types", cs.types}};
     }
     j["total_params"] = s.total_params;
     j["mtp_params"] = s.mtp_params;
@@ -56,7 +61,8 @@ nlohmann::json to_json(const models::ModelSummary& s, const gguf::File& file, co
     for (const auto& kv : s.kv) j["kv_bytes_per_token"][kv.type] = kv.bytes_per_token;
     j["recurrent_state_bytes"] = s.recurrent_state_bytes;
     for (size_t i = 0; i < bws.size(); ++i)
-        j["roofline"].push_back({{"bandwidth", o.bandwidths[i]}, {"bytes_per_s", bws[i]},
+        j["roofline"].push_back({{"bandwidth", o.bandwidths[i]},
+                                 {"bytes_per_s", bws[i]},
                                  {"tokens_per_s", s.roofline_tokens_per_s(bws[i])}});
     j["notes"] = s.notes;
     if (o.tensors) {
@@ -99,19 +105,22 @@ void print_text(const models::ModelSummary& s, const gguf::File& file, const Ins
         for (const auto& kv : s.kv) fmt::print("  {} {:.0f} B", kv.type, kv.bytes_per_token);
         fmt::print("\n  KV cache at the trained context ({} tokens):", s.n_ctx_train);
         for (const auto& kv : s.kv)
-            fmt::print("  {} {}", kv.type,
-                       format_bytes(static_cast<uint64_t>(kv.bytes_per_token * static_cast<double>(s.n_ctx_train))));
+            fmt::print(
+                "  {} {}", kv.type,
+                format_bytes(static_cast<uint64_t>(kv.bytes_per_token * static_cast<double>(s.n_ctx_train))));
         fmt::print("\n  recurrent state per sequence: {}\n", format_bytes(s.recurrent_state_bytes));
     }
     for (size_t i = 0; i < bws.size(); ++i)
-        fmt::print("  decode roofline at {}: {:.1f} tokens/s\n", o.bandwidths[i], s.roofline_tokens_per_s(bws[i]));
+        fmt::print("  decode roofline at {}: {:.1f} tokens/s\n", o.bandwidths[i],
+                   s.roofline_tokens_per_s(bws[i]));
     for (const auto& n : s.notes) fmt::print("  note: {}\n", n);
     if (o.tensors) {
         fmt::print("\n  {:<40} {:<28} {:<8} {:>12}\n", "tensor", "ne", "type", "bytes");
         for (const gguf::TensorInfo& t : file.tensors()) {
             std::string ne;
             for (int d = 0; d < t.n_dims; ++d) ne += fmt::format("{}{}", d ? ", " : "", t.ne[d]);
-            fmt::print("  {:<40} {:<28} {:<8} {:>12}\n", t.name, "{" + ne + "}", quant::type_name(t.type), t.n_bytes);
+            fmt::print("  {:<40} {:<28} {:<8} {:>12}\n", t.name, "{" + ne + "}", quant::type_name(t.type),
+                       t.n_bytes);
         }
     }
 }
@@ -125,15 +134,18 @@ void register_inspect(CLI::App& app) {
     cmd->add_flag("--json", o->json, "Machine-readable output");
     cmd->add_flag("--tensors", o->tensors, "List every tensor");
     cmd->add_flag("--check-data", o->check_data, "Also scan tensor data for inf/NaN (reads the whole file)");
-    cmd->add_option("--bandwidth", o->bandwidths, "Memory bandwidth(s) for the roofline, e.g. 936GB/s (repeatable)")
+    cmd->add_option("--bandwidth", o->bandwidths,
+                    "Memory bandwidth(s) for the roofline, e.g. 936GB/s (repeatable)")
         ->take_all();
     cmd->callback([o] {
         std::vector<double> bws;
-        for (const auto& b : o->bandwidths) bws.push_back(parse_bandwidth(b));
+        for (const auto& b : o->bandwidths) bws.push_back(parse_bandwidth_flag("--bandwidth", b));
         const gguf::File file = gguf::File::open(o->model, {.check_tensor_data = o->check_data});
         const models::ModelSummary s = models::summarize(file);
-        if (o->json) fmt::print("{}\n", to_json(s, file, *o, bws).dump(2));
-        else print_text(s, file, *o, bws);
+        if (o->json)
+            fmt::print("{}\n", to_json(s, file, *o, bws).dump(2));
+        else
+            print_text(s, file, *o, bws);
     });
 }
 

@@ -178,7 +178,11 @@ std::vector<std::string> prepare_command_line(const CLI::App& app, const std::ve
         }
         if (value && !takes_value)
             fail("option '{}' of '{}' takes no value (got '{}')", a.substr(0, eq), where, *value);
-        out.push_back(value ? name + "=" + *value : name);
+        if (value && value->empty()) {
+            out.insert(out.end(), {name, ""});  // CLI11 reads "--name=" as a missing value
+        } else {
+            out.push_back(value ? name + "=" + *value : name);
+        }
     }
     return out;
 }

@@ -27,26 +27,33 @@ void last_value_wins(CLI::App& app) {
                 o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
+// The top-level help, whichever command was parsed (CLI11's App::help() shows the selected one's).
+std::string top_help(const CLI::App& app) {
+    return app.get_formatter()->make_help(&app, app.get_name(), CLI::AppFormatMode::Normal);
+}
+
 // `mox help [COMMAND]`: the same text as --help.
-void register_help(CLI::App& app) {
-    auto command = std::make_shared<std::string>();
-    CLI::App* cmd = app.add_subcommand("help", "Show the commands, or one command's options");
-    cmd->add_option("command", *command, "A command whose options to show");
-    cmd->callback([&app, command] {
-        if (command->empty()) {
-            fmt::print("{}", app.help());
+void print_help(const CLI::App& app, const std::string& command) {
+    if (command.empty()) {
+        fmt::print("{}", top_help(app));
+        return;
+    }
+    std::vector<std::string> names;
+    for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; })) {
+        if (c->get_name() == command) {
+            fmt::print("{}", c->help(app.get_name()));
             return;
         }
-        for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; }))
-            if (c->get_name() == *command) {
-                fmt::print("{}", c->help());
-                return;
-            }
-        std::vector<std::string> names;
-        for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; }))
-            names.push_back(c->get_name());
-        mox::fail("unknown command '{}'{}", *command, mox::cli::did_you_mean(*command, names));
-    });
+        names.push_back(c->get_name());
+    }
+    mox::fail("unknown command '{}'{}", command, mox::cli::did_you_mean(command, names));
+}
+
+// Listed with the commands; main() answers it before CLI11 parses (print_help), since CLI11 would
+// take `mox help run` for the run command.
+void register_help(CLI::App& app) {
+    app.add_subcommand("help", "Show the commands, or one command's options (mox help COMMAND)")
+        ->add_option("command", "A command whose options to show");
 }
 
 void register_version(CLI::App& app) {
@@ -71,7 +78,7 @@ int main(int argc, char** argv) {
     // exact while mox was the only library, but it also loads every kernel cuBLAS has for the GPU:
     // ~460 MiB on the H200 (bench/results/2026-11-30-cublas-projections-h200), VRAM a small card needs
     // for experts.
-    CLI::App app{"mox: Mixture-of-Experts inference that plans its own GPU/CPU placement"};
+    CLI::App app{"mox: Mixture-of-Experts inference that plans its own GPU/CPU placement", "mox"};
     app.footer(
         "'mox help COMMAND' shows a command's options. llama.cpp's spellings work (-ngl, -ctk, -fa...).");
     app.fallthrough();  // -v also after the command, as llama.cpp users put it
@@ -100,6 +107,13 @@ int main(int argc, char** argv) {
     try {
         std::vector<std::string> args =
             mox::cli::prepare_command_line(app, std::vector<std::string>(argv + 1, argv + argc));
+        // `mox help COMMAND` before CLI11, which would take COMMAND for the command itself.
+        const auto first =
+            std::find_if(args.begin(), args.end(), [](const std::string& a) { return a[0] != '-'; });
+        if (first != args.end() && *first == "help") {
+            print_help(app, first + 1 == args.end() ? "" : *(first + 1));
+            return 0;
+        }
         args.insert(args.begin(), argv[0]);
         std::vector<char*> ptrs;
         for (auto& a : args) ptrs.push_back(a.data());
@@ -107,7 +121,7 @@ int main(int argc, char** argv) {
         if (version) {
             fmt::print("{}\n", mox::cli::version_text());
         } else if (app.get_subcommands().empty()) {
-            fmt::print("{}", app.help());
+            fmt::print("{}", top_help(app));
         }
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
