@@ -466,19 +466,32 @@ __device__ __forceinline__ void cp_async_wait_newest(int n) {  // all but the n 
         asm volatile("cp.async.wait_group 2;\n" ::: "memory");
 }
 
-// The warp copies `bytes` bytes from src (any alignment) into slot: the 16-byte words around them,
-// lane l taking words l, l + 32, ...; they land at slot + (src & 15). Reads at most 15 bytes either
-// side of the piece: inside the weight's allocation (upload_weight pads it by 16 bytes).
+// cp.async of 16 bytes to a shared-memory address held as 32 bits (no generic-to-shared
+// conversion per copy).
+__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ uint32_t mis16(const void* p) {
+    return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p)) & 15u;
+}
+
+// The warp copies `bytes` bytes from src (any alignment) into the slot at shared address `slot`:
+// the 16-byte words around them, lane l taking words l, l + 32, ...; they land at slot + (src & 15).
+// Reads at most 15 bytes either side of the piece: inside the weight's allocation (upload_weight
+// pads it by 16 bytes).
 template <class T>
-__device__ __forceinline__ void copy_piece(unsigned char* slot, const uint8_t* src, int bytes, int lane) {
-    const uintptr_t start = reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15};
-    const int words = static_cast<int>((reinterpret_cast<uintptr_t>(src) + bytes + 15 - start) >> 4);
+__device__ __forceinline__ void copy_piece(uint32_t slot, const uint8_t* src, int bytes, int lane) {
+    const uint64_t a = reinterpret_cast<uint64_t>(src);
+    const uint32_t mis = static_cast<uint32_t>(a) & 15u;
+    const int words = static_cast<int>((mis + static_cast<uint32_t>(bytes) + 15u) >> 4);
+    const auto* from =
+        reinterpret_cast<const uint8_t*>((a & ~uint64_t{15}) + 16u * static_cast<uint32_t>(lane));
+    const uint32_t to = slot + 16u * static_cast<uint32_t>(lane);
     constexpr int kIters = (kSlotBytes<T> / 16 + kWarp - 1) / kWarp;
 #pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-        const int q = lane + it * kWarp;
-        if (q < words) mm::cp_async16(slot + 16 * q, reinterpret_cast<const void*>(start + 16 * q));
-    }
+    for (int it = 0; it < kIters; ++it)
+        if (lane + it * kWarp < words) cp_async16_to(to + 512u * it, from + 512 * it);
 }
 
 // T::load_i8 from a row in shared memory: the same decode, from the loaders' Smem forms (load_i8
@@ -514,19 +527,110 @@ __host__ __device__ inline int64_t staged_row_bytes(int64_t n_segs) {
     return I8 ? i8_row_bytes<T>(n_segs) : n_units(n_segs) * 256 * static_cast<int64_t>(sizeof(float));
 }
 
-// dot(segment `lane` of the piece at p (shared memory), staged x segment xr), I8 or fp32.
+// One staged int8 activation segment with what Q4_K's and Q6_K's dots below need of it once per
+// segment, whatever the rows it meets: the sums of its 16-value halves (Q4_K's mins), or -32 times
+// the sums of its 8-value groups (Q6_K's offset of 32, folded into the dp4a accumulator).
+struct XSegW {
+    XSegI x;
+    int s[4];
+};
+
+// Q4_K and Q6_K (Q4_K_M's expert types) against int8 activations with integer sub-block scales:
+// sum_g sc_g * idot_g in int32 (|sum| < 2^26) and one conversion per segment, instead of an fp32
+// scale (d * sc) and a conversion per sub-block; Q4_K's high nibbles stay in place (x16) as
+// unsigned bytes (dp4a.u32.s32), Q6_K's offset of 32 rides in the dp4a accumulator (XSegW). In
+// this kernel's SASS that is ~10% fewer instructions per stage than load_i8_smem + seg_dot_i8, the
+// wide kernels' limit being instruction issue. The same real number as seg_dot_i8's, rounded
+// differently (tests: the same bounds).
+// Bytes of a (unsigned, 0..255) times bytes of b (signed), summed onto c.
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ float q4k_dot(const uint8_t* b, int sb, const XSegW& x) {
+    const int c = sb >> 1;
+    const uint4 hd = *reinterpret_cast<const uint4*>(b);  // d, dmin, 12 bytes of 6-bit scales and mins
+    const uint4 v = *reinterpret_cast<const uint4*>(b + 16 + 32 * c + 16 * (sb & 1));
+    const int sh = 16 * (c & 1);
+    const uint32_t w0 = hd.y >> sh, w1 = hd.z >> sh, w2 = hd.w >> sh;
+    const bool low = c < 2;  // sub-blocks 2c, 2c + 1 in the low or high two bytes of each field
+    const uint32_t sc = low ? (w0 & 0x3F3Fu) : ((w2 & 0x0F0Fu) | ((w0 & 0xC0C0u) >> 2));
+    const uint32_t mn = low ? (w1 & 0x3F3Fu) : (((w2 >> 4) & 0x0F0Fu) | ((w1 & 0xC0C0u) >> 2));
+    const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+    int lo = 0, hi = 0;  // low nibbles: sub-block 2c (values 0..15), high: 2c + 1 (16..31), times 16
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        lo = dp4a_us(q[k] & 0x0F0F0F0Fu, x.x.q[k], lo);
+        hi = dp4a_us(q[k] & 0xF0F0F0F0u, x.x.q[4 + k], hi);
+    }
+    // |16 lo sc| and |hi sc| < 16 x 15 x 127 x 16 x 63 = 30.7M each: int32, and one rounding in the
+    // conversion below (the weight part is exact); 1/16 is exact.
+    const int isum = static_cast<int>(sc & 0xFFu) * 16 * lo + static_cast<int>(sc >> 8) * hi;
+    const int msum = static_cast<int>(mn & 0xFFu) * x.s[0] + static_cast<int>(mn >> 8) * x.s[1];
+    const float d = seg::f16_bits(hd.x & 0xFFFFu), dmin = seg::f16_bits(hd.x >> 16);
+    return x.x.dx * (d * 0.0625f * static_cast<float>(isum) - dmin * static_cast<float>(msum));
+}
+
+__device__ __forceinline__ float q6k_dot(const uint8_t* b, int sb, const XSegW& x) {
+    const int h = sb >> 2, lq = sb & 3;
+    const uint8_t* ql = b + 64 * h + 8 * lq;
+    const uint8_t* qh = b + 128 + 32 * h + 8 * lq;
+    const uint32_t a0 = seg::ld32_a2(ql), a1 = seg::ld32_a2(ql + 4);
+    const uint32_t b0 = seg::ld32_a2(ql + 32), b1 = seg::ld32_a2(ql + 36);
+    const uint32_t c0 = seg::ld32_a2(qh), c1 = seg::ld32_a2(qh + 4);
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * h + (lq >> 1));
+    int isum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // group k: low 4 bits from ql (k & 1: the upper 32 bytes; k >= 2: high
+                                   // nibbles), top 2 bits from bits 2k, 2k + 1 of qh's bytes
+        const uint32_t s0 = (k & 1) ? b0 : a0, s1 = (k & 1) ? b1 : a1;
+        const uint32_t n0 = k < 2 ? s0 : s0 >> 4, n1 = k < 2 ? s1 : s1 >> 4;
+        const uint32_t h0 = 4 >= 2 * k ? c0 << (4 - 2 * k) : c0 >> (2 * k - 4);
+        const uint32_t h1 = 4 >= 2 * k ? c1 << (4 - 2 * k) : c1 >> (2 * k - 4);
+        const uint32_t v0 = (n0 & 0x0F0F0F0Fu) | (h0 & 0x30303030u),
+                       v1 = (n1 & 0x0F0F0F0Fu) | (h1 & 0x30303030u);
+        int i = __dp4a(static_cast<int>(v0), static_cast<int>(x.x.q[2 * k]), x.s[k]);  // values 0..63
+        i = __dp4a(static_cast<int>(v1), static_cast<int>(x.x.q[2 * k + 1]), i);       // minus 32: x.s
+        isum += static_cast<int>(sc[2 * k]) * i;
+    }
+    return x.x.dx * seg::f16_at(b + 208) * static_cast<float>(isum);
+}
+
+template <class T>
+inline constexpr bool kIntScaleDot = std::is_same_v<T, seg::Q4_K> || std::is_same_v<T, seg::Q6_K>;
+
+// dot(segment `lane` of the piece at p (shared memory), staged activation segment x): int8
+// (Q4_K, Q6_K: the integer-scale dots above), or fp32.
 template <class T, bool I8>
 struct WideDot {
-    using X = std::conditional_t<I8, XSegI, float[32]>;
+    using X = std::conditional_t<I8, std::conditional_t<kIntScaleDot<T>, XSegW, XSegI>, float[32]>;
     __device__ __forceinline__ static void load_x_seg(const unsigned char* xs_row, int64_t units, int64_t g,
                                                       X& x) {
-        if constexpr (I8)
+        if constexpr (I8 && kIntScaleDot<T>) {
+            load_xi<T>(xs_row, units, g, x.x);
+            if constexpr (std::is_same_v<T, seg::Q4_K>) {
+                x.s[0] = x.x.qsum[0] + x.x.qsum[1];
+                x.s[1] = x.x.qsum[2] + x.x.qsum[3];
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    x.s[k] = -32 * __dp4a(static_cast<int>(x.x.q[2 * k]), 0x01010101,
+                                          __dp4a(static_cast<int>(x.x.q[2 * k + 1]), 0x01010101, 0));
+            }
+        } else if constexpr (I8) {
             load_xi<T>(xs_row, units, g, x);
-        else
+        } else {
             load_x(reinterpret_cast<const float*>(xs_row), g, x);
+        }
     }
     __device__ __forceinline__ static float dot(const uint8_t* p, int lane, const X& x, const float* tbl) {
-        if constexpr (I8) {
+        if constexpr (I8 && std::is_same_v<T, seg::Q4_K>) {
+            return q4k_dot(p + (lane >> 3) * T::kBlockBytes, lane & 7, x);
+        } else if constexpr (I8 && std::is_same_v<T, seg::Q6_K>) {
+            return q6k_dot(p + (lane >> 3) * T::kBlockBytes, lane & 7, x);
+        } else if constexpr (I8) {
             seg::SegI s;
             load_i8_smem<T>(p, lane, s);
             return seg_dot_i8<T>(s, x);
@@ -548,7 +652,7 @@ __device__ __forceinline__ void block_tasks(int tasks, int& begin, int& end) {
 // holds 72 registers of values alone and spilled at 80, so 2 blocks there.
 template <class T, bool I8>
 __global__ void __launch_bounds__(kThreads, I8 ? 3 : 2) gate_up_wide_kernel(const GateUpArgs a, int depth) {
-    constexpr int kSlot = kSlotBytes<T>, kPiece = kPieceBytes<T>;
+    constexpr int kSlot = kSlotBytes<T>, kPiece = kPieceBytes<T>, kStage = kWidePieces * kSlot;
     using D = WideDot<T, I8>;
     extern __shared__ float4 smem[];
     __shared__ float tbl[16];
@@ -594,7 +698,8 @@ __global__ void __launch_bounds__(kThreads, I8 ? 3 : 2) gate_up_wide_kernel(cons
     const int n_stages = my_tasks * nc;
     const int64_t xs_bytes = (staged_row_bytes<T, I8>(n_segs) + 15) & ~int64_t{15};
     unsigned char* const xs = reinterpret_cast<unsigned char*>(smem);
-    unsigned char* const ring = xs + xs_bytes + static_cast<size_t>(warp) * depth * kWidePieces * kSlot;
+    unsigned char* const ring = xs + xs_bytes + static_cast<size_t>(warp) * depth * kStage;
+    const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
 
     // The 4 rows of task t: gate r0, up r0, gate r1, up r1 (r1 = r0 past the end).
     const auto task_rows = [&](int t, const uint8_t*(&rows)[kWidePieces]) {
@@ -606,21 +711,23 @@ __global__ void __launch_bounds__(kThreads, I8 ? 3 : 2) gate_up_wide_kernel(cons
         rows[2] = gbase[i] + o1;
         rows[3] = ubase[i] + o1;
     };
-    // Issue cursor: task, chunk, ring slot of the next stage to copy.
+    // Issue cursor: task, chunk, ring slot of the next stage to copy; its rows at that chunk.
     int it = t_begin + warp, ic = 0, is = 0;
     const uint8_t* irows[kWidePieces];
     if (n_stages > 0) task_rows(it, irows);
     const auto issue = [&] {
-        unsigned char* slot = ring + is * kWidePieces * kSlot;
+        const uint32_t slot = ring_s + static_cast<uint32_t>(is * kStage);
         const int bytes = ic == nc - 1 ? last_bytes : kPiece;
 #pragma unroll
-        for (int p = 0; p < kWidePieces; ++p)
-            copy_piece<T>(slot + p * kSlot, irows[p] + ic * kPiece, bytes, lane);
+        for (int p = 0; p < kWidePieces; ++p) copy_piece<T>(slot + p * kSlot, irows[p], bytes, lane);
         is = is + 1 == depth ? 0 : is + 1;
         if (++ic == nc) {
             ic = 0;
             it += kWarps;
             if (it < t_end) task_rows(it, irows);
+        } else {
+#pragma unroll
+            for (int p = 0; p < kWidePieces; ++p) irows[p] += kPiece;
         }
     };
     for (int s = 0; s < depth - 1; ++s) {
@@ -634,9 +741,16 @@ __global__ void __launch_bounds__(kThreads, I8 ? 3 : 2) gate_up_wide_kernel(cons
     __syncthreads();
 
     const int64_t units = n_units(n_segs);
+    const int n_segs32 = static_cast<int>(n_segs);
     int dt = t_begin + warp, dc = 0, ds = 0;  // decode cursor
-    const uint8_t* drows[kWidePieces];
-    if (n_stages > 0) task_rows(dt, drows);
+    uint32_t dmis[kWidePieces] = {};          // the rows' offsets in their 16-byte words at chunk dc
+    const auto decode_task = [&] {
+        const uint8_t* rows[kWidePieces];
+        task_rows(dt, rows);
+#pragma unroll
+        for (int p = 0; p < kWidePieces; ++p) dmis[p] = mis16(rows[p]);
+    };
+    if (n_stages > 0) decode_task();
     float acc[kWidePieces] = {};
 #pragma unroll 1
     for (int q = 0; q < n_stages; ++q) {
@@ -644,16 +758,13 @@ __global__ void __launch_bounds__(kThreads, I8 ? 3 : 2) gate_up_wide_kernel(cons
         __syncwarp();                     // ... and every lane's; stage q - 1's slot is read
         if (q + depth - 1 < n_stages) issue();
         mm::cp_async_commit();
-        const int64_t g = static_cast<int64_t>(dc) * kWideSegs + lane;
-        if (g < n_segs) {
+        const int g = dc * kWideSegs + lane;
+        if (g < n_segs32) {
             typename D::X xr;
             D::load_x_seg(xs, units, g, xr);
-            const unsigned char* slot = ring + ds * kWidePieces * kSlot;
+            const unsigned char* slot = ring + ds * kStage;
 #pragma unroll
-            for (int p = 0; p < kWidePieces; ++p) {
-                const uint8_t* src = drows[p] + dc * kPiece;
-                acc[p] += D::dot(slot + p * kSlot + (reinterpret_cast<uintptr_t>(src) & 15), lane, xr, tbl);
-            }
+            for (int p = 0; p < kWidePieces; ++p) acc[p] += D::dot(slot + p * kSlot + dmis[p], lane, xr, tbl);
         }
         ds = ds + 1 == depth ? 0 : ds + 1;
         if (++dc == nc) {
@@ -666,7 +777,10 @@ __global__ void __launch_bounds__(kThreads, I8 ? 3 : 2) gate_up_wide_kernel(cons
                     lane == 0 ? silu_mul(v[0], v[1]) : silu_mul(v[2], v[3]);
             dc = 0;
             dt += kWarps;
-            if (dt < t_end) task_rows(dt, drows);
+            if (dt < t_end) decode_task();
+        } else {
+#pragma unroll
+            for (int p = 0; p < kWidePieces; ++p) dmis[p] = (dmis[p] + kPiece) & 15u;
         }
     }
     mm::cp_async_wait_all();
@@ -676,7 +790,7 @@ __global__ void __launch_bounds__(kThreads, I8 ? 3 : 2) gate_up_wide_kernel(cons
 // slots x chunks walk, both rows of the output row pair.
 template <class T, bool I8>
 __global__ void __launch_bounds__(kDownWideThreads, 1) down_wide_kernel(const DownArgs a, int depth) {
-    constexpr int kSlot = kSlotBytes<T>, kPiece = kPieceBytes<T>;
+    constexpr int kSlot = kSlotBytes<T>, kPiece = kPieceBytes<T>, kStage = kWidePieces * kSlot;
     constexpr int kW = kDownWideWarps;
     using D = WideDot<T, I8>;
     extern __shared__ float4 smem[];
@@ -710,26 +824,35 @@ __global__ void __launch_bounds__(kDownWideThreads, 1) down_wide_kernel(const Do
     const int64_t xs_stride = staged_row_bytes<T, I8>(n_segs);
     const int64_t xs_bytes = (slots * xs_stride + 15) & ~int64_t{15};
     unsigned char* const xs = reinterpret_cast<unsigned char*>(smem);
-    unsigned char* const ring = xs + xs_bytes + static_cast<size_t>(warp) * depth * kWidePieces * kSlot;
+    unsigned char* const ring = xs + xs_bytes + static_cast<size_t>(warp) * depth * kStage;
+    const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+    // Byte offsets of the task's two rows in each expert's matrix (the second = the first past the end).
+    const auto row_offsets = [&](int t, size_t& o0, size_t& o1) {
+        o0 = static_cast<size_t>(2 * t) * a.row_bytes;
+        o1 = static_cast<size_t>(min(2 * t + 1, n_embd - 1)) * a.row_bytes;
+    };
 
     // Issue cursor: task (output rows 2t, 2t + 1), the stage's first (slot, chunk), ring slot.
     int it = t_begin + warp, ii = 0, ic = 0, is = 0;
+    size_t io0 = 0, io1 = 0;
+    if (n_stages > 0) row_offsets(it, io0, io1);
     const auto issue = [&] {
-        unsigned char* slot = ring + is * kWidePieces * kSlot;
-        const size_t o0 = static_cast<size_t>(2 * it) * a.row_bytes;
-        const size_t o1 = static_cast<size_t>(min(2 * it + 1, n_embd - 1)) * a.row_bytes;
+        const uint32_t slot = ring_s + static_cast<uint32_t>(is * kStage);
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
             if (ii < slots) {  // the task's last stage may hold one pair
                 const uint8_t* b = base_s[ii] + ic * kPiece;
                 const int bytes = ic == nc - 1 ? last_bytes : kPiece;
-                copy_piece<T>(slot + (2 * u) * kSlot, b + o0, bytes, lane);
-                copy_piece<T>(slot + (2 * u + 1) * kSlot, b + o1, bytes, lane);
+                copy_piece<T>(slot + (2 * u) * kSlot, b + io0, bytes, lane);
+                copy_piece<T>(slot + (2 * u + 1) * kSlot, b + io1, bytes, lane);
                 if (++ic == nc) ic = 0, ++ii;
             }
         }
         is = is + 1 == depth ? 0 : is + 1;
-        if (ii == slots) ii = 0, ic = 0, it += kW;
+        if (ii == slots) {
+            ii = 0, ic = 0, it += kW;
+            if (it < t_end) row_offsets(it, io0, io1);
+        }
     };
     for (int s = 0; s < depth - 1; ++s) {
         if (s < n_stages) issue();
@@ -742,7 +865,14 @@ __global__ void __launch_bounds__(kDownWideThreads, 1) down_wide_kernel(const Do
     __syncthreads();
 
     const int64_t units = n_units(n_segs);
+    const int n_segs32 = static_cast<int>(n_segs);
     int dt = t_begin + warp, di = 0, dc = 0, ds = 0;  // decode cursor
+    uint32_t dm0 = 0, dm1 = 0;                        // low 32 bits of the rows' offsets
+    if (n_stages > 0) {
+        size_t o0, o1;
+        row_offsets(dt, o0, o1);
+        dm0 = static_cast<uint32_t>(o0), dm1 = static_cast<uint32_t>(o1);
+    }
     float acc[2] = {};
 #pragma unroll 1
     for (int q = 0; q < n_stages; ++q) {
@@ -750,23 +880,18 @@ __global__ void __launch_bounds__(kDownWideThreads, 1) down_wide_kernel(const Do
         __syncwarp();
         if (q + depth - 1 < n_stages) issue();
         mm::cp_async_commit();
-        const unsigned char* slot = ring + ds * kWidePieces * kSlot;
-        const size_t o0 = static_cast<size_t>(2 * dt) * a.row_bytes;
-        const size_t o1 = static_cast<size_t>(min(2 * dt + 1, n_embd - 1)) * a.row_bytes;
+        const unsigned char* slot = ring + ds * kStage;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
             if (di < slots) {
-                const int64_t g = static_cast<int64_t>(dc) * kWideSegs + lane;
-                if (g < n_segs) {
+                const int g = dc * kWideSegs + lane;
+                if (g < n_segs32) {
                     typename D::X xr;
                     D::load_x_seg(xs + di * xs_stride, units, g, xr);
-                    const uint8_t* b = base_s[di] + dc * kPiece;
+                    const uint32_t m = mis16(base_s[di]) + static_cast<uint32_t>(dc * kPiece);
                     const float w = w_s[di];
-                    const float d0 = D::dot(
-                        slot + (2 * u) * kSlot + (reinterpret_cast<uintptr_t>(b + o0) & 15), lane, xr, tbl);
-                    const float d1 =
-                        D::dot(slot + (2 * u + 1) * kSlot + (reinterpret_cast<uintptr_t>(b + o1) & 15), lane,
-                               xr, tbl);
+                    const float d0 = D::dot(slot + (2 * u) * kSlot + ((m + dm0) & 15u), lane, xr, tbl);
+                    const float d1 = D::dot(slot + (2 * u + 1) * kSlot + ((m + dm1) & 15u), lane, xr, tbl);
                     acc[0] += w * d0;
                     acc[1] += w * d1;
                 }
@@ -783,6 +908,11 @@ __global__ void __launch_bounds__(kDownWideThreads, 1) down_wide_kernel(const Do
                 a.out[o] = a.accumulate ? a.out[o] + vl : vl;
             }
             di = 0, dc = 0, dt += kW;
+            if (dt < t_end) {
+                size_t o0, o1;
+                row_offsets(dt, o0, o1);
+                dm0 = static_cast<uint32_t>(o0), dm1 = static_cast<uint32_t>(o1);
+            }
         }
     }
     mm::cp_async_wait_all();
