@@ -25,8 +25,8 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|GB/s|TFLOP|us" "$out/cuda_tests
 echo "== end-to-end tests on the GPU (MOX_TEST_DEVICE=cuda)"
 MOX_TEST_DEVICE=cuda MOX_BIN="$bin/mox" MOX_TOOL_DIR="$bin" PYTHONUNBUFFERED=1 \
     python3 -m pytest -q -s -p no:cacheprovider tests/py/test_goldens.py tests/py/test_goldens_qwen3moe.py \
-    tests/py/test_goldens_mixtral.py tests/py/test_goldens_phimoe.py tests/py/test_mox_tiny.py \
-    tests/py/test_hybrid.py >"$out/e2e_gpu.log" 2>&1 ||
+    tests/py/test_goldens_mixtral.py tests/py/test_goldens_phimoe.py tests/py/test_goldens_qwen35.py \
+    tests/py/test_mox_tiny.py tests/py/test_hybrid.py >"$out/e2e_gpu.log" 2>&1 ||
     status=1
 tail -25 "$out/e2e_gpu.log"
 

@@ -9,15 +9,11 @@ import gguf
 import numpy as np
 import pytest
 
-from goldens_util import (GOLDENS, ON_GPU, argmax_agreement, expert_stack, read_safetensors,
+from goldens_util import (GOLDENS, ON_GPU, argmax_agreement, bound, expert_stack, read_safetensors,
                           rel_err)
 from goldens_util import meta as golden_meta
 
 GOLDEN = GOLDENS / "mixtral"
-# The golden model's heads are 32 wide (hidden 128 over 4 heads, as Mixtral's hidden / heads), a width
-# the CUDA attention kernels do not have (64, 128, 256): on the GPU, mox refuses it by name (tested
-# below), so the logits tests run on the CPU only.
-cpu_only = pytest.mark.skipif(ON_GPU, reason="head_dim 32 has no CUDA attention kernel")
 
 
 def meta():
@@ -71,29 +67,26 @@ def test_conversion_has_llama_cpp_names_keys_and_values(converted):
         assert np.array_equal(got, want), name
 
 
-@cpu_only
 def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     assert got.shape == ref.shape
-    assert rel_err(got, ref) < 7.5e-6  # measured 1.5e-6
-    assert argmax_agreement(got, ref) == 1.0
+    assert rel_err(got, ref) < bound(7.5e-6, 1e-3)  # measured 1.3e-6 (CPU)
+    assert argmax_agreement(got, ref) >= bound(1.0, 0.99)
 
 
-@cpu_only
 def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     k = meta()["decode_prefill"]
     prefill = np.load(GOLDEN / "logits_prefill.npy")
     decode = np.load(GOLDEN / "logits_decode.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
                      "-ctk", "f32", "-ctv", "f32")
-    assert rel_err(got[:k], prefill[:k]) < 5.4e-6  # measured 1.1e-6
-    assert rel_err(got[k:], decode) < 4.7e-6  # measured 9.4e-7: decode through the cache
-    assert argmax_agreement(got[k:], decode) == 1.0
+    assert rel_err(got[:k], prefill[:k]) < bound(5.4e-6, 1e-3)  # measured 1.1e-6 (CPU)
+    assert rel_err(got[k:], decode) < bound(4.7e-6, 1e-3)  # measured 8.8e-7 (CPU): decode through the cache
+    assert argmax_agreement(got[k:], decode) >= bound(1.0, 0.99)
 
 
-@cpu_only
-# Quantized KV caches: the cache's rounding (measured: f16 4.0e-4, argmax 1.0; q8_0 8.9e-2, 0.993).
+# Quantized KV caches: the cache's rounding (measured on the CPU: f16 3.9e-4, argmax 1.0; q8_0 2.1e-2, 0.993).
 @pytest.mark.parametrize("kv,max_err", [("f16", 2e-3), ("q8_0", 0.1)])
 def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, max_err):
     ref = np.load(GOLDEN / "logits_prefill.npy")
@@ -102,19 +95,48 @@ def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path
     assert argmax_agreement(got, ref) >= 0.98
 
 
-@cpu_only
 def test_q8_0_weights_stated_bound(mox_bin, converted, ids_file, tmp_path, run_logits):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["q8_0"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     rms = float(np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean()))
     print(f"measured rms {rms:.3e}")
-    assert rms < 0.1  # measured 3.5e-2
-    assert argmax_agreement(got, ref) >= 0.9  # measured 0.973
+    assert rms < 0.1  # measured 5.9e-2 (CPU)
+    assert argmax_agreement(got, ref) >= 0.9  # measured 0.947 (CPU)
+
+
+def with_heads_of_32(src, dst):
+    """The converted golden as a model of 4 query / 2 key-value heads of 32: the same tensors (4 x 32 =
+    2 x 64 rows), other head keys. Mixtral's CUDA attention has no kernel for heads of 32."""
+    reader = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(dst), "llama")
+    heads = {"llama.attention.head_count": 4, "llama.attention.head_count_kv": 2, "llama.rope.dimension_count": 32,
+             "llama.attention.key_length": 32, "llama.attention.value_length": 32}
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture" or f.name in heads:
+            continue
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_array(f.name, f.contents())
+        else:
+            w.add_key_value(f.name, f.contents(), f.types[0])
+    for k, v in heads.items():
+        w.add_uint32(k, v)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(x) for x in t.shape])),
+                     raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a GPU (MOX_TEST_DEVICE=cuda)")
 def test_gpu_refuses_a_head_width_it_has_no_kernel_for(mox_bin, converted, ids_file, tmp_path):
-    r = subprocess.run([str(mox_bin), "logits", "-m", str(converted["f32"]), "--tokens", f"@{ids_file}", "-o",
+    narrow = tmp_path / "heads32.gguf"
+    with_heads_of_32(converted["f32"], narrow)
+    cpu = subprocess.run([str(mox_bin), "logits", "-m", str(narrow), "--tokens", f"@{ids_file}", "-o",
+                          str(tmp_path / "l.npy"), "--device", "cpu"], capture_output=True, text=True)
+    assert cpu.returncode == 0, cpu.stderr  # the file is a valid model with heads of 32
+    r = subprocess.run([str(mox_bin), "logits", "-m", str(narrow), "--tokens", f"@{ids_file}", "-o",
                         str(tmp_path / "l.npy"), "--device", "cuda"], capture_output=True, text=True)
     assert r.returncode == 1
     assert "head dim 32 has no CUDA kernel" in r.stderr

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes the Mixtral goldens in tests/data/goldens/mixtral/ with Hugging Face transformers.
 
-A tiny random-weight MixtralForCausalLM (4 layers, 4 query / 2 key-value heads of 32, 8 experts
+A tiny random-weight MixtralForCausalLM (4 layers, 2 query / 1 key-value heads of 64, 8 experts
 top-2 as Mixtral-8x7B, rotate-half rotary at theta 1e6, which llama.cpp's files carry as NORM rotary
 on permuted q/k rows), every parameter perturbed away from its initial value
 (golden_common.perturb). Weights are rounded to bfloat16 and saved as BF16 while the forward runs
@@ -31,8 +31,8 @@ def config() -> MixtralConfig:
         hidden_size=128,
         intermediate_size=64,  # the experts' width
         num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=2,  # heads of 64 (hidden / heads, as Mixtral's): a width the GPU kernels have
+        num_key_value_heads=1,
         max_position_embeddings=4096,
         rms_norm_eps=1e-5,
         num_local_experts=8,
