@@ -428,7 +428,7 @@ TEST(CudaMoe, DecodePathByShape) {
         ASSERT_EQ(outs[0].size(), outs[1].size());
         EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0);
     };
-    same(check_moe(TypeId::q4_k, TypeId::q6_k, 4096, 4352, 3, 2, 700, {Paths{}, kWide}));
+    same(check_moe(TypeId::q4_k, TypeId::q6_k, 4096, 4352, 2, 2, 700, {Paths{}, kWide}));
     same(check_moe(TypeId::q4_k, TypeId::q4_k, 4096, 6400, 2, 2, 710, {Paths{}, kWide}));
     same(check_moe(TypeId::q4_k, TypeId::q6_k, 2048, 512, 24, 8, 720, {Paths{}, kNarrow}));
     // Wide gate/up (4096 inputs), narrow down (1024 inputs).
