@@ -47,9 +47,16 @@ void Hparams::validate() const {
     need(n_rot > 0 && n_rot <= head_dim_k && n_rot % 2 == 0,
          "rope.dimension_count must be even and <= key_length");
     if (has_moe()) {
-        if (n_expert == 0)
-            fail("{}: no expert_count: a dense model of an architecture mox knows with experts only",
-                 arch_name());
+        if (n_expert == 0) {
+            std::string dense;
+            for (const ArchInfo& a : all_archs())
+                if (a.recipe.ffn == FfnKind::dense)
+                    dense += fmt::format("{}{}", dense.empty() ? "" : ", ", a.name);
+            fail(
+                "{}: a dense model (no expert_count): mox runs {} with experts only "
+                "(dense architectures: {})",
+                arch_name(), arch_name(), dense);
+        }
         need(n_expert > 0 && n_expert_used > 0 && n_expert_used <= n_expert,
              "expert_used_count must be in 1..expert_count");
         need(n_ff_exp > 0, "expert_feed_forward_length must be positive");

@@ -178,4 +178,4 @@ def test_dense_llama_file_is_refused_by_name(mox_bin, tmp_path):
     w.close()
     r = run(mox_bin, "logits", "-m", path, "--tokens", "1,2", "-o", tmp_path / "l.npy")
     assert r.returncode == 1
-    assert "a dense model (no expert_count): mox runs Mixture-of-Experts models only" in r.stderr
+    assert "a dense model (no expert_count): mox runs llama with experts only (dense architectures: qwen35)" in r.stderr
