@@ -2,7 +2,7 @@
 # Installs what mox needs to build and test on Debian 12 (idempotent; quick when all is present).
 set -euo pipefail
 apt_pkgs=(build-essential cmake ninja-build ccache pkg-config python3 python3-pip
-          libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev libhwloc-dev
+          libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev libhwloc-dev libsentencepiece-dev
           clang clang-format libclang-rt-14-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do

@@ -6,9 +6,9 @@
 #include "core/log.h"
 #include "core/parallel.h"
 #include "gguf/writer.h"
+#include "models/convert_vocab.h"
 #include "models/safetensors.h"
 #include "models/synth_vocab.h"
-#include "text/vocab_io.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 namespace mox::models {
@@ -391,59 +390,6 @@ void encode(TypeId type, const float* src, uint8_t* dst, int64_t n) {
     t.quantize(src, dst, n);
 }
 
-bool has_tokenizer_files(const std::filesystem::path& dir) {
-    for (const char* f : {"tokenizer.json", "tokenizer.model", "vocab.json"})
-        if (std::filesystem::exists(dir / f)) return true;
-    return false;
-}
-
-json read_json_file(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("{}: cannot open", path.string());
-    const json j = json::parse(in, nullptr, false);
-    if (j.is_discarded()) fail("{}: not valid JSON", path.string());
-    return j;
-}
-
-std::optional<int32_t> token_id_from_config(const json& j, const char* key) {
-    if (!j.contains(key)) return std::nullopt;
-    const json& v = j[key];
-    if (v.is_number_integer()) return v.get<int32_t>();
-    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int32_t>();
-    return std::nullopt;
-}
-
-// The checkpoint's own tokenizer: tokenizer.json (byte-level BPE), the chat template from
-// tokenizer_config.json or chat_template.jinja, eos from config/generation_config when the tokenizer
-// itself does not name one, and unused padding rows up to the embedding's row count (as real Qwen
-// files carry 248320 rows for 248077 tokens).
-text::Vocab read_hf_vocab(const std::filesystem::path& dir, int64_t n_vocab) {
-    if (!std::filesystem::exists(dir / "tokenizer.json"))
-        fail(
-            "{}: only tokenizer.json tokenizers are supported (pass --placeholder-vocab to ignore the "
-            "tokenizer)",
-            dir.string());
-    text::Vocab v = text::vocab_from_hf_json_file((dir / "tokenizer.json").string());
-    if (std::filesystem::exists(dir / "chat_template.jinja")) {
-        std::ifstream in(dir / "chat_template.jinja", std::ios::binary);
-        v.chat_template.assign(std::istreambuf_iterator<char>(in), {});
-    } else if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-        const json tc = read_json_file(dir / "tokenizer_config.json");
-        if (tc.contains("chat_template") && tc["chat_template"].is_string())
-            v.chat_template = tc["chat_template"];
-    }
-    for (const char* cfg : {"generation_config.json", "config.json"}) {
-        if (v.eos || !std::filesystem::exists(dir / cfg)) continue;
-        if (auto id = token_id_from_config(read_json_file(dir / cfg), "eos_token_id")) v.eos = *id;
-    }
-    if (v.size() > n_vocab)
-        fail("{}: tokenizer has {} tokens but the model's vocabulary has {} rows", dir.string(), v.size(),
-             n_vocab);
-    text::pad_vocab(v, static_cast<int32_t>(n_vocab));
-    v.validate();
-    return v;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -478,8 +424,8 @@ ConvertSummary convert_hf(const ConvertOptions& o,
 
     const bool ships_tokenizer = has_tokenizer_files(dir);
     const bool real_vocab = ships_tokenizer && !o.placeholder_vocab;
-    text::Vocab vocab;
-    if (real_vocab) vocab = read_hf_vocab(dir, hp.n_vocab);
+    ConvertedVocab vocab;
+    if (real_vocab) vocab = read_checkpoint_vocab(dir, hp);
 
     QuantMix mix = QuantMix::f32;
     if (o.mix) {
@@ -498,7 +444,7 @@ ConvertSummary convert_hf(const ConvertOptions& o,
     w.set("general.file_type", gguf::Value::u32(llama_ftype_of(mix)));
     w.set("general.quantization_version", gguf::Value::u32(2));
     if (real_vocab)
-        text::vocab_to_gguf(vocab, w);
+        write_converted_vocab(vocab, w);
     else
         write_synth_vocab(w, hp.n_vocab);
 

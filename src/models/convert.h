@@ -31,8 +31,9 @@ struct ConvertOptions {
     // embedding). Tensors llama.cpp keeps in F32 (norms, routers, conv, ssm_a, ...) stay F32 always.
     std::optional<QuantMix> mix;
     int threads = 0;  // 0: all hardware threads
-    // A checkpoint that ships a tokenizer is refused unless this is set (then the placeholder
-    // vocabulary is written anyway); a checkpoint without tokenizer files always gets it.
+    // The checkpoint's tokenizer files become the GGUF vocabulary (convert_vocab.h); with this set,
+    // the placeholder vocabulary is written instead (a warning says so). A checkpoint without
+    // tokenizer files always gets the placeholder.
     bool placeholder_vocab = false;
 };
 
