@@ -223,29 +223,42 @@ def expected_llama_hf(d: Path, n: int = N_ROWS):
     return tokens, scores, types
 
 
+# What llama.cpp's loader assumes for a key a SentencePiece file leaves out: mox writes these where
+# llama.cpp's converter writes nothing.
+LLAMA_CPP_DEFAULTS = {"tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": False,
+                      "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2}
+
+
+def special_vocab_keys(d: Path, n: int) -> dict:
+    """The keys gguf-py's SpecialVocab writes for the folder (ids, add_* flags, chat templates), read
+    back from a file gguf-py writes."""
+    path = d.parent / (d.name + ".special.gguf")
+    w = gguf.GGUFWriter(str(path), "llama")
+    gguf.SpecialVocab(d, n_vocab=n).add_to_gguf(w)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return fields(path)
+
+
 def check_vocab(path: Path, d: Path, expected, add_space_prefix: bool):
-    """The converted file's tokenizer keys: the expected rows; the special ids, add_* flags and chat
-    template gguf-py's SpecialVocab finds in the folder (under its key names); llama.cpp's defaults
-    for what it leaves out."""
+    """The converted file's tokenizer keys: the expected rows, then every key gguf-py's SpecialVocab
+    writes for the folder, and nothing else but llama.cpp's defaults and add_space_prefix."""
     f = fields(path)
     tokens, scores, types = expected
     assert f["tokenizer.ggml.model"] == "llama" and f["tokenizer.ggml.pre"] == "default"
     assert f["tokenizer.ggml.tokens"] == tokens
     np.testing.assert_array_equal(np.array(f["tokenizer.ggml.scores"], np.float32), np.array(scores, np.float32))
     assert f["tokenizer.ggml.token_type"] == [int(t) for t in types]
-    sv = gguf.SpecialVocab(d, n_vocab=len(tokens))
-    keys = {"bos": "bos_token_id", "eos": "eos_token_id", "unk": "unknown_token_id", "sep": "seperator_token_id",
-            "pad": "padding_token_id", "mask": "mask_token_id", "eot": "eot_token_id", "eom": "eom_token_id"}
-    for typ, key in keys.items():
-        want = sv.special_token_ids.get(typ)
-        got = f.get("tokenizer.ggml." + key)
-        # A flag that needs an id the folder does not name gets llama.cpp's default id.
-        default = {"bos": 1 if f["tokenizer.ggml.add_bos_token"] else None, "eos": 2 if f["tokenizer.ggml.add_eos_token"] else None}
-        assert got == (want if want is not None else default.get(typ)), typ
-    assert f["tokenizer.ggml.add_bos_token"] == sv.add_special_token.get("bos", True)
-    assert f["tokenizer.ggml.add_eos_token"] == sv.add_special_token.get("eos", False)
-    assert f.get("tokenizer.ggml.add_sep_token") == sv.add_special_token.get("sep")
-    assert f.get("tokenizer.chat_template") == sv.chat_template
+    theirs = special_vocab_keys(d, len(tokens))
+    for key, value in theirs.items():
+        assert f.get(key) == value, key
+    rows = {"tokenizer.ggml." + k for k in ("model", "pre", "tokens", "scores", "token_type", "add_space_prefix")}
+    for key in f.keys() - theirs.keys() - rows:
+        assert f[key] == LLAMA_CPP_DEFAULTS[key], key
+    if f["tokenizer.ggml.add_bos_token"]:
+        assert "tokenizer.ggml.bos_token_id" in f  # the id a BOS needs, given or llama.cpp's
     assert f["tokenizer.ggml.add_space_prefix"] == add_space_prefix
     return f
 
@@ -406,6 +419,17 @@ def test_only_a_model_gets_llama_cpps_defaults(mox_bin, sp, model, tmp_path):
     path, _ = converted(mox_bin, d)
     f = check_vocab(path, d, expected_llama(sp, d), add_space_prefix=True)
     assert "tokenizer.ggml.unknown_token_id" not in f and "tokenizer.chat_template" not in f
+
+
+def test_chat_template_list(mox_bin, sp, model, tmp_path):
+    """tokenizer_config.json's chat_template as a list of named templates: the default one is
+    tokenizer.chat_template, the others are written under their names, as gguf-py writes them."""
+    templates = [{"name": "default", "template": MIXTRAL_TEMPLATE}, {"name": "tool use", "template": "{{ tools }}"}]
+    d = checkpoint(tmp_path, "mixtral", {"tokenizer.model": model, "tokenizer_config.json": {"chat_template": templates}})
+    path, _ = converted(mox_bin, d)
+    f = check_vocab(path, d, expected_llama(sp, d), add_space_prefix=True)
+    assert f["tokenizer.chat_template"] == MIXTRAL_TEMPLATE and f["tokenizer.chat_template.tool_use"] == "{{ tools }}"
+    assert f["tokenizer.chat_templates"] == ["tool_use"]
 
 
 def test_pieces_beyond_the_rows(mox_bin, tmp_path):
