@@ -37,9 +37,8 @@ bool read_normalizer(const json& n, const std::string& name) {
             replace = true;
         } else {
             fail(
-                "{}: normalizer step '{}' is not one a SentencePiece vocabulary reproduces (Prepend "
-                "\"\u2581\", "
-                "Replace \" \" -> \"\u2581\")",
+                "{}: normalizer step '{}' is not Prepend \u2581 or Replace ' ' -> \u2581, the steps a "
+                "SentencePiece vocabulary reproduces",
                 name, type);
         }
     }
@@ -65,10 +64,8 @@ bool read_metaspace(const json& p, const std::string& name) {
     // and mox prepend it always, so " a" would tokenize differently.
     if (prepend)
         fail(
-            "{}: the Metaspace pre-tokenizer prepends \u2581 only where the text does not start with a "
-            "space, "
-            "which a SentencePiece vocabulary does not reproduce; convert from the checkpoint's "
-            "tokenizer.model",
+            "{}: the Metaspace pre-tokenizer prepends \u2581 only to text that does not start with a space, "
+            "which a SentencePiece vocabulary does not reproduce; convert from tokenizer.model",
             name);
     return false;
 }
