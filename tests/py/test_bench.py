@@ -97,7 +97,8 @@ def test_refusals_are_one_line_errors(mox_bin):
                          (["--vram-budget", "24G,16G"], "--vram-budget"), (["--plan", "manual,auto"], "--plan auto"),
                          (["--plan", "best"], "--plan 'best'"), (["--plot", "x.pdf"], ".svg or .png"),
                          (["--compare", "/nonexistent/llama-bench"], "not an executable"),
-                         (["--compare-args", "--repack 0"], "needs --compare")):
+                         (["--compare-args", "--repack 0"], "needs --compare"),
+                         (["--corpus", str(Path(__file__).parents[2] / "bench" / "corpus")], "is a directory")):
         r = subprocess.run([str(mox_bin), "bench", "-m", str(TINY), *args], capture_output=True, text=True)
         assert r.returncode == 1 and needle in r.stderr, (args, r.stderr)
 

@@ -73,8 +73,9 @@ def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     assert got.shape == ref.shape
-    assert rel_err(got, ref) < bound(8e-5, 5e-2)  # measured 1.7e-5 (CPU), 1.9e-2 (GPU)
-    assert argmax_agreement(got, ref) >= bound(1.0, 0.95)
+    # GPU: F32 weights keep their precision in the batched products (precise mode).
+    assert rel_err(got, ref) < bound(8e-5, 1e-4)  # measured 1.7e-5 (CPU), 1.9e-5 (GPU)
+    assert argmax_agreement(got, ref) == 1.0
 
 
 def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
@@ -84,26 +85,30 @@ def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_fil
     decode = np.load(GOLDEN / "logits_decode.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
                      "-ctk", "f32", "-ctv", "f32")
-    assert rel_err(got[:k], prefill[:k]) < bound(8e-5, 5e-2)  # measured 1.7e-5 (CPU)
-    assert rel_err(got[k:], decode) < bound(2.4e-5, 5e-2)  # measured 4.8e-6 (CPU), 6.8e-3 (GPU): decode through the caches
-    assert argmax_agreement(got[k:], decode) >= bound(1.0, 0.95)
+    assert rel_err(got[:k], prefill[:k]) < bound(8e-5, 1e-4)  # measured 1.7e-5 (CPU), 1.4e-5 (GPU)
+    # Decode through the caches: measured 4.8e-6 (CPU), 7.6e-6 (GPU).
+    assert rel_err(got[k:], decode) < bound(2.4e-5, 4e-5)
+    assert argmax_agreement(got[k:], decode) == 1.0
 
 
-# Quantized KV caches: the error is the cache's rounding (measured: f16 8.3e-3, bf16 8.2e-3, q8_0 8.2e-3, q4_0 0.11).
+# Quantized KV caches: the error is the cache's rounding (measured, the CPU and the GPU alike: f16 8.3e-3,
+# bf16 8.2e-3, q8_0 8.2e-3, q4_0 0.11).
 @pytest.mark.parametrize("kv,max_err,agree", [("f16", 2e-2, 0.99), ("bf16", 4e-2, 0.97), ("q8_0", 2e-2, 0.98),
                                               ("q4_0", 0.25, 0.9)])
 def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, max_err, agree):
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", kv, "-ctv", kv)
-    assert rel_err(got, ref) < max(max_err, bound(0, 5e-2))
-    assert argmax_agreement(got, ref) >= min(agree, bound(1, 0.95))
+    assert rel_err(got, ref) < max_err
+    assert argmax_agreement(got, ref) >= agree
 
 
 def test_f16_weights_match_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
     # The golden weights are bf16-exact and small, so f16 holds them almost exactly (measured 1.4e-5).
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f16"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
-    assert rel_err(got, ref) < bound(9e-5, 5e-2)  # measured 1.8e-5 (CPU)
+    # GPU: F16 weights take the fp16 tensor-core products with activations rounded to fp16, as
+    # llama.cpp's do (only F32 weights run in precise mode).
+    assert rel_err(got, ref) < bound(9e-5, 5e-2)  # measured 1.8e-5 (CPU), 2.7e-2 (GPU)
 
 
 # Quantized weights change the function: on this random model a weight error of 0.5% (Q8_0) flips
@@ -148,8 +153,9 @@ def test_quantized_file_equals_its_dequantized_f32_copy(mox_bin, converted, ids_
     ref = ("-ctk", "f32", "-ctv", "f32", "--isa", "scalar")
     a = run_logits(mox_bin, converted[outtype], ids_file, tmp_path / "a.npy", *ref)
     b = run_logits(mox_bin, copy, ids_file, tmp_path / "b.npy", *ref)
-    # GPU: the quantized and the float weights take different kernels, both rounding to fp16.
-    assert rel_err(a, b) < bound(1e-7, 5e-2)  # measured 0 (CPU: the same function exactly)
+    # GPU: the quantized weights' batched products round both operands to fp16, the F32 copy's keep
+    # them (precise mode): measured 5.5e-2 for q8_0 on the H200.
+    assert rel_err(a, b) < bound(1e-7, 0.1)  # measured 0 (CPU: the same function exactly)
 
 
 def test_prompt_longer_than_context_is_a_clear_error(mox_bin, converted, ids_file, tmp_path):

@@ -9,7 +9,7 @@ import gguf
 import numpy as np
 import pytest
 
-from goldens_util import (GOLDENS, ON_GPU, argmax_agreement, bound, expert_stack, read_safetensors,
+from goldens_util import (GOLDENS, ON_GPU, argmax_agreement, expert_stack, read_safetensors,
                           rel_err)
 from goldens_util import meta as golden_meta
 
@@ -71,8 +71,8 @@ def test_f32_prefill_matches_transformers(mox_bin, converted, ids_file, tmp_path
     ref = np.load(GOLDEN / "logits_prefill.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     assert got.shape == ref.shape
-    assert rel_err(got, ref) < bound(7.5e-6, 1e-3)  # measured 1.3e-6 (CPU)
-    assert argmax_agreement(got, ref) >= bound(1.0, 0.99)
+    assert rel_err(got, ref) < 7.5e-6  # measured 1.3e-6 (CPU), 1.4e-6 (GPU)
+    assert argmax_agreement(got, ref) == 1.0
 
 
 def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_file, tmp_path, run_logits):
@@ -81,12 +81,13 @@ def test_f32_incremental_decode_matches_transformers(mox_bin, converted, ids_fil
     decode = np.load(GOLDEN / "logits_decode.npy")
     got = run_logits(mox_bin, converted["f32"], ids_file, tmp_path / "l.npy", "--incremental", str(k),
                      "-ctk", "f32", "-ctv", "f32")
-    assert rel_err(got[:k], prefill[:k]) < bound(5.4e-6, 1e-3)  # measured 1.1e-6 (CPU)
-    assert rel_err(got[k:], decode) < bound(4.7e-6, 1e-3)  # measured 8.8e-7 (CPU): decode through the cache
-    assert argmax_agreement(got[k:], decode) >= bound(1.0, 0.99)
+    assert rel_err(got[:k], prefill[:k]) < 5.4e-6  # measured 1.1e-6 (CPU), 1.2e-6 (GPU)
+    assert rel_err(got[k:], decode) < 4.7e-6  # measured 8.8e-7 (CPU), 1.2e-6 (GPU): decode through the cache
+    assert argmax_agreement(got[k:], decode) == 1.0
 
 
-# Quantized KV caches: the cache's rounding (measured on the CPU: f16 3.9e-4, argmax 1.0; q8_0 2.1e-2, 0.993).
+# Quantized KV caches: the cache's rounding (measured, the CPU and the GPU alike: f16 3.9e-4, argmax 1.0;
+# q8_0 2.1e-2, 0.993).
 @pytest.mark.parametrize("kv,max_err", [("f16", 2e-3), ("q8_0", 0.1)])
 def test_quantized_kv_cache_within_bounds(mox_bin, converted, ids_file, tmp_path, run_logits, kv, max_err):
     ref = np.load(GOLDEN / "logits_prefill.npy")
@@ -100,8 +101,8 @@ def test_q8_0_weights_stated_bound(mox_bin, converted, ids_file, tmp_path, run_l
     got = run_logits(mox_bin, converted["q8_0"], ids_file, tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     rms = float(np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean()))
     print(f"measured rms {rms:.3e}")
-    assert rms < 0.1  # measured 5.9e-2 (CPU)
-    assert argmax_agreement(got, ref) >= 0.9  # measured 0.947 (CPU)
+    assert rms < 0.1  # measured 5.9e-2 (CPU), 5.2e-2 (GPU)
+    assert argmax_agreement(got, ref) >= 0.9  # measured 0.947 (CPU), 0.96 (GPU)
 
 
 def with_heads_of_32(src, dst):

@@ -228,6 +228,8 @@ void run_bench(const BenchFlags& f) {
 
     auto make_runner = [&] {
         if (f.random_prompt) return engine::BenchRunner::random_tokens(42);
+        if (std::filesystem::is_directory(f.corpus))
+            fail("--corpus '{}' is a directory: give a text file of it", f.corpus);
         std::ifstream in(f.corpus, std::ios::binary);
         if (!in) fail("cannot read the benchmark corpus '{}' (--corpus)", f.corpus);
         std::stringstream ss;
