@@ -215,6 +215,7 @@ std::string size_label(std::string_view arch, int64_t n_layer, int64_t n_expert)
         {"qwen35moe", 40, 256, "35B.A3B"},  {"qwen3moe", 48, 128, "30B.A3B"},
         {"qwen3moe", 94, 128, "235B.A22B"}, {"llama", 32, 8, "8x7B"},
         {"llama", 56, 8, "8x22B"},          {"phimoe", 32, 16, "16x3.8B"},
+        {"qwen35", 64, 0, "27B"},           {"qwen35", 65, 0, "27B"},  // without and with the MTP block
     };
     for (const Shape& s : kShapes)
         if (arch == s.arch && n_layer == s.n_layer && n_expert == s.n_expert) return s.label;

@@ -369,6 +369,7 @@ TEST(BenchReport, LlamaBenchModelName) {
     EXPECT_EQ(llama_model_type("qwen35moe", 40, 256, 15u, "Q4_K"), "qwen35moe 35B.A3B Q4_K - Medium");
     EXPECT_EQ(llama_model_type("qwen3moe", 48, 128, 7u, "Q8_0"), "qwen3moe 30B.A3B Q8_0");
     EXPECT_EQ(llama_model_type("llama", 32, 8, 30u, "IQ4_XS"), "llama 8x7B IQ4_XS - 4.25 bpw");
+    EXPECT_EQ(llama_model_type("qwen35", 64, 0, 15u, "Q4_K"), "qwen35 27B Q4_K - Medium");  // dense
     EXPECT_EQ(llama_model_type("qwen35moe", 4, 16, 1u, "F16"),
               "qwen35moe ?B F16");  // a shape llama.cpp has no name for
     EXPECT_EQ(llama_model_type("qwen35moe", 4, 16, std::nullopt, "Q6_K"), "qwen35moe ?B Q6_K (guessed)");
