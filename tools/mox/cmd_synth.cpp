@@ -27,7 +27,7 @@ struct SynthCli {
     int threads = 0;
     double router_skew = 0;
     // Custom dims (override the preset when set).
-    int64_t layers = 0, embd = 0, vocab = 0, experts = 0, experts_used = 0, ff_exp = 0, ff_shexp = -1, ctx = 0;
+    int64_t layers = 0, embd = 0, vocab = 0, experts = 0, experts_used = 0, ff_exp = 0, ff_shexp = -1, ff = 0, ctx = 0;
     int64_t nextn = -1;
     std::string vocab_file, chat_template;
 };
@@ -38,8 +38,8 @@ void register_synth(CLI::App& app) {
     auto o = std::make_shared<SynthCli>();
     CLI::App* cmd = app.add_subcommand("synth", "Write a synthetic model (random weights) as GGUF");
     cmd->add_option("--preset", o->preset,
-                    "qwen3.6-35b-a3b, qwen3-30b-a3b, qwen3-235b-a22b, mixtral-8x7b, phi-3.5-moe (full size); tiny, "
-                    "qwen3moe-tiny, mixtral-tiny, phimoe-tiny")->capture_default_str();
+                    "qwen3.6-35b-a3b, qwen3.6-27b (dense), qwen3-30b-a3b, qwen3-235b-a22b, mixtral-8x7b, phi-3.5-moe "
+                    "(full size); tiny, qwen35-tiny, qwen3moe-tiny, mixtral-tiny, phimoe-tiny")->capture_default_str();
     cmd->add_option("-o,--output", o->output, "Output .gguf path")->required();
     cmd->add_option("--mix", o->mix,
                     "Per-tensor type recipe: q4_k_m, q8_0, q6_k, iq4_xs, bf16, f16, f32 (default q4_k_m)");
@@ -59,6 +59,7 @@ void register_synth(CLI::App& app) {
     cmd->add_option("--experts-used", o->experts_used, "Override: expert_used_count");
     cmd->add_option("--ff-exp", o->ff_exp, "Override: expert_feed_forward_length");
     cmd->add_option("--ff-shexp", o->ff_shexp, "Override: expert_shared_feed_forward_length (0 = none)");
+    cmd->add_option("--ff", o->ff, "Override: feed_forward_length (a dense model's FFN width)");
     cmd->add_option("--ctx", o->ctx, "Override: context_length");
     cmd->callback([o] {
         models::SynthOptions s;
@@ -75,6 +76,7 @@ void register_synth(CLI::App& app) {
         if (o->experts_used) hp.n_expert_used = o->experts_used;
         if (o->ff_exp) hp.n_ff_exp = o->ff_exp;
         if (o->ff_shexp >= 0) hp.n_ff_shexp = o->ff_shexp;
+        if (o->ff) hp.n_ff = o->ff;
         if (o->ctx) hp.n_ctx_train = o->ctx;
         s.mix = o->mix.empty() ? models::QuantMix::q4_k_m : models::quant_mix_from_name(o->mix);
         s.seed = o->seed;
