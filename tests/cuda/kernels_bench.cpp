@@ -144,6 +144,20 @@ TEST(CudaBench, MatvecBandwidth) {
     bench_matvec(TypeId::f32, 2048, 257, 1, "F32 2048 -> 256+1 (router + shared gate), batch 1");
 }
 
+// The decode projections of the dense Qwen3.6-27B and of the 4096-wide attention of Mixtral and
+// Phi-3.5-MoE: wide inputs, which every block of the matvec stages and quantizes in full.
+TEST(CudaBench, MatvecWideInputs) {
+    MOX_REQUIRE_CUDA_DEVICE();
+    bench_matvec(TypeId::q4_k, 5120, 2 * 17408, 1, "Q4_K 5120 -> 2x17408 (27B FFN gate+up), batch 1");
+    bench_matvec(TypeId::q4_k, 17408, 5120, 1, "Q4_K 17408 -> 5120 (27B FFN down), batch 1");
+    bench_matvec(TypeId::q6_k, 17408, 5120, 1, "Q6_K 17408 -> 5120 (27B FFN down), batch 1");
+    bench_matvec(TypeId::q4_k, 5120, 10240 + 6144, 1, "Q4_K 5120 -> 16384 (27B DeltaNet qkv+gate), batch 1");
+    bench_matvec(TypeId::q4_k, 6144, 5120, 1, "Q4_K 6144 -> 5120 (27B DeltaNet out), batch 1");
+    bench_matvec(TypeId::q4_k, 17408, 5120, 4, "Q4_K 17408 -> 5120 (27B FFN down), batch 4");
+    bench_matvec(TypeId::q4_k, 4096, 4096, 1, "Q4_K 4096 -> 4096 (Mixtral/Phi attention q), batch 1");
+    bench_matvec(TypeId::q8_0, 4096, 1024, 1, "Q8_0 4096 -> 1024 (Mixtral attention k), batch 1");
+}
+
 TEST(CudaBench, MoeDecodeBandwidth) {
     MOX_REQUIRE_CUDA_DEVICE();
     // One Qwen3.5-MoE layer at batch 1: 256 experts, top 8, n_embd 2048, n_ff 512, Q4_K gate/up and
