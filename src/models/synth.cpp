@@ -168,29 +168,43 @@ quant::TypeId choose_tensor_type(const TensorSpec& spec, QuantMix mix, const Hpa
 // ---------------------------------------------------------------------------------------------
 // Presets
 
+namespace {
+
+// The trunk every *-tiny preset shares: rows a multiple of 256, so the K-quant recipe applies
+// unchanged, and heads of 64, a width the CUDA attention kernels have.
+void toy_trunk(Hparams& hp, int64_t n_layer, int64_t n_rot) {
+    hp.n_layer = n_layer;
+    hp.n_ctx_train = 4096;
+    hp.n_embd = 256;
+    hp.n_vocab = 2048;
+    hp.n_head = 4;
+    hp.n_head_kv = 2;
+    hp.head_dim_k = hp.head_dim_v = 64;
+    hp.n_rot = n_rot;
+}
+
+// The DeltaNet of the Qwen3.5 family's tiny presets (8 layers at the 3:1 pattern).
+void toy_deltanet(Hparams& hp) {
+    hp.ssm_k_heads = 2;
+    hp.ssm_v_heads = 4;
+    hp.ssm_state = 64;
+    hp.ssm_inner = 256;
+    hp.rope_sections = {4, 2, 2, 0};
+}
+
+}  // namespace
+
 Hparams synth_preset(const std::string& name) {
     Hparams hp;  // defaults are Qwen3.6-35B-A3B (shared/spec/qwen35moe.md §1)
     if (name == "qwen3.6-35b-a3b" || name == "qwen3.5-35b-a3b") return hp;
     if (name == "tiny") {
-        // Same structure at toy size: 8 layers at the 3:1 pattern, rows a multiple of 256 so the
-        // K-quant recipe applies unchanged.
-        hp.n_layer = 8;
-        hp.n_ctx_train = 4096;
-        hp.n_embd = 256;
-        hp.n_vocab = 2048;
-        hp.n_head = 4;
-        hp.n_head_kv = 2;
-        hp.head_dim_k = hp.head_dim_v = 64;
-        hp.n_rot = 16;
+        // Same structure at toy size.
+        toy_trunk(hp, 8, 16);
+        toy_deltanet(hp);
         hp.n_expert = 16;
         hp.n_expert_used = 4;
         hp.n_ff_exp = 256;
         hp.n_ff_shexp = 256;
-        hp.ssm_k_heads = 2;
-        hp.ssm_v_heads = 4;
-        hp.ssm_state = 64;
-        hp.ssm_inner = 256;
-        hp.rope_sections = {4, 2, 2, 0};
         return hp;
     }
     if (name == "qwen3.6-27b" || name == "qwen35-tiny") {
@@ -205,21 +219,10 @@ Hparams synth_preset(const std::string& name) {
             hp.ssm_k_heads = 16;
             hp.ssm_v_heads = 48;
             hp.ssm_inner = 6144;
-        } else {  // 8 layers at the 3:1 pattern, rows a multiple of 256 for the K-quant recipe
-            hp.n_layer = 8;
-            hp.n_ctx_train = 4096;
-            hp.n_embd = 256;
-            hp.n_vocab = 2048;
+        } else {
+            toy_trunk(hp, 8, 16);
+            toy_deltanet(hp);
             hp.n_ff = 512;
-            hp.n_head = 4;
-            hp.n_head_kv = 2;
-            hp.head_dim_k = hp.head_dim_v = 64;
-            hp.n_rot = 16;
-            hp.ssm_k_heads = 2;
-            hp.ssm_v_heads = 4;
-            hp.ssm_state = 64;
-            hp.ssm_inner = 256;
-            hp.rope_sections = {4, 2, 2, 0};
         }
         return hp;
     }
@@ -244,14 +247,8 @@ Hparams synth_preset(const std::string& name) {
             hp.n_embd = 4096;
             hp.n_head = 64;
             hp.n_ff_exp = 1536;
-        } else {  // the same structure at toy size, rows a multiple of 256 for the K-quant recipe
-            hp.n_layer = 4;
-            hp.n_ctx_train = 4096;
-            hp.n_embd = 256;
-            hp.n_vocab = 2048;
-            hp.n_head = 4;
-            hp.n_head_kv = 2;
-            hp.head_dim_k = hp.head_dim_v = hp.n_rot = 64;
+        } else {
+            toy_trunk(hp, 4, 64);
             hp.n_expert = 16;
             hp.n_expert_used = 4;
             hp.n_ff_exp = 256;
@@ -276,13 +273,7 @@ Hparams synth_preset(const std::string& name) {
             hp.head_dim_k = hp.head_dim_v = hp.n_rot = 128;
             hp.n_ff_exp = 14336;
         } else {
-            hp.n_layer = 4;
-            hp.n_ctx_train = 4096;
-            hp.n_embd = 256;
-            hp.n_vocab = 2048;
-            hp.n_head = 4;
-            hp.n_head_kv = 2;
-            hp.head_dim_k = hp.head_dim_v = hp.n_rot = 64;
+            toy_trunk(hp, 4, 64);
             hp.n_ff_exp = 512;
         }
         return hp;
@@ -308,14 +299,8 @@ Hparams synth_preset(const std::string& name) {
             hp.head_dim_k = hp.head_dim_v = hp.n_rot = 128;
             hp.n_ff_exp = 6400;
         } else {
-            hp.n_layer = 4;
-            hp.n_ctx_train = 4096;
+            toy_trunk(hp, 4, 64);
             hp.n_ctx_orig = 1024;
-            hp.n_embd = 256;
-            hp.n_vocab = 2048;
-            hp.n_head = 4;
-            hp.n_head_kv = 2;
-            hp.head_dim_k = hp.head_dim_v = hp.n_rot = 64;
             hp.n_ff_exp = 256;
         }
         return hp;
