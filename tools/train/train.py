@@ -1,6 +1,12 @@
 #!/usr/bin/env python3
 """Train mox-tiny, a small qwen35moe-architecture model, and record its reference outputs.
 
+--preset routing trains the routing model instead (docs/training.md, "The routing model"): 40
+layers, 256 experts top-8, Qwen's aux-loss coefficient 0.001, a learning rate that decays over
+the wall-clock budget (--schedule time), bf16 weights in one model.safetensors plus
+tokenizer.json and summary.json, no references (record_routing.py records its routing). The
+mox-tiny outputs below are those of the default preset.
+
 Runs on one CUDA GPU (PyTorch + transformers 5.17, class Qwen3_5MoeForCausalLM, config
 model_type "qwen3_5_moe_text"). Input: the folder made by prepare_data.py +
 train_tokenizer.py (tokenizer.json, train.npy, val.npy, ppl_ids.npy). Output (--out):
@@ -29,6 +35,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 
@@ -45,6 +52,29 @@ PROMPTS = [
 ]
 N_NEW = 64  # greedy tokens per prompt
 LOGITS_TOKENS = 64  # length of the logits golden (prefix of the perplexity text)
+
+
+# Model shape per preset; --layers / --hidden / --experts / --expert-ff / --shared-ff override
+# them (the CPU smoke test of the routing pipeline runs a 4-layer, 16-expert copy).
+PRESETS = {
+    "mox-tiny": {
+        "model": {"hidden_size": 256, "num_hidden_layers": 8, "num_experts": 48, "moe_intermediate_size": 32,
+                  "shared_expert_intermediate_size": 128},
+        "defaults": {},
+    },
+    # Qwen3.6-35B-A3B's routing shape (40 layers, 256 experts, top-8, a shared expert, expert width
+    # a quarter of the hidden size) at mox-tiny's hidden size and head shapes.
+    "routing": {
+        "model": {"hidden_size": 256, "num_hidden_layers": 40, "num_experts": 256, "moe_intermediate_size": 64,
+                  "shared_expert_intermediate_size": 64},
+        "defaults": {
+            "vocab_size": 8192, "eos_id": 8189, "lr": 1e-3, "warmup": 50, "max_steps": 1_000_000,
+            "time_limit": 330.0, "schedule": "time", "eval_every": 1_000_000, "eval_every_s": 45.0,
+            "dropout": 0.0, "aux_coef": 0.001, "skip_references": True, "save_format": "bf16",
+            "summary_name": "summary.json",
+        },
+    },
+}
 
 
 class Log:
@@ -67,10 +97,15 @@ def make_config(args):
     # embeddings. DeltaNet has twice as many value heads as key heads, as in the real model,
     # so the GGUF converter's grouped->tiled value-head reorder is exercised.
     head_dim = 64
+    shape = dict(PRESETS[args.preset]["model"])
+    for key, arg in [("hidden_size", "hidden"), ("num_hidden_layers", "layers"), ("num_experts", "experts"),
+                     ("moe_intermediate_size", "expert_ff"), ("shared_expert_intermediate_size", "shared_ff")]:
+        if getattr(args, arg) is not None:
+            shape[key] = getattr(args, arg)
     return Qwen3_5MoeTextConfig(
         vocab_size=args.vocab_size,
-        hidden_size=256,
-        num_hidden_layers=8,
+        hidden_size=shape["hidden_size"],
+        num_hidden_layers=shape["num_hidden_layers"],
         full_attention_interval=4,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -80,10 +115,10 @@ def make_config(args):
         linear_key_head_dim=64,
         linear_value_head_dim=64,
         linear_conv_kernel_dim=4,
-        num_experts=48,
+        num_experts=shape["num_experts"],
         num_experts_per_tok=8,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=128,
+        moe_intermediate_size=shape["moe_intermediate_size"],
+        shared_expert_intermediate_size=shape["shared_expert_intermediate_size"],
         router_aux_loss_coef=args.aux_coef,
         output_router_logits=False,
         max_position_embeddings=4096,
@@ -134,10 +169,16 @@ def param_groups(model, weight_decay):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def lr_at(step, args):
+def lr_at(step, args, time_after_warmup=None):
+    """Linear warm-up over --warmup steps, then cosine decay to --min-lr-frac. With --schedule
+    time the decay also follows the wall clock: its progress is the larger of the steps' and
+    the seconds' (since the warm-up ended, out of what is left of --time-limit), so a run
+    stopped by the time limit ends annealed whatever the GPU's speed."""
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
     t = min(1.0, (step - args.warmup) / max(1, args.max_steps - args.warmup))
+    if args.schedule == "time" and time_after_warmup is not None:  # (seconds since, seconds left then)
+        t = max(t, min(1.0, time_after_warmup[0] / max(1e-9, time_after_warmup[1])))
     return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
@@ -153,7 +194,7 @@ def evaluate(model, windows, batch):
     total, count = 0.0, 0
     for i in range(0, windows.shape[0], batch):
         x = windows[i : i + batch]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=x.is_cuda):  # fp32 on the CPU
             logits = model(input_ids=x, use_cache=False).logits
         nll = torch.nn.functional.cross_entropy(
             logits[:, :-1].float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum"
@@ -170,7 +211,10 @@ def train(args, log, device):
     val_ids = torch.from_numpy(np.load(os.path.join(data, "val.npy")).astype(np.int64))
     log(f"train tokens {train_ids.numel()}  val tokens {val_ids.numel()}")
     train_gpu = train_ids.to(device)
-    windows = val_windows(val_ids, args.seq_len).to(device)
+    windows = val_windows(val_ids, args.seq_len)
+    if args.val_max_windows:
+        windows = windows[: args.val_max_windows]
+    windows = windows.to(device)
 
     torch.manual_seed(args.seed)
     config = make_config(args)
@@ -184,7 +228,9 @@ def train(args, log, device):
     log(f"params {n_params}  layer types {config.layer_types}")
     log(f"rotary inv_freq {model.model.rotary_emb.inv_freq.numel()} pairs  experts impl {config._experts_implementation}")
 
-    opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    opt = torch.optim.AdamW(
+        param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda"
+    )
     gen = torch.Generator().manual_seed(args.seed + 1)
     offsets = torch.arange(args.seq_len, device=device)
     span = train_ids.numel() - args.seq_len
@@ -197,17 +243,22 @@ def train(args, log, device):
     acc_n = 0
     step = 0
     stop_reason = "max_steps"
+    t_warm = None  # wall clock when the warm-up ended (--schedule time)
+    next_eval_s = args.eval_every_s
     model.train()
     while step < args.max_steps:
-        if time.time() - t0 > args.time_limit:
+        now = time.time() - t0
+        if now > args.time_limit:
             stop_reason = "time_limit"
             break
-        lr = lr_at(step, args)
+        if step == args.warmup:
+            t_warm = now
+        lr = lr_at(step, args, None if t_warm is None else (now - t_warm, args.time_limit - t_warm))
         for g in opt.param_groups:
             g["lr"] = lr
         starts = torch.randint(0, span, (args.batch,), generator=gen).to(device, non_blocking=True)
         x = train_gpu[starts[:, None] + offsets]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
             out = model(input_ids=x, labels=x, output_router_logits=True, use_cache=False)
         out.loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
@@ -219,6 +270,9 @@ def train(args, log, device):
         step += 1
 
         is_eval = step % args.eval_every == 0 or step == args.max_steps
+        if args.eval_every_s > 0 and time.time() - t0 >= next_eval_s:
+            is_eval = True
+            next_eval_s = (time.time() - t0) + args.eval_every_s
         if step % args.log_every == 0 or is_eval:
             elapsed = time.time() - t0
             row = {
@@ -270,8 +324,19 @@ def train(args, log, device):
         "val_loss_bf16": best[0],
         "val_ppl_bf16": math.exp(best[0]),
         "params": n_params,
+        "active_params_per_token": active_params(config, n_params),
+        "config": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_experts",
+                   "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+                   "router_aux_loss_coef", "vocab_size")},
     }
     return model, config, summary
+
+
+def active_params(config, n_params):
+    """Parameters one token uses: all but the routed experts it did not select."""
+    per_expert = 3 * config.hidden_size * config.moe_intermediate_size
+    unused = config.num_experts - config.num_experts_per_tok
+    return n_params - config.num_hidden_layers * unused * per_expert
 
 
 def bench(args, log, device):
@@ -316,6 +381,19 @@ def write_config_extras(path):
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
+
+
+def save_bf16(model, out_dir):
+    """Round every tensor to bfloat16 (the routing model: its size does not matter, it stays on
+    the GPU machine) and write one model.safetensors."""
+    sd = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    path = os.path.join(out_dir, "model.safetensors")
+    save_file(sd, path, metadata={"format": "pt"})
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return sd, {"model.safetensors": h.hexdigest()}
 
 
 def save_fp16(model, out_dir):
@@ -434,7 +512,11 @@ def record_references(sd16, config, args, log):
 
 
 def main():
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--preset", default="mox-tiny", choices=sorted(PRESETS))
+    preset = pre.parse_known_args()[0].preset
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="mox-tiny", choices=sorted(PRESETS), help="model shape and defaults")
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1234)
@@ -457,6 +539,15 @@ def main():
     ap.add_argument("--experts-impl", default="grouped_mm", choices=["grouped_mm", "eager", "batched_mm"])
     ap.add_argument("--skip-references", action="store_true")
     ap.add_argument("--bench", action="store_true", help="only time training steps, then exit")
+    ap.add_argument("--schedule", default="steps", choices=["steps", "time"], help="what the cosine decay follows")
+    ap.add_argument("--eval-every-s", type=float, default=0.0, help="also evaluate every this many seconds (0: off)")
+    ap.add_argument("--save-format", default="f16-halves", choices=["f16-halves", "bf16"])
+    ap.add_argument("--summary-name", default="references.json")
+    ap.add_argument("--val-max-windows", type=int, default=0, help="score only the first N validation windows (0: all)")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu for the smoke test")
+    for name in ("layers", "hidden", "experts", "expert-ff", "shared-ff"):
+        ap.add_argument(f"--{name}", type=int, default=None, help="override the preset's model shape")
+    ap.set_defaults(**PRESETS[preset]["defaults"])
     args = ap.parse_args()
 
     os.makedirs(args.out, exist_ok=True)
@@ -464,8 +555,9 @@ def main():
     import transformers
 
     log(f"argv {sys.argv}")
-    log(f"torch {torch.__version__} transformers {transformers.__version__} cuda {torch.cuda.get_device_name(0)}")
-    device = torch.device("cuda")
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
+    log(f"torch {torch.__version__} transformers {transformers.__version__} device {name}")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
 
@@ -478,8 +570,10 @@ def main():
     # real Qwen3.6 config carries both layer_types and full_attention_interval).
     config.save_pretrained(args.out)
     write_config_extras(os.path.join(args.out, "config.json"))
-    sd16, files = save_fp16(model, args.out)
+    sd16, files = (save_bf16 if args.save_format == "bf16" else save_fp16)(model, args.out)
     del model
+    if args.preset != "mox-tiny":  # mox convert reads the vocabulary from the checkpoint's folder
+        shutil.copyfile(os.path.join(args.data, "tokenizer.json"), os.path.join(args.out, "tokenizer.json"))
     summary["safetensors_sha256"] = files
     summary["args"] = vars(args)
     summary["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
@@ -489,7 +583,7 @@ def main():
         summary.update(res)
         np.savez(os.path.join(args.out, "references.npz"), **arrays)
         log(f"references took {time.time() - t_ref:.1f}s")
-    with open(os.path.join(args.out, "references.json"), "w") as f:
+    with open(os.path.join(args.out, args.summary_name), "w") as f:
         json.dump(summary, f, indent=1)
     log(f"total {time.time() - t_all:.1f}s")
 

@@ -18,7 +18,8 @@ regular vocabulary too).
 
 Outputs (in --out): tokenizer.json, train.npy / val.npy (uint16 token streams, documents
 joined by <|endoftext|>), ppl_ids.npy (the perplexity golden text, no special tokens),
-tokenizer_stats.json.
+tokenizer_stats.json; with --eval-texts NAME ..., also NAME.npy for each NAME.txt of --data
+(no special tokens; the routing model's evaluation texts). mox-tiny uses the defaults.
 """
 import argparse
 import json
@@ -65,6 +66,7 @@ def main():
     ap.add_argument("--data", required=True, help="folder written by prepare_data.py")
     ap.add_argument("--out", required=True)
     ap.add_argument("--vocab-size", type=int, default=4096, help="total, special tokens included")
+    ap.add_argument("--eval-texts", nargs="*", default=[], metavar="NAME", help="also tokenize NAME.txt of --data to NAME.npy")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -98,6 +100,14 @@ def main():
     np.save(os.path.join(args.out, "train.npy"), train_ids)
     np.save(os.path.join(args.out, "val.npy"), val_ids)
     np.save(os.path.join(args.out, "ppl_ids.npy"), ppl_ids)
+    eval_tokens = {}
+    for name in args.eval_texts:
+        text = open(os.path.join(args.data, f"{name}.txt")).read()
+        ids = np.asarray(tok.encode(text, add_special_tokens=False).ids, dtype=np.uint16)
+        if tok.decode(ids.tolist(), skip_special_tokens=False) != text:
+            raise SystemExit(f"tokenizer does not round-trip {name}.txt")
+        np.save(os.path.join(args.out, f"{name}.npy"), ids)
+        eval_tokens[name] = int(ids.size)
 
     stats = {
         "vocab_size": tok.get_vocab_size(),
@@ -109,6 +119,8 @@ def main():
         "train_chars_per_token": round(sum(map(len, train_docs)) / train_ids.size, 3),
         "pre_tokenizer_regex": QWEN35_SPLIT,
     }
+    if eval_tokens:
+        stats["eval_tokens"] = eval_tokens
     with open(os.path.join(args.out, "tokenizer_stats.json"), "w") as f:
         json.dump(stats, f, indent=2)
     print(json.dumps(stats, indent=2))
