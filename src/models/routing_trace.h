@@ -7,7 +7,8 @@
 // bytes (1 when n_expert <= 256, else 2), i64 n_expert, i64 k, i64 n_layers (traced MoE layers),
 // i64 n_tokens, n_layers x i32 trunk layer index (strictly ascending), two strings (u32 length,
 // bytes: the architecture, then the model's name), then the ids token-major: [n_tokens][n_layers][k]
-// in the router's order (most probable first). Nothing may follow.
+// in the router's order (most probable first), the k ids of a token in a layer distinct. Nothing may
+// follow.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +36,9 @@ struct RoutingTrace {
 // Throws mox::Error when the trace is inconsistent (sizes, ids out of range) or the file cannot be
 // written.
 void write_routing_trace(const std::string& path, const RoutingTrace& trace);
-// Throws mox::Error naming `path` and what is wrong (magic, version, sizes, an id >= n_expert,
-// truncation, trailing bytes); never reads past the file.
+// Throws mox::Error naming `path` and what is wrong (magic, version, sizes, layer order, an id >=
+// n_expert or repeated within a token's layer, truncation, trailing bytes); never reads past the
+// file, and allocates only once the header's sizes match the file's.
 RoutingTrace read_routing_trace(const std::string& path);
 // The same from bytes in memory; `what` names them in errors (the fuzz target's entry).
 RoutingTrace parse_routing_trace(std::span<const uint8_t> bytes, std::string_view what);
