@@ -19,5 +19,7 @@ void register_bench(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_calibrate(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_cache_sim(CLI::App& app);
+void register_trace_synth(CLI::App& app);
 
 }  // namespace mox::cli

@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
     mox::cli::register_plan(app);
     mox::cli::register_calibrate(app);
     mox::cli::register_serve(app);
+    mox::cli::register_cache_sim(app);
+    mox::cli::register_trace_synth(app);
     register_help(app);
     register_version(app);
     last_value_wins(app);
