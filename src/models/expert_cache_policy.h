@@ -24,6 +24,19 @@ namespace mox::models {
 // One expert of the whole model: trunk layer * n_expert + expert id.
 using ExpertKey = int64_t;
 
+// What a cache did since it started (or since the counters were last read and cleared).
+struct ExpertCacheStats {
+    int64_t slots = 0;          // the pool's size in experts
+    uint64_t slot_bytes = 0;    // device bytes per slot (the largest expert of the layers it serves)
+    uint64_t device_bytes = 0;  // the pool (its slots and the zero slot) and the slot tables
+    int64_t tokens = 0;         // tokens whose selections it served
+    int64_t hits = 0, misses = 0;
+    int64_t admissions = 0, evictions = 0;
+    uint64_t bytes_copied = 0;  // host -> device, by admissions
+
+    double hit_rate() const { return hits + misses > 0 ? static_cast<double>(hits) / (hits + misses) : 0.0; }
+};
+
 class ExpertCachePolicy {
 public:
     virtual ~ExpertCachePolicy() = default;

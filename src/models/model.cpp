@@ -291,6 +291,12 @@ void Model::forward(std::span<const SequenceBatch> batch, bool all_logits, std::
     }
     const int64_t d = hp_.n_embd;
     const ops::Context& ctx = ctx_;
+    if (replay_) {
+        replay_rows_.clear();
+        for (const SequenceBatch& b : batch)
+            for (size_t i = 0; i < b.tokens.size(); ++i)
+                replay_rows_.push_back((b.state->n_past_ + static_cast<int64_t>(i)) % replay_->n_tokens);
+    }
 
     // x: the residual stream [n_tokens, n_embd]; tokens of the batch's sequences back to back.
     std::vector<float> x(static_cast<size_t>(n_tokens * d)), u(x.size()), mixed(x.size());
@@ -569,6 +575,7 @@ void Model::moe(const LayerWeights& L, int64_t il, const float* u, int64_t n_tok
                                    static_cast<float>(hp_.router_jitter), routing);
             break;
     }
+    if (replay_) replay_routing(il, routing);
     auto& usage = expert_usage_[static_cast<size_t>(il)];
     for (int64_t e = 0; e < hp_.n_expert; ++e)
         usage[static_cast<size_t>(e)] += routing.expert_counts[static_cast<size_t>(e)];
@@ -587,6 +594,65 @@ void Model::moe(const LayerWeights& L, int64_t il, const float* u, int64_t n_tok
         gate = ops::sigmoid(gate);
         for (int64_t c = 0; c < d; ++c) out[t * d + c] += gate * shared[static_cast<size_t>(t * d + c)];
     }
+}
+
+void Model::replay_routing(int64_t il, ops::Routing& routing) const {
+    const auto k = static_cast<size_t>(routing.k);
+    MOX_CHECK(static_cast<int64_t>(replay_rows_.size()) == routing.n_tokens, "replay rows {} for {} tokens",
+              replay_rows_.size(), routing.n_tokens);
+    std::fill(routing.expert_counts.begin(), routing.expert_counts.end(), 0);
+    for (int64_t t = 0; t < routing.n_tokens; ++t) {
+        const uint16_t* ids = replay_->at(replay_rows_[static_cast<size_t>(t)], static_cast<size_t>(il));
+        for (size_t i = 0; i < k; ++i) {
+            routing.ids[static_cast<size_t>(t) * k + i] = ids[i];
+            routing.expert_counts[ids[i]]++;
+        }
+    }
+}
+
+void Model::set_routing_replay(std::shared_ptr<const RoutingTrace> trace) {
+    if (trace) {
+        const RoutingTrace& r = *trace;
+        if (!hp_.has_moe()) fail("routing replay: {} is a dense model (no routed experts)", hp_.arch_name());
+        if (r.arch != hp_.arch_name() || r.n_expert != hp_.n_expert || r.k != hp_.n_expert_used ||
+            static_cast<int64_t>(r.layers.size()) != hp_.n_trunk())
+            fail(
+                "routing replay: the trace is of a {} model with {} layers of {} experts, top {} ('{}'); "
+                "this "
+                "model is {} with {} layers of {} experts, top {}",
+                r.arch, r.layers.size(), r.n_expert, r.k, r.model, hp_.arch_name(), hp_.n_trunk(),
+                hp_.n_expert, hp_.n_expert_used);
+        for (size_t i = 0; i < r.layers.size(); ++i)
+            if (r.layers[i] != static_cast<int32_t>(i))
+                fail("routing replay: the trace's layer {} is trunk layer {}; this model routes every layer",
+                     i, r.layers[i]);
+        if (r.n_tokens < 1) fail("routing replay: the trace holds no tokens");
+    }
+    if (gpu_) gpu_->set_routing_replay(trace.get());
+    replay_ = std::move(trace);
+}
+
+RoutingTrace Model::recorded_routing(std::string name) const {
+    RoutingTrace r;
+    r.arch = hp_.arch_name();
+    r.model = std::move(name);
+    r.n_expert = hp_.n_expert;
+    r.k = hp_.n_expert_used;
+    const int64_t n_layers = hp_.n_trunk();
+    for (int64_t il = 0; il < n_layers; ++il) r.layers.push_back(static_cast<int32_t>(il));
+    if (routing_trace_.empty()) return r;
+    const auto k = static_cast<size_t>(r.k);
+    r.n_tokens = static_cast<int64_t>(routing_trace_.front().size() / k);
+    r.ids.resize(static_cast<size_t>(r.n_tokens * n_layers) * k);
+    for (int64_t il = 0; il < n_layers; ++il) {
+        const std::vector<int32_t>& layer = routing_trace_[static_cast<size_t>(il)];
+        MOX_CHECK(layer.size() == static_cast<size_t>(r.n_tokens) * k, "layer {} traced {} ids", il,
+                  layer.size());
+        for (int64_t t = 0; t < r.n_tokens; ++t)
+            std::copy_n(layer.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(t) * k), k,
+                        r.ids.begin() + static_cast<ptrdiff_t>((static_cast<size_t>(t * n_layers + il)) * k));
+    }
+    return r;
 }
 
 std::string Model::device_summary() const {

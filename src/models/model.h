@@ -9,7 +9,9 @@
 
 #include "core/thread_pool.h"
 #include "gguf/reader.h"
+#include "models/expert_cache_policy.h"
 #include "models/hparams.h"
+#include "models/routing_trace.h"
 #include "ops/moe.h"
 #include "ops/weight.h"
 
@@ -70,6 +72,12 @@ struct GpuOptions {
     int64_t stream_min_tokens = 32;   // host expert layers: stream at >= this many tokens, else CPU
     int64_t n_ctx_max = 0;            // longest context a state may have (attention scratch); 0: trained
     uint64_t vram_budget = 0;         // bytes; 0 = no limit
+    // The expert cache (models/gpu/gpu_expert_cache.h): a pool of about this many device bytes of
+    // expert slots shared by the host expert layers, filled by the policy; 0: none. Decode computes
+    // the experts it holds on the GPU and the others on the CPU; prefill streams as without it.
+    uint64_t expert_cache_bytes = 0;
+    std::shared_ptr<ExpertCachePolicy> expert_cache_policy;  // required with a cache
+    int64_t expert_cache_admit_cap = 32;  // admissions per token (and copies in flight) at most
 };
 
 // The device-side part of a sequence's state (KV cache, DeltaNet state, captured decode graph),
@@ -129,6 +137,11 @@ public:
         const std::optional<int32_t> a = last_argmax();
         return a && *a < n_candidates ? a : std::nullopt;
     }
+    // Model::set_routing_replay's trace (checked against the model already; null: none). The trace
+    // outlives its use: the model holds it.
+    virtual void set_routing_replay(const RoutingTrace* trace) = 0;
+    // The expert cache's counters since load, where the backend has one.
+    virtual std::optional<ExpertCacheStats> expert_cache_stats() const { return std::nullopt; }
 };
 
 class Model;
@@ -169,6 +182,11 @@ public:
     std::optional<int32_t> forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
                                           std::vector<float>& logits);
 
+    // The expert cache's counters since load (GpuOptions::expert_cache_bytes), or nullopt without one.
+    std::optional<ExpertCacheStats> expert_cache_stats() const {
+        return gpu_ ? gpu_->expert_cache_stats() : std::nullopt;
+    }
+
     // Usage histogram of routed experts since load: [n_layer][n_expert] selections.
     const std::vector<std::vector<int64_t>>& expert_usage() const { return expert_usage_; }
 
@@ -184,6 +202,16 @@ public:
         trace_routing_ = on;
     }
     const std::vector<std::vector<int32_t>>& routing_trace() const { return routing_trace_; }
+    // What set_routing_trace collected, as a routing trace of this model (models/routing_trace.h).
+    RoutingTrace recorded_routing(std::string name) const;
+
+    // Routing replay (`--routing-trace`): the router still computes its top-k and their weights, but
+    // the experts that run are the trace's, the i-th taking the router's i-th weight. A token at
+    // position p of its sequence runs trace token p mod n_tokens: a trace shorter than the sequence
+    // starts over. Throws mox::Error if the trace is of another model (architecture, experts, top-k,
+    // layers). Null: the router's own choice again.
+    void set_routing_replay(std::shared_ptr<const RoutingTrace> trace);
+    const RoutingTrace* routing_replay() const { return replay_.get(); }
 
     // When on, every CPU forward appends its named intermediates, each [n_tokens, n_embd] in batch
     // order: "l{layer}_mixer_in" (the normed mixer input), "l{layer}_mixer_out", "l{layer}_moe_in",
@@ -221,6 +249,10 @@ private:
     std::vector<std::vector<int64_t>> expert_usage_;
     bool trace_routing_ = false;
     std::vector<std::vector<int32_t>> routing_trace_;
+    std::shared_ptr<const RoutingTrace> replay_;
+    std::vector<int64_t> replay_rows_;  // the trace token of each row of the batch the CPU computes
+    // Replaces the ids of layer il's routing (rows of the batch in replay_rows_) by the trace's.
+    void replay_routing(int64_t il, ops::Routing& routing) const;
     bool dump_activations_ = false;
     std::map<std::string, std::vector<float>> activations_;
     Device device_ = Device::cpu;

@@ -37,6 +37,8 @@ void profiler_stop();
 void copy_to_device(void* device, const void* host, size_t bytes, StreamHandle stream = nullptr);
 void copy_to_host(void* host, const void* device, size_t bytes, StreamHandle stream = nullptr);
 
+// Asynchronous device -> device copy on `stream`. Capturable in a graph.
+void copy_on_device(void* dst, const void* src, size_t bytes, StreamHandle stream);
 // Asynchronous device -> host copy on `stream` (host memory pinned, or the copy is synchronous).
 // Capturable in a graph.
 void copy_to_host_async(void* host, const void* device, size_t bytes, StreamHandle stream);
@@ -200,6 +202,8 @@ public:
     EventHandle handle() const { return event_; }
     void record(StreamHandle stream = nullptr);
     void synchronize() const;
+    // Whether the work before the last record() has finished (true if never recorded); never waits.
+    bool done() const;
     // Milliseconds between two recorded (and completed) events.
     static float elapsed_ms(const Event& start, const Event& end);
 

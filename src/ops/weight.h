@@ -18,14 +18,19 @@ struct Weight {
     int64_t n_out = 0;     // ne1
     int64_t n_expert = 1;  // ne2 (1 for plain matrices)
     size_t row_bytes = 0;
+    // Bytes from one expert's slice to the next; 0: packed (n_out * row_bytes). A view of the expert
+    // cache's slots (larger, uniform slots that hold layers of different types) sets it.
+    size_t expert_bytes = 0;
 
     bool valid() const { return data != nullptr; }
+    size_t expert_stride() const { return expert_bytes ? expert_bytes : static_cast<size_t>(n_out) * row_bytes; }
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
     Weight expert(int64_t e) const {
         MOX_CHECK(e >= 0 && e < n_expert, "expert {} of {}", e, n_expert);
         Weight w = *this;
-        w.data = data + static_cast<size_t>(e * n_out) * row_bytes;
+        w.data = data + static_cast<size_t>(e) * expert_stride();
         w.n_expert = 1;
+        w.expert_bytes = 0;
         return w;
     }
 };

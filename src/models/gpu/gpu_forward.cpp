@@ -154,6 +154,7 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
     arena_.allocate();
     const uint64_t weight_bytes = upload_weights(o, arena_);
     load_host_experts(o);
+    load_expert_cache(o);
     // The CPU computes host experts while this thread waits for the GPU: do not spin on a core then.
     cuda::set_blocking_sync(!host_.empty());
 
@@ -256,6 +257,11 @@ GpuForward::GpuForward(const Model& m, const GpuOptions& o)
     if (!host_.empty())
         summary_ +=
             fmt::format(", experts of {} layers ({}) in host memory", host_.size(), format_bytes(host_bytes));
+    if (cache_) {
+        const ExpertCacheStats cs = cache_->stats();
+        summary_ += fmt::format(", expert cache of {} slots ({}, policy {})", cs.slots,
+                                format_bytes(cs.device_bytes), cache_->policy_name());
+    }
     if (o.vram_budget > 0) summary_ += fmt::format(", VRAM budget {}", format_bytes(o.vram_budget));
 }
 
@@ -472,9 +478,11 @@ void GpuForward::forward(std::span<const SequenceBatch> batch, bool all_logits, 
             cuda::copy_to_device(tokens_.data(), stage, static_cast<size_t>(n) * sizeof(int32_t), s);
             cuda::copy_to_device(pos_.data(), stage + n_ubatch_, sizeof(int32_t), s);
             if (!token_embd_.valid()) embed_on_host(b.tokens.data() + c0, n);
+            if (replay_) replay_upload(pos, n);
             if (n == 1) {
                 // Decode: replay the captured step; capture again when the context outgrows its grid.
-                if (seq->decode_graph.empty() || pos + 1 > seq->graph_keys) {
+                if (seq->decode_graph.empty() || pos + 1 > seq->graph_keys ||
+                    seq->graph_epoch != graph_epoch_) {
                     int64_t keys = kMinKeysBucket;
                     while (keys < pos + 1) keys *= 2;
                     keys = std::min(keys, st.n_ctx());
@@ -489,6 +497,7 @@ void GpuForward::forward(std::span<const SequenceBatch> batch, bool all_logits, 
                     }
                     seq->decode_graph = cuda::Graph::end_capture(s);
                     seq->graph_keys = keys;
+                    seq->graph_epoch = graph_epoch_;
                 }
                 // Host expert layers come ~60-110 us of GPU work apart: longer than the pool's
                 // spin window, so without a hold its workers would sleep and wake at every layer.
@@ -504,6 +513,7 @@ void GpuForward::forward(std::span<const SequenceBatch> batch, bool all_logits, 
                 // Polling hand-off (gpu_forward_experts.cpp): the step number goes to mapped memory
                 // before the launch; then this thread computes each host layer the graph publishes.
                 const bool poll = !channel_.empty();
+                if (cache_) cache_->before_step(s);  // residency for this step; the table goes up first
                 const uint32_t step = poll ? channel_.begin_step() : 0;
                 seq->decode_graph.launch(s);
                 if (poll) serve_host_layers(step);
@@ -513,6 +523,7 @@ void GpuForward::forward(std::span<const SequenceBatch> batch, bool all_logits, 
                 }
                 logits_fetch(1, logits, row_out);  // the graph computed them
                 if (poll) check_handoff();         // the stream is done: a GPU-side failure is final now
+                if (cache_) cache_->after_step();  // admissions start copying while the caller samples
                 ++row_out;
                 continue;
             }
@@ -654,7 +665,7 @@ void GpuForward::norm(float* x, const float* add, const float* w, const float* b
     }
 }
 
-void GpuForward::route(int64_t n, int64_t stride, cuda::StreamHandle s) {
+void GpuForward::route(int64_t il, int64_t n, int64_t stride, cuda::StreamHandle s) {
     const float* logits = router_logits_.as<float>();
     const MoeRecipe& r = hp_.recipe().moe;
     switch (r.router) {
@@ -667,6 +678,38 @@ void GpuForward::route(int64_t n, int64_t stride, cuda::StreamHandle s) {
                                     ids_.as<int32_t>(), weights_.as<float>(), s, stride);
             break;
     }
+    if (replay_) {
+        const int64_t K = hp_.n_expert_used;
+        cuda::copy_on_device(ids_.data(), replay_ids_.as<int32_t>() + il * n_ubatch_ * K,
+                             static_cast<size_t>(n * K) * sizeof(int32_t), s);
+    }
+}
+
+void GpuForward::replay_upload(int64_t pos, int64_t n) {
+    const RoutingTrace& r = *replay_;
+    const int64_t K = hp_.n_expert_used, n_layer = hp_.n_trunk();
+    auto* stage = replay_stage_.as<int32_t>();
+    for (int64_t il = 0; il < n_layer; ++il)
+        for (int64_t t = 0; t < n; ++t) {
+            const uint16_t* ids = r.at((pos + t) % r.n_tokens, static_cast<size_t>(il));
+            std::copy_n(ids, K, stage + (il * n_ubatch_ + t) * K);
+        }
+    // One copy of the whole [n_layer][n_ubatch][k] block (the rows past n are not read).
+    cuda::copy_to_device(replay_ids_.data(), stage, replay_stage_.size(), stream_.handle());
+}
+
+void GpuForward::set_routing_replay(const RoutingTrace* trace) {
+    if (trace && replay_ids_.empty()) {
+        const size_t bytes =
+            static_cast<size_t>(hp_.n_trunk() * n_ubatch_ * hp_.n_expert_used) * sizeof(int32_t);
+        replay_ids_ = cuda::DeviceBuffer(bytes);
+        std::string why;
+        replay_stage_ = cuda::PinnedBuffer::try_alloc(bytes, &why);
+        if (replay_stage_.empty()) fail("routing replay: pinned host memory for the trace's ids: {}", why);
+    }
+    stream_.synchronize();  // the staging buffer may still be read by the last upload
+    replay_ = trace;
+    graph_epoch_++;  // decode graphs captured before do not copy the trace's ids: capture again
 }
 
 const float* GpuForward::rope_factors(int64_t n_ctx) const {
@@ -786,10 +829,23 @@ void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
     if (n == 1 && hp_.recipe().moe.router != RouterKind::softmax_topk) {
         // Decode with a router the fused launch does not compute: route, then the two expert launches.
         if (!logits_ready) project(L.router_in, u, 1, logits);
-        route(1, L.router_in.n_out, s);
+        route(il, 1, L.router_in.n_out, s);
         cuda::moe_gate_up(L.gate_exps, L.up_exps, ids_.as<int32_t>(), K, u, h_.as<float>(), s);
         cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(),
                        mix_.as<float>(), s);
+        return;
+    }
+    if (n == 1 && replay_) {
+        // Replay: the router's launch, the trace's ids over its own, then the expert launches.
+        if (!logits_ready) project(L.router_in, u, 1, logits);
+        route(il, 1, L.router_in.n_out, s);
+        cuda::MoeDecodeShared shared;
+        if (hp_.has_shared_expert())
+            shared = {&L.swiglu_gate_up.parts[0], &L.swiglu_gate_up.parts[1], &L.swiglu_down, logits + E};
+        const cuda::MoeDecodeShared* sh = hp_.has_shared_expert() ? &shared : nullptr;
+        cuda::moe_gate_up(L.gate_exps, L.up_exps, ids_.as<int32_t>(), K, u, h_.as<float>(), s, sh);
+        cuda::moe_down(L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), K, h_.as<float>(),
+                       mix_.as<float>(), s, sh);
         return;
     }
     if (n == 1) {
@@ -808,7 +864,7 @@ void GpuForward::moe(const GpuLayer& L, int64_t il, int64_t n, bool logits_ready
         return;
     }
     linear(L.router_in.parts[0], u, n, logits);
-    route(n, E, s);
+    route(il, n, E, s);
     cuda::moe_batch(L.gate_exps, L.up_exps, L.down_exps, ids_.as<int32_t>(), weights_.as<float>(), n, K, u,
                     mix_.as<float>(), work_.data(), s, precise(L.gate_exps.type));
     if (!hp_.has_shared_expert()) return;

@@ -11,6 +11,7 @@
 // attention grid must grow (context buckets).
 #pragma once
 
+#include "models/gpu/gpu_expert_cache.h"
 #include "models/model.h"
 #include "ops/cuda_delta_net.h"
 #include "ops/cuda_handoff.h"
@@ -114,6 +115,7 @@ struct GpuSequence final : DeviceSequenceState {
     StateOptions options;
     cuda::Graph decode_graph;  // valid for keys up to graph_keys
     int64_t graph_keys = 0;
+    int64_t graph_epoch = 0;  // GpuForward::graph_epoch_ when captured (a different one: capture again)
 
     uint64_t bytes() const override;
     void clear() override;
@@ -129,6 +131,10 @@ public:
     std::optional<int32_t> last_argmax() const override { return last_argmax_; }
     std::optional<int32_t> forward_argmax(std::span<const SequenceBatch> batch, int64_t n_candidates,
                                           std::vector<float>& logits) override;
+    void set_routing_replay(const RoutingTrace* trace) override;
+    std::optional<ExpertCacheStats> expert_cache_stats() const override {
+        return cache_ ? std::optional<ExpertCacheStats>(cache_->stats()) : std::nullopt;
+    }
 
     // Called from a host node (gpu_forward_experts.cpp): the CPU computes the selected host experts
     // of the hand-off in hand_*; never throws (a failure is kept for forward() to rethrow).
@@ -154,8 +160,16 @@ private:
     // The recipe's norm of n rows (add_rms_norm's or add_layer_norm's residual adds, then the norm).
     void norm(float* x, const float* add, const float* w, const float* b, int64_t n, float* out,
               const float* add2 = nullptr);
-    // The recipe's router over n rows of router_logits_ (row stride `stride`) into ids_ / weights_.
-    void route(int64_t n, int64_t stride, cuda::StreamHandle stream);
+    // The recipe's router over n rows of router_logits_ (row stride `stride`) into ids_ / weights_;
+    // with a routing replay, layer il's ids then come from the trace.
+    void route(int64_t il, int64_t n, int64_t stride, cuda::StreamHandle stream);
+    // Replay: the trace's ids of the micro-batch at positions [pos, pos + n) into replay_ids_.
+    void replay_upload(int64_t pos, int64_t n);
+    // Decode of a host expert layer the cache serves: the pool's experts (and the shared expert) on
+    // the side stream into shared_, while the CPU computes the rest; u_ -> mix_.
+    void cached_moe_handoff(const GpuLayer& L, int64_t il);
+    // The expert cache over the host expert layers (GpuOptions::expert_cache_bytes).
+    void load_expert_cache(const GpuOptions& o);
     // The rotary frequency factors on the device for a sequence of this context, or null.
     const float* rope_factors(int64_t n_ctx) const;
     // out [n, d] = the layer's unrouted SwiGLU of u_ (the shared expert, not yet gated, or the dense
@@ -242,7 +256,15 @@ private:
     // While forward_argmax runs: its n_candidates (0 otherwise).
     int64_t argmax_limit_ = 0;
     int64_t decode_steps_ = 0;  // decode graph launches so far
-    int64_t profile_step_ = 0;  // MOX_CUDA_PROFILE_STEP; 0: none profiled
+    int64_t graph_epoch_ = 0;   // bumped when what a decode graph does changes (replay on or off)
+    // Routing replay (Model::set_routing_replay): the trace, and each micro-batch's ids of every
+    // trunk layer, int32 [n_layer][n_ubatch][k] (device, and its pinned staging).
+    const RoutingTrace* replay_ = nullptr;
+    cuda::DeviceBuffer replay_ids_;
+    cuda::PinnedBuffer replay_stage_;
+    std::unique_ptr<GpuExpertCache> cache_;
+    cuda::DeviceBuffer cache_ids_, cache_weights_;  // a decode step's selections as pool slots [k]
+    int64_t profile_step_ = 0;                      // MOX_CUDA_PROFILE_STEP; 0: none profiled
     // Activations for one micro-batch (fp32, token-major rows).
     cuda::DeviceBuffer tokens_, pos_;  // int32 [n_ubatch], int32 [1]
     cuda::DeviceBuffer x_, u_, mix_, shared_;

@@ -21,6 +21,7 @@
 #include "core/units.h"
 #include "models/gpu_memory.h"
 #include "ops/cuda_basic.h"
+#include "ops/cuda_expert_cache.h"
 #include "ops/cuda_moe.h"
 
 #include <unistd.h>
@@ -192,6 +193,24 @@ bool GpuForward::host_moe(int64_t layer, int64_t n, const float* x, const int32_
         r.k = K;
         r.ids.assign(ids, ids + n * K);
         r.weights.assign(w, w + n * K);
+        if (n == 1 && cache_ && cache_->serves(layer) && !channel_.empty()) {
+            // The GPU computes the experts the pool holds for this step: the CPU only the others.
+            int64_t kept = 0;
+            for (int64_t i = 0; i < K; ++i) {
+                MOX_CHECK(ids[i] >= 0 && ids[i] < E, "host expert hand-off: expert id {} of {}", ids[i], E);
+                if (cache_->access(layer, ids[i])) continue;
+                r.ids[static_cast<size_t>(kept)] = ids[i];
+                r.weights[static_cast<size_t>(kept)] = w[i];
+                kept++;
+            }
+            r.k = kept;
+            r.ids.resize(static_cast<size_t>(kept));
+            r.weights.resize(static_cast<size_t>(kept));
+            if (kept == 0) {
+                std::fill(out, out + hp_.n_embd, 0.0f);
+                return true;
+            }
+        }
         r.expert_counts.assign(static_cast<size_t>(E), 0);
         for (const int32_t e : r.ids) {
             MOX_CHECK(e >= 0 && e < E, "host expert hand-off: expert id {} of {}", e, E);
@@ -251,6 +270,7 @@ void GpuForward::check_handoff() const {
 }
 
 void GpuForward::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
+    if (n == 1 && cache_ && cache_->serves(il) && !channel_.empty()) return cached_moe_handoff(L, il);
     const cuda::StreamHandle s = stream_.handle();
     const float* u = u_.as<float>();
     const int64_t K = hp_.n_ffn_experts_used(), d = hp_.n_embd;
@@ -260,7 +280,7 @@ void GpuForward::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
             project(L.router_in, u, 1, logits);  // n_expert + 1 logits (the last: shared gate)
         else
             linear(L.router_in.parts[0], u, n, logits);
-        route(n, hp_.n_expert, s);
+        route(il, n, hp_.n_expert, s);
     }
     const bool shared = hp_.n_ff_shexp > 0;
     if (shared) {  // fork: the shared expert runs on the side stream while the CPU works
@@ -291,6 +311,62 @@ void GpuForward::host_moe_handoff(const GpuLayer& L, int64_t il, int64_t n) {
     }
 }
 
+void GpuForward::cached_moe_handoff(const GpuLayer& L, int64_t il) {
+    const cuda::StreamHandle s = stream_.handle(), side = side_stream_.handle();
+    const float* u = u_.as<float>();
+    const int64_t E = hp_.n_expert, K = hp_.n_expert_used, d = hp_.n_embd;
+    float* logits = router_logits_.as<float>();
+    project(L.router_in, u, 1, logits);  // n_expert + 1 logits with a shared expert (the last: its gate)
+    route(il, 1, hp_.n_expert, s);
+    // The side stream: the pool's share of the selection, and the shared expert in the same launches.
+    fork_.record(s);
+    side_stream_.wait(fork_.handle());
+    const ops::ExpertStack& pool = cache_->pool_view(il);
+    int32_t* slot_ids = cache_ids_.as<int32_t>();
+    float* slot_weights = cache_weights_.as<float>();
+    cuda::expert_cache_lookup(cache_->device_table(il), ids_.as<int32_t>(), weights_.as<float>(), K,
+                              cache_->zero_slot(), slot_ids, slot_weights, side);
+    cuda::MoeDecodeShared shared;
+    if (hp_.has_shared_expert())
+        shared = {&L.swiglu_gate_up.parts[0], &L.swiglu_gate_up.parts[1], &L.swiglu_down, logits + E};
+    const cuda::MoeDecodeShared* sh = hp_.has_shared_expert() ? &shared : nullptr;
+    cuda::moe_gate_up(pool.gate, pool.up, slot_ids, K, u, h_.as<float>(), side, sh);
+    cuda::moe_down(pool.down, slot_ids, slot_weights, K, h_.as<float>(), shared_.as<float>(), side, sh);
+    join_.record(side);
+    // The CPU's share: every selection goes over; it skips those the pool holds (host_moe).
+    const auto slot = host_index_[static_cast<size_t>(il)];
+    channel_.publish(slot, u, ids_.as<int32_t>(), weights_.as<float>(), s);
+    channel_.collect(slot, mix_.as<float>(), s);
+    stream_.wait(join_.handle());
+    cuda::add_bias(mix_.as<float>(), shared_.as<const float>(), 1, d, s);  // mix_ += the GPU's share
+}
+
+void GpuForward::load_expert_cache(const GpuOptions& o) {
+    if (o.expert_cache_bytes == 0) return;
+    if (!hp_.has_moe())
+        fail("--expert-cache: {} is a dense model (no routed experts to cache)", hp_.arch_name());
+    if (host_.empty())
+        fail(
+            "--expert-cache: every layer's experts are on the GPU already (nothing to cache; keep some "
+            "layers' experts in host memory, e.g. --n-cpu-moe N)");
+    if (channel_.empty()) fail("--expert-cache: needs the polling hand-off (unset MOX_HANDOFF=hostfn)");
+    std::vector<GpuExpertCache::Layer> layers;
+    for (const HostExpertLayer& h : host_) {
+        if (!h.streamable)
+            fail(
+                "--expert-cache: the experts of layer {} are not in page-locked memory (locking them "
+                "failed; see the warning above), so they cannot be copied in the background",
+                h.layer);
+        layers.push_back({h.layer, h.stack});
+    }
+    cache_ =
+        std::make_unique<GpuExpertCache>(std::move(layers), hp_.n_trunk(), hp_.n_expert, o.expert_cache_bytes,
+                                         o.expert_cache_policy, o.expert_cache_admit_cap, stream_.handle());
+    const int64_t K = hp_.n_expert_used;
+    cache_ids_ = cuda::DeviceBuffer(static_cast<size_t>(K) * sizeof(int32_t));
+    cache_weights_ = cuda::DeviceBuffer(static_cast<size_t>(K) * sizeof(float));
+}
+
 void GpuForward::stream_begin() {
     for (size_t order = 0; order < std::min<size_t>(2, streamed_.size()); ++order)
         stream_copy(order, static_cast<int>(order));
@@ -314,7 +390,7 @@ void GpuForward::host_moe_streamed(const GpuLayer& L, int64_t il, int64_t n) {
     const int64_t K = hp_.n_ffn_experts_used(), d = hp_.n_embd;
     if (hp_.has_moe()) {
         linear(L.router_in.parts[0], u, n, router_logits_.as<float>());
-        route(n, hp_.n_expert, s);
+        route(il, n, hp_.n_expert, s);
     }
     const auto order = static_cast<size_t>(stream_order_[static_cast<size_t>(il)]);
     const int b = static_cast<int>(order % 2);

@@ -50,6 +50,11 @@ void copy_to_host(void* host, const void* device, size_t bytes, StreamHandle str
     MOX_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+void copy_on_device(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+    if (bytes == 0) return;
+    MOX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
 void copy_to_host_async(void* host, const void* device, size_t bytes, StreamHandle stream) {
     if (bytes == 0) return;
     MOX_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
@@ -281,6 +286,16 @@ void Event::record(StreamHandle stream) {
 
 void Event::synchronize() const {
     MOX_CUDA_CHECK(cudaEventSynchronize(event_));
+}
+
+bool Event::done() const {
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // not an error: clear it so the next check does not see it
+        return false;
+    }
+    MOX_CUDA_CHECK(e);
+    return true;
 }
 
 float Event::elapsed_ms(const Event& start, const Event& end) {

@@ -156,6 +156,7 @@ struct GateUpArgs {
     bool renormalize = true;
     int32_t* ids_out = nullptr;
     float* weights_out = nullptr;
+    size_t expert_stride = 0;  // bytes from expert e's gate (and up) slice to e + 1's
 };
 
 // I8: x staged as 8-bit segments (quant/cuda/matvec.cuh).
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const GateUpArgs a) {
     if (tid < slots) {
         if (tid < a.k) {
             if (e < 0 || e >= a.n_expert) __trap();  // a routing bug: a launch error on the host
-            const size_t off = static_cast<size_t>(e) * static_cast<size_t>(a.n_ff) * a.row_bytes;
+            const size_t off = static_cast<size_t>(e) * a.expert_stride;
             gbase[tid] = a.gate + off;
             ubase[tid] = a.up + off;
         } else {
@@ -245,6 +246,7 @@ struct DownArgs {
     const float* h;  // [slots, n_ff]
     float* out;      // [n_embd]
     bool accumulate;
+    size_t expert_stride = 0;  // bytes from expert e's down slice to e + 1's
 };
 
 // R output rows per warp (1 or 2): two rows share each staged-h read; one row halves a warp's
@@ -280,7 +282,7 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const DownArgs a) {
     if (tid < slots) {
         if (tid < a.k) {
             if (e < 0 || e >= a.n_expert) __trap();
-            base_s[tid] = a.down + static_cast<size_t>(e) * static_cast<size_t>(a.n_embd) * a.row_bytes;
+            base_s[tid] = a.down + static_cast<size_t>(e) * a.expert_stride;
             w_s[tid] = w;
         } else {
             base_s[tid] = a.sh_down;
@@ -677,7 +679,7 @@ __global__ void __launch_bounds__(kThreads, I8 ? 3 : 2) gate_up_wide_kernel(cons
         if (tid < a.k) {
             const int e = a.logits != nullptr ? route_ids[tid] : a.ids[tid];
             if (e < 0 || e >= a.n_expert) __trap();
-            const size_t off = static_cast<size_t>(e) * static_cast<size_t>(a.n_ff) * a.row_bytes;
+            const size_t off = static_cast<size_t>(e) * a.expert_stride;
             gbase[tid] = a.gate + off;
             ubase[tid] = a.up + off;
         } else {
@@ -803,7 +805,7 @@ __global__ void __launch_bounds__(kDownWideThreads, 1) down_wide_kernel(const Do
     if (tid < a.k) {
         const int e = a.ids[tid];
         if (e < 0 || e >= a.n_expert) __trap();
-        base_s[tid] = a.down + static_cast<size_t>(e) * static_cast<size_t>(a.n_embd) * a.row_bytes;
+        base_s[tid] = a.down + static_cast<size_t>(e) * a.expert_stride;
         w_s[tid] = a.weights[tid];
     } else if (tid == a.k && has_shared) {
         base_s[tid] = a.sh_down;
@@ -1161,7 +1163,7 @@ void gate_up_impl(const ops::Weight& gate, const ops::Weight& up, const int32_t*
     check_stack(gate, "gate");
     check_stack(up, "up");
     if (gate.type != up.type || gate.n_in != up.n_in || gate.n_out != up.n_out ||
-        gate.n_expert != up.n_expert)
+        gate.n_expert != up.n_expert || gate.expert_stride() != up.expert_stride())
         fail("CUDA MoE: gate ({}, {}x{}) and up ({}, {}x{}) stacks differ", quant::type_name(gate.type),
              gate.n_out, gate.n_in, quant::type_name(up.type), up.n_out, up.n_in);
     MOX_CHECK(k >= 1 && k <= kMaxK, "MoE k {}", k);
@@ -1173,6 +1175,7 @@ void gate_up_impl(const ops::Weight& gate, const ops::Weight& up, const int32_t*
     a.n_in = gate.n_in;
     a.n_ff = gate.n_out;
     a.n_expert = gate.n_expert;
+    a.expert_stride = gate.expert_stride();
     a.ids = ids;
     a.k = static_cast<int>(k);
     a.sh_gate = fused ? shared->gate->data : nullptr;
@@ -1242,7 +1245,8 @@ void moe_down(const ops::Weight& down, const int32_t* ids, const float* weights,
                      .sh_gate_logit = fused ? shared->gate_logit : nullptr,
                      .h = h,
                      .out = out,
-                     .accumulate = false};
+                     .accumulate = false,
+                     .expert_stride = down.expert_stride()};
     dispatch_type(down.type, [&](auto tag) {
         launch_down_path<decltype(tag)>(a, static_cast<int>(k) + (fused ? 1 : 0), path, down.type, stream);
     });
