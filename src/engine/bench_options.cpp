@@ -102,7 +102,7 @@ std::string plan_value(std::string_view text) {
 void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda) {
     for (const auto& c : configs) {
         const bool placed = c.n_cpu_moe > 0 || c.vram_budget > 0 || !c.override_tensor.empty() ||
-                            !c.moe_cpu_layers.empty() || c.cpu_moe;
+                            !c.moe_cpu_layers.empty() || c.cpu_moe || c.expert_cache > 0;
         // A benchmark row says where it ran, so a CPU-only build refuses GPU rows (mox run notes and
         // runs on the CPU instead).
         if ((c.n_gpu_layers != 0 || placed) && !have_cuda)
@@ -111,12 +111,13 @@ void check_supported(const std::vector<BenchConfig>& configs, bool have_cuda) {
                 "benchmark row "
                 "must run where it says: use -ngl 0 without placement flags",
                 c.n_gpu_layers,
-                placed ? " with placement flags (-ncmoe, --cpu-moe, -ot, --moe-cpu-layers, --vram-budget)"
+                placed ? " with placement flags (-ncmoe, --cpu-moe, -ot, --moe-cpu-layers, --vram-budget, "
+                         "--expert-cache)"
                        : "");
         if (c.n_gpu_layers == 0 && placed)
             fail(
-                "-ngl 0 runs on the CPU: -ncmoe, --cpu-moe, -ot, --moe-cpu-layers and --vram-budget need "
-                "-ngl > 0");
+                "-ngl 0 runs on the CPU: -ncmoe, --cpu-moe, -ot, --moe-cpu-layers, --vram-budget and "
+                "--expert-cache need -ngl > 0");
         if (c.plan == "auto" && c.n_gpu_layers == 0)
             fail(
                 "--plan auto places the model on the GPU: give -ngl 99 (or leave --plan manual for the CPU)");
@@ -142,6 +143,9 @@ std::vector<BenchConfig> expand_configs(const BenchParams& p) {
     check_min(p.flash_attn, -1, "-fa");
     if (p.vram_budget.empty()) fail("--vram-budget has no value");
     if (p.plan.empty()) fail("--plan has no value");
+    if (p.expert_cache.empty()) fail("--expert-cache has no value");
+    if (p.cache_policy.empty()) fail("--cache-policy has no value");
+    if (p.cache_admit_cap < 0) fail("--cache-admit-cap {}: expected 0 or more", p.cache_admit_cap);
 
     std::vector<BenchTest> tests;  // without depth
     for (int64_t n : p.n_prompt)
@@ -162,6 +166,8 @@ std::vector<BenchConfig> expand_configs(const BenchParams& p) {
                                 for (int64_t ncmoe : p.n_cpu_moe)
                                     for (uint64_t budget : p.vram_budget)
                                         for (const auto& plan : p.plan)
+                                            for (uint64_t cache : p.expert_cache)
+                                            for (size_t pi = 0; pi < (cache > 0 ? p.cache_policy.size() : 1); ++pi)
                                             for (int64_t fa : p.flash_attn)
                                                 for (int64_t depth : p.n_depth)
                                                     for (BenchTest test : tests) {
@@ -186,6 +192,11 @@ std::vector<BenchConfig> expand_configs(const BenchParams& p) {
                                                              .isa = p.isa,
                                                              .pin = p.pin,
                                                              .profile = p.profile,
+                                                             .expert_cache = cache,
+                                                             .cache_policy = p.cache_policy[pi],
+                                                             .cache_admit_cap = p.cache_admit_cap,
+                                                             .cache_profile = p.cache_profile,
+                                                             .routing_trace = p.routing_trace,
                                                              .test = test});
                                                     }
     return out;

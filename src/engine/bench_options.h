@@ -51,6 +51,13 @@ struct BenchConfig {
     std::string isa = "auto";
     bool pin = true;
     std::string profile;
+    // The expert cache (GPU rows with host expert layers): the pool's bytes (0: none), its policy and
+    // admissions per token; a routing trace whose experts run instead of the router's ("": none).
+    uint64_t expert_cache = 0;
+    std::string cache_policy = "lru";
+    int64_t cache_admit_cap = 32;
+    std::string cache_profile;  // a routing trace choosing the static policy's hot set
+    std::string routing_trace;
     BenchTest test;
 };
 
@@ -73,11 +80,17 @@ struct BenchParams {
     std::string isa = "auto";
     bool pin = true;
     std::string profile;
+    std::vector<uint64_t> expert_cache{0};
+    std::vector<std::string> cache_policy{"lru"};
+    int64_t cache_admit_cap = 32;
+    std::string cache_profile;
+    std::string routing_trace;
     int repetitions = 5;
 };
 
 // All configurations: model outermost, then batch, ubatch, type_k, type_v, threads, ngl, ncmoe,
-// vram budget, plan, fa, depth, and the tests innermost (every -p, then every -n, then every -pg), like
+// vram budget, plan, expert cache, cache policy (one row per policy only where there is a cache), fa,
+// depth, and the tests innermost (every -p, then every -n, then every -pg), like
 // llama-bench's rows. -p 0 / -n 0 add no pp / tg test. Throws if there is no test or a value is out of range.
 std::vector<BenchConfig> expand_configs(const BenchParams& params);
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 namespace mox::engine {
@@ -141,8 +142,13 @@ nlohmann::ordered_json result_fields(const BenchResult& r, const BenchMeta& meta
     j["vram_bytes"] = or_null(r.vram_bytes);
     j["predicted_vram_bytes"] = or_null(r.predicted_vram_bytes);
     j["predicted_tps"] = r.predicted_tps ? nlohmann::json(*r.predicted_tps) : nlohmann::json(nullptr);
+    j["expert_cache_bytes"] = c.expert_cache;
+    j["cache_policy"] = c.expert_cache > 0 ? nlohmann::ordered_json(c.cache_policy) : nlohmann::ordered_json(nullptr);
+    j["cache_admit_cap"] = c.cache_admit_cap;
+    j["routing_trace"] = c.routing_trace;
     j["pcie_bytes"] = or_null(r.pcie_bytes);
     j["expert_cache_hit_rate"] = or_null(r.expert_cache_hit_rate);
+    j["expert_cache_misses_per_token"] = or_null(r.expert_cache_misses_per_token);
     if (meta.compare) {
         // Same statistics over llama-bench's samples; ratio of medians (mox / llama.cpp).
         const bool have = r.llama && !r.llama->samples_ts.empty();
@@ -350,9 +356,13 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
     const bool show_fa = varies([](const BenchConfig& c) { return c.flash_attn; }, -1);
     const bool show_budget = varies([](const BenchConfig& c) { return c.vram_budget; }, uint64_t{0});
     const bool show_plan = varies([](const BenchConfig& c) { return c.plan; }, std::string("manual"));
+    const bool show_cache = varies([](const BenchConfig& c) { return c.expert_cache; }, uint64_t{0});
+    const bool show_trace = varies([](const BenchConfig& c) { return c.routing_trace; }, std::string());
     auto any = [&](auto has) { return std::any_of(rows.begin(), rows.end(), has); };
     const bool show_pcie = any([](const BenchResult& r) { return r.pcie_bytes.has_value(); });
     const bool show_hit = any([](const BenchResult& r) { return r.expert_cache_hit_rate.has_value(); });
+    const bool show_misses =
+        any([](const BenchResult& r) { return r.expert_cache_misses_per_token.has_value(); });
     const bool show_roofline =
         any([](const BenchResult& r) { return r.host_read_bytes_per_s > 0 || r.gpu_bytes_per_s > 0; });
 
@@ -369,6 +379,8 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
     if (show_fa) add("fa", "--:");
     if (show_budget) add("vram_budget", "--:");
     if (show_plan) add("plan", ":--");
+    if (show_cache) add("expert cache", ":--");
+    if (show_trace) add("routing", ":--");
     add("test", "--:");
     add("t/s", "--:");
     add("median t/s", "--:");
@@ -382,6 +394,7 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
     add("VRAM", "--:");
     if (show_pcie) add("PCIe", "--:");
     if (show_hit) add("cache hit", "--:");
+    if (show_misses) add("CPU experts/tok", "--:");
     if (show_roofline) add("roofline", "--:");
 
     std::vector<std::vector<std::string>> table;
@@ -399,6 +412,13 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
         if (show_fa) cells.push_back(std::to_string(c.flash_attn));
         if (show_budget) cells.push_back(c.vram_budget ? format_bytes(c.vram_budget) : "-");
         if (show_plan) cells.push_back(c.plan);
+        if (show_cache)
+            cells.push_back(c.expert_cache > 0 ? fmt::format("{} {}", format_bytes(c.expert_cache), c.cache_policy)
+                                               : "off");
+        if (show_trace)  // replayed routing: the experts that ran are the trace's, not the router's
+            cells.push_back(c.routing_trace.empty()
+                                ? "router"
+                                : "trace " + std::filesystem::path(c.routing_trace).filename().string());
         cells.push_back(c.test.name());
         cells.push_back(fmt::format("{:.2f} ± {:.2f}", ts.mean, ts.stddev));
         cells.push_back(fmt::format("{:.2f}", ts.median));
@@ -419,6 +439,10 @@ std::string format_markdown(std::span<const BenchResult> rows, const BenchMeta& 
         if (show_hit)
             cells.push_back(r.expert_cache_hit_rate ? fmt::format("{:.1f}%", 100 * *r.expert_cache_hit_rate)
                                                     : "-");
+        if (show_misses)
+            cells.push_back(r.expert_cache_misses_per_token
+                                ? fmt::format("{:.1f}", *r.expert_cache_misses_per_token)
+                                : "-");
         if (show_roofline) {
             const auto f = roofline_fraction(r, ts.median);
             cells.push_back(f ? fmt::format("{:.1f}%", 100 * *f) : "-");

@@ -87,6 +87,7 @@ struct BenchResult {
     std::optional<double> predicted_tps;           // the speed model's number (profile needed)
     std::optional<uint64_t> pcie_bytes;            // host<->device bytes moved per repetition
     std::optional<double> expert_cache_hit_rate;   // of the GPU expert cache
+    std::optional<double> expert_cache_misses_per_token;  // selections the CPU computed, per decode token
     std::optional<OtherEngineSamples> llama;       // --compare
 };
 

@@ -8,6 +8,8 @@
 #include "models/hparams.h"
 #include "models/model.h"
 #include "models/summary.h"
+#include "place/cache_policies.h"
+#include "place/cache_sim.h"
 #include "place/execute.h"
 #include "place/flags.h"
 #include "place/memory.h"
@@ -42,10 +44,24 @@ struct BenchRunner::Loaded {
         std::unique_ptr<models::Model> model;
         std::optional<place::Placement> placement;  // GPU setups: what runs (the flags' or the plan's)
         models::GpuOptions gpu;
+        std::optional<models::RoutingTrace> trace;  // --routing-trace
+        int64_t trace_at = 0;                       // the trace token the next run starts at
     };
     std::map<std::string, Setup> by_setup;
     BenchModelInfo info;
 };
+
+namespace {
+
+// The trace starting at token `first` (and wrapping around).
+models::RoutingTrace rotated(const models::RoutingTrace& t, int64_t first) {
+    models::RoutingTrace r = t;
+    const auto row = static_cast<ptrdiff_t>(t.layers.size() * static_cast<size_t>(t.k));
+    std::rotate(r.ids.begin(), r.ids.begin() + first * row, r.ids.end());
+    return r;
+}
+
+}  // namespace
 
 BenchRunner::BenchRunner(std::string corpus_text) : corpus_text_(std::move(corpus_text)) {}
 BenchRunner::~BenchRunner() = default;
@@ -134,6 +150,10 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
             " ngl{} ncmoe{} cmoe{} ot[{}] layers[{}] budget{} ub{} stream{} ctx{} plan {} kv {}/{}",
             c.n_gpu_layers, c.n_cpu_moe, c.cpu_moe, c.override_tensor, c.moe_cpu_layers, c.vram_budget,
             c.n_ubatch, c.stream_min_tokens, n_ctx, c.plan, c.type_k, c.type_v);
+    if (c.expert_cache > 0)
+        setup += fmt::format(" cache{} {} cap{} profile[{}]", c.expert_cache, c.cache_policy, c.cache_admit_cap,
+                             c.cache_profile);
+    if (!c.routing_trace.empty()) setup += " replay " + c.routing_trace;
     Loaded::Setup& su = m.by_setup[setup];
     if (!su.model) {
         if (device == models::Device::cuda) {
@@ -162,6 +182,7 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
                 in.v_type = kv_type(c.type_v);
                 in.n_ubatch = c.n_ubatch;
                 in.vram_budget = c.vram_budget;
+                in.reserve_bytes = c.expert_cache;
                 in.profile_path = c.profile;
                 plan::AutoPlan p = plan::auto_plan(m.file, in);
                 fmt::print(stderr, "{}\n", p.summary);
@@ -175,9 +196,25 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
                 su.gpu.stream_min_tokens = c.stream_min_tokens;
                 su.gpu.n_ctx_max = n_ctx;
             }
+            if (c.expert_cache > 0) {
+                su.gpu.expert_cache_bytes = c.expert_cache;
+                place::CachePolicyOptions options;
+                if (!c.cache_profile.empty())
+                    options.profile = place::trace_key_counts(models::read_routing_trace(c.cache_profile));
+                su.gpu.expert_cache_policy = place::make_cache_policy(c.cache_policy, options);
+                su.gpu.expert_cache_admit_cap = c.cache_admit_cap;
+            }
         }
         const quant::Isa isa = c.isa == "auto" ? quant::host_isa() : quant::isa_from_name(c.isa).value();
         su.model = std::make_unique<models::Model>(m.file, c.threads, isa, c.pin, device, su.gpu);
+        if (!c.routing_trace.empty()) su.trace = models::read_routing_trace(c.routing_trace);
+    }
+    if (su.trace) {
+        // Each run (warm-up and repetitions alike) continues the trace where the last one stopped, so
+        // a cache kept warm across runs meets tokens it has not seen, as a server's would; the trace
+        // wraps around at its end.
+        su.model->set_routing_replay(std::make_shared<const models::RoutingTrace>(rotated(*su.trace, su.trace_at)));
+        su.trace_at = (su.trace_at + c.test.n_depth + c.test.n_prompt + c.test.n_gen) % su.trace->n_tokens;
     }
     const std::unique_ptr<models::Model>& model = su.model;
 
@@ -223,6 +260,7 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
 
     process(0, c.test.n_depth);  // untimed: the context the test runs at
 
+    const std::optional<models::ExpertCacheStats> cache0 = model->expert_cache_stats();
     const std::optional<CpuTimes> cpu0 = read_cpu_times();
     const auto t0 = std::chrono::steady_clock::now();
     if (c.test.n_prompt > 0) process(c.test.n_depth, c.test.n_prompt);
@@ -244,7 +282,18 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
                        .vram_bytes = std::nullopt,
                        .predicted_vram_bytes = std::nullopt,
                        .predicted_tps = std::nullopt,
-                       .cpu = cpu0 && cpu1 ? cpu_shares(*cpu0, *cpu1) : std::nullopt};
+                       .cpu = cpu0 && cpu1 ? cpu_shares(*cpu0, *cpu1) : std::nullopt,
+                       .cache = std::nullopt};
+    if (const std::optional<models::ExpertCacheStats> cache1 = model->expert_cache_stats(); cache0 && cache1) {
+        models::ExpertCacheStats d = *cache1;
+        d.tokens -= cache0->tokens;
+        d.hits -= cache0->hits;
+        d.misses -= cache0->misses;
+        d.admissions -= cache0->admissions;
+        d.evictions -= cache0->evictions;
+        d.bytes_copied -= cache0->bytes_copied;
+        sample.cache = d;
+    }
 #ifdef MOX_HAVE_CUDA
     if (device == models::Device::cuda) {
         // Everything this process holds on the device (weights, activations, this row's state)
@@ -257,7 +306,8 @@ BenchSample BenchRunner::run(const BenchConfig& c) {
         const place::CacheOptions cache{.n_ctx = so.n_ctx, .k_type = so.k_type, .v_type = so.v_type};
         const place::RunShape run{.n_ubatch = su.gpu.n_ubatch, .stream_min_tokens = su.gpu.stream_min_tokens};
         sample.predicted_vram_bytes =
-            place::predict_memory(*su.placement, hp, cache, context, run).gpu_total();
+            place::predict_memory(*su.placement, hp, cache, context, run).gpu_total() +
+            (sample.cache ? sample.cache->device_bytes : 0);  // the expert cache's pool: its exact size
         // The speed model's number for this row, when this machine has a hardware profile.
         // A profile without this model's types (a quick one made for another model) leaves the
         // cell empty and says why once: the measurement is the benchmark's job, the prediction a bonus.

@@ -7,6 +7,7 @@
 #include "core/cpu_times.h"
 #include "engine/bench_options.h"
 #include "engine/bench_report.h"
+#include "models/expert_cache_policy.h"
 
 #include <map>
 #include <memory>
@@ -27,6 +28,8 @@ struct BenchSample {
     // How the machine's CPU time was shared during the timed part (core/cpu_times.h); absent where
     // /proc cannot be read or the part was shorter than a clock tick.
     std::optional<CpuShares> cpu;
+    // Rows with an expert cache: what it did during the timed part (counters' difference).
+    std::optional<models::ExpertCacheStats> cache;
 };
 
 class BenchRunner {

@@ -53,6 +53,7 @@ CompletionResult CompletionSlot::complete(std::span<const int32_t> prompt, const
         res.text += piece;
         if (on_text && !on_text(piece)) cancelled = true;
     };
+    const std::optional<models::ExpertCacheStats> cache0 = model_.expert_cache_stats();
     try {
         auto t0 = std::chrono::steady_clock::now();
         models::SequenceBatch batch{state_.get(), new_tokens};
@@ -88,6 +89,13 @@ CompletionResult CompletionSlot::complete(std::span<const int32_t> prompt, const
         if (!stops.stopped()) send(stops.finish());
         if (cancelled) res.finish = FinishReason::cancelled;
         res.generate_seconds = seconds_since(t0);
+        if (const std::optional<models::ExpertCacheStats> cache1 = model_.expert_cache_stats(); cache0 && cache1) {
+            models::ExpertCacheStats d = *cache1;
+            d.tokens -= cache0->tokens, d.hits -= cache0->hits, d.misses -= cache0->misses;
+            d.admissions -= cache0->admissions, d.evictions -= cache0->evictions;
+            d.bytes_copied -= cache0->bytes_copied;
+            res.expert_cache = d;
+        }
     } catch (...) {
         // A forward that failed part way leaves the state unknown: the next request starts over.
         state_->clear();

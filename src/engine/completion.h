@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +46,8 @@ struct CompletionResult {
     int64_t completion_tokens = 0;  // sampled tokens, the end-of-generation one included
     FinishReason finish = FinishReason::stop;
     double prompt_seconds = 0, generate_seconds = 0;
+    // With an expert cache (models::GpuOptions::expert_cache_bytes): what it did for this request.
+    std::optional<models::ExpertCacheStats> expert_cache;
 };
 
 class CompletionSlot {

@@ -73,12 +73,18 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
         budget = std::min(dev.total_bytes, dev.free_bytes + profile.gpu->context_bytes);
     }
 #endif
+    if (in.reserve_bytes > 0) {
+        if (budget == 0 || in.reserve_bytes >= budget)
+            fail("--expert-cache {}: leaves nothing of the VRAM budget {} for the model", format_bytes(in.reserve_bytes),
+                 budget == 0 ? std::string("(none given)") : format_bytes(budget));
+        budget -= in.reserve_bytes;
+    }
     if (budget > 0) req.vram_budget = budget;
     AutoPlan out;
     out.result = plan_auto(req);
     const PlanResult& r = out.result;
     out.gpu = place::gpu_options_for(r.placement, hp);
-    out.gpu.vram_budget = r.vram_budget;
+    out.gpu.vram_budget = r.vram_budget + in.reserve_bytes;
     out.gpu.n_ubatch = r.run.n_ubatch;
     out.gpu.stream_min_tokens = r.run.stream_experts ? std::max<int64_t>(2, r.stream_min_tokens) : (r.run.n_ubatch + 1);
     out.gpu.n_ctx_max = r.cache.n_ctx;
@@ -90,11 +96,15 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
         in.k_type && in.v_type
             ? std::string()
             : fmt::format("; KV {}/{}", quant::type_name(r.cache.k_type), quant::type_name(r.cache.v_type));
+    const std::string reserved =
+        in.reserve_bytes > 0 ? fmt::format(" plus {} kept for the expert cache", format_bytes(in.reserve_bytes))
+                             : std::string();
     out.summary = fmt::format(
-        "plan: {}; -ub {}{}; VRAM {} of {} (predicted); decode ~{:.0f} t/s, prefill ~{:.0f} t/s "
-        "(predicted; {})",
-        where, r.run.n_ubatch, kv, format_bytes(r.memory.gpu_total()), format_bytes(r.vram_budget),
-        r.speed.decode.tokens_per_s, r.speed.prefill.tokens_per_s, note);
+        "plan: {}; -ub {}{}; VRAM {} of {}{} (predicted); decode ~{:.0f} t/s, prefill ~{:.0f} t/s "
+        "(predicted{}; {})",
+        where, r.run.n_ubatch, kv, format_bytes(r.memory.gpu_total()), format_bytes(r.vram_budget), reserved,
+        r.speed.decode.tokens_per_s, r.speed.prefill.tokens_per_s, in.reserve_bytes > 0 ? " without the cache" : "",
+        note);
     return out;
 }
 

@@ -27,6 +27,9 @@ struct AutoPlanInputs {
     std::optional<quant::TypeId> k_type = quant::TypeId::f16, v_type = quant::TypeId::f16;
     std::optional<int64_t> n_ubatch;      // fixed when given
     uint64_t vram_budget = 0;             // 0: what the GPU has free now, plus the context's share
+    // Device bytes the plan leaves free inside the budget (the expert cache's pool): the placement
+    // is searched for budget - reserve, the forward's budget stays the whole.
+    uint64_t reserve_bytes = 0;
     std::string profile_path;             // "": default_profile_path()
 };
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -138,13 +139,24 @@ json usage_json(const engine::CompletionResult& r) {
 // llama-server's timings object: what the request cost, by phase.
 json timings_json(const engine::CompletionResult& r) {
     const int64_t processed = r.prompt_tokens - r.cached_tokens;
-    return {
+    json t = {
         {"prompt_n", processed},
         {"prompt_ms", r.prompt_seconds * 1e3},
         {"prompt_per_second", r.prompt_seconds > 0 ? processed / r.prompt_seconds : 0.0},
         {"predicted_n", r.completion_tokens},
         {"predicted_ms", r.generate_seconds * 1e3},
         {"predicted_per_second", r.generate_seconds > 0 ? r.completion_tokens / r.generate_seconds : 0.0}};
+    if (const auto& c = r.expert_cache) {  // mox's own: the GPU expert cache during this request's decode
+        const double tokens = static_cast<double>(std::max<int64_t>(c->tokens, 1));
+        t["expert_cache"] = {{"hit_rate", c->hit_rate()},
+                             {"cpu_experts_per_token", static_cast<double>(c->misses) / tokens},
+                             {"admissions", c->admissions},
+                             {"bytes_copied", c->bytes_copied},
+                             {"copy_gb_per_second", r.generate_seconds > 0
+                                                        ? static_cast<double>(c->bytes_copied) / 1e9 / r.generate_seconds
+                                                        : 0.0}};
+    }
+    return t;
 }
 
 std::string event(const json& j) {

@@ -119,6 +119,25 @@ TEST(OpenAiRequest, BadBodiesNameTheField) {
     EXPECT_EQ(error_of("{\"prompt\": \"\xff\"}", Endpoint::completion).status, 400);  // not UTF-8
 }
 
+TEST(OpenAiResponse, TimingsCarryTheExpertCacheWhenThereIsOne) {
+    engine::CompletionResult r;
+    r.prompt_tokens = 5;
+    r.completion_tokens = 4;
+    r.generate_seconds = 0.5;
+    ApiRequest chat;
+    chat.endpoint = Endpoint::chat;
+    EXPECT_FALSE(response_body(chat, r, "c", 1, "m", {"", ""})["timings"].contains("expert_cache"));
+    models::ExpertCacheStats s;
+    s.tokens = 4, s.hits = 24, s.misses = 8, s.admissions = 3, s.bytes_copied = 6'000'000;
+    r.expert_cache = s;
+    const json t = response_body(chat, r, "c", 1, "m", {"", ""})["timings"]["expert_cache"];
+    EXPECT_DOUBLE_EQ(t["hit_rate"].get<double>(), 0.75);
+    EXPECT_DOUBLE_EQ(t["cpu_experts_per_token"].get<double>(), 2.0);
+    EXPECT_EQ(t["admissions"], 3);
+    EXPECT_EQ(t["bytes_copied"], 6000000);
+    EXPECT_DOUBLE_EQ(t["copy_gb_per_second"].get<double>(), 0.012);
+}
+
 TEST(OpenAiResponse, ShapesFollowOpenAi) {
     engine::CompletionResult r;
     r.text = "Hello";

@@ -44,7 +44,9 @@ namespace {
 
 struct BenchFlags {
     std::vector<std::string> models, n_prompt, n_gen, pg, n_depth, threads, type_k, type_v, n_batch, n_ubatch,
-        n_gpu_layers, n_cpu_moe, flash_attn, vram_budget, plan;
+        n_gpu_layers, n_cpu_moe, flash_attn, vram_budget, plan, expert_cache, cache_policy;
+    int64_t cache_admit_cap = 32;
+    std::string cache_profile, routing_trace;
     int repetitions = 5;
     std::string output = "md";
     std::string output_err;  // -oe: a second format, on stderr (llama-bench's option)
@@ -143,6 +145,14 @@ engine::BenchParams params_from(const BenchFlags& f) {
     p.pin = !f.no_pin;
     p.profile = f.profile;
     p.stream_min_tokens = f.stream_min_tokens;
+    p.expert_cache.clear();
+    for (const auto& v : string_values(f.expert_cache, {"off"}))
+        for (const auto& item : engine::parse_string_values(v))
+            p.expert_cache.push_back(item == "off" || item == "0" ? 0 : parse_size_flag("--expert-cache", item));
+    p.cache_policy = string_values(f.cache_policy, p.cache_policy);
+    p.cache_admit_cap = f.cache_admit_cap;
+    p.routing_trace = f.routing_trace;
+    p.cache_profile = f.cache_profile;
     p.n_ctx = f.n_ctx;
     p.repetitions = f.repetitions;
     return p;
@@ -274,9 +284,9 @@ void run_bench(const BenchFlags& f) {
     // setup after another instead (interleaved within a setup, e.g. its pp and tg tests).
     auto setup_of = [&](const engine::BenchConfig& c) {
         if (c.n_gpu_layers == 0) return std::string("cpu");
-        return fmt::format("{} {} {} {} {} {} {} {} {} {}", c.n_gpu_layers, c.n_cpu_moe, c.vram_budget,
+        return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {}", c.n_gpu_layers, c.n_cpu_moe, c.vram_budget,
                            c.plan, c.n_ubatch, c.override_tensor, c.moe_cpu_layers, c.stream_min_tokens,
-                           c.type_k, c.type_v);
+                           c.type_k, c.type_v, c.expert_cache, c.cache_policy);
     };
     std::stable_sort(schedule.begin(), schedule.end(), [&](const auto& a, const auto& b) {
         return setup_of(configs[a.config]) < setup_of(configs[b.config]);
@@ -312,6 +322,13 @@ void run_bench(const BenchFlags& f) {
             r.vram_bytes = s.vram_bytes;
             r.predicted_vram_bytes = s.predicted_vram_bytes;
             r.predicted_tps = s.predicted_tps;
+            if (s.cache) {  // the last repetition's: the cache warmed by the earlier ones, as in a server
+                r.expert_cache_hit_rate = s.cache->hit_rate();
+                r.pcie_bytes = s.cache->bytes_copied;
+                if (s.cache->tokens > 0)
+                    r.expert_cache_misses_per_token =
+                        static_cast<double>(s.cache->misses) / static_cast<double>(s.cache->tokens);
+            }
         }
     }
     if (tty) fmt::print(stderr, "\r\033[K");
@@ -383,6 +400,15 @@ void register_bench(CLI::App& app) {
     cmd->add_option("--output-err", f->output_err, "Also print this format on stderr (-oe)");
     multi("--vram-budget", f->vram_budget,
           "GPU memory budget(s), e.g. 24G,16G: mox never allocates more (CUDA context included; 0: none)");
+    multi("--expert-cache", f->expert_cache,
+          "Expert cache size(s) on the GPU, e.g. off,4GiB (docs/expert-cache.md; rows with host expert layers)");
+    multi("--cache-policy", f->cache_policy, "Expert cache policies, e.g. lru,lfu,lru:admit=2");
+    cmd->add_option("--cache-admit-cap", f->cache_admit_cap, "Most experts admitted to the cache per token")
+        ->capture_default_str();
+    cmd->add_option("--cache-profile", f->cache_profile,
+                    "A routing trace whose expert counts choose the static policy's hot set");
+    cmd->add_option("--routing-trace", f->routing_trace,
+                    "Replay this routing trace: the experts that run are the trace's (every row says so)");
     multi("--plan", f->plan,
           "manual (placement from the flags) or auto (the planner within --vram-budget; flags constrain it); "
           "default: auto with --vram-budget, else manual");

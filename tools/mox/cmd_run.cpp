@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "common_options.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "engine/generate.h"
 #include "engine/routing_stats.h"
 #include "gguf/reader.h"
@@ -21,6 +22,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 namespace mox::cli {
@@ -34,6 +36,7 @@ struct RunOptions {
     bool chat = false;
     bool no_think = false;
     std::string routing_stats;
+    std::string routing_trace_out;
     std::string ids_out;
     engine::SamplerParams sampling;
 };
@@ -52,6 +55,21 @@ void print_stats(const engine::GenerationStats& s) {
         "\nmox: prompt {} tokens in {:.2f} s ({:.1f} t/s); generated {} tokens in {:.2f} s ({:.2f} t/s){}\n",
         s.prompt_tokens, s.prompt_seconds, s.prompt_tokens_per_s(), s.generated_tokens, s.generate_seconds,
         s.generate_tokens_per_s(), s.stopped_by_eog ? ", stopped at end of generation" : "");
+}
+
+// The expert cache over generation (decode steps; prompts are streamed as without it).
+void print_cache_stats(const models::ExpertCacheStats& now, const models::ExpertCacheStats& before, double seconds,
+                       const std::string& policy) {
+    const int64_t tokens = now.tokens - before.tokens;
+    const int64_t hits = now.hits - before.hits, misses = now.misses - before.misses;
+    const double copied = static_cast<double>(now.bytes_copied - before.bytes_copied);
+    fmt::print(stderr,
+               "mox: expert cache: {} slots of {} ({}), policy {}: {:.1f}% of {} selections hit over {} tokens, "
+               "{:.1f} misses/token (computed by the CPU), {} admitted, {:.2f} GB copied ({:.2f} GB/s)\n",
+               now.slots, format_bytes(now.slot_bytes), format_bytes(now.slot_bytes * static_cast<uint64_t>(now.slots)),
+               policy, hits + misses > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses) : 0.0,
+               hits + misses, tokens, tokens > 0 ? static_cast<double>(misses) / static_cast<double>(tokens) : 0.0,
+               now.admissions - before.admissions, copied / 1e9, seconds > 0 ? copied / 1e9 / seconds : 0.0);
 }
 
 text::ChatMessage message(const std::string& role, const std::string& content) {
@@ -87,6 +105,9 @@ void register_run(CLI::App& app) {
     cmd->add_flag("--no-think", o->no_think, "Chat template with thinking off (enable_thinking=false)");
     cmd->add_option("--routing-stats", o->routing_stats,
                     "Write expert-routing statistics of prompt and generation (JSON) to this file");
+    cmd->add_option("--routing-trace-out", o->routing_trace_out,
+                    "Write the experts every token of prompt and generation selected, per layer, as a "
+                    "routing trace (models/routing_trace.h) for --routing-trace and `mox cache-sim`");
     cmd->add_option(
         "--ids-out", o->ids_out,
         "Write the prompt's and the generated token ids to this file (two comma-separated lines)");
@@ -106,6 +127,7 @@ void register_run(CLI::App& app) {
         }
         if (!o->ids_out.empty()) check_writable("--ids-out", o->ids_out);
         if (!o->routing_stats.empty()) check_writable("--routing-stats", o->routing_stats);
+        if (!o->routing_trace_out.empty()) check_writable("--routing-trace-out", o->routing_trace_out);
         resolve_seed(o->sampling);
         LoadedModel m = load(o->model);
         if (o->chat) {
@@ -125,9 +147,16 @@ void register_run(CLI::App& app) {
         engine::Generator gen(*m.model, *m.tokenizer, so, o->sampling);
         if (!o->chat) stream_to_stdout(prompt);
         engine::GenerationStats stats;
-        m.model->set_routing_trace(!o->routing_stats.empty());
+        m.model->set_routing_trace(!o->routing_stats.empty() || !o->routing_trace_out.empty());
+        const std::optional<models::ExpertCacheStats> cache0 = m.model->expert_cache_stats();
         const std::vector<int32_t> out_ids = gen.generate(ids, n_predict, stream_to_stdout, &stats);
         print_stats(stats);
+        if (const std::optional<models::ExpertCacheStats> cache = m.model->expert_cache_stats())
+            print_cache_stats(*cache, *cache0, stats.generate_seconds, o->model.placement.cache_policy);
+        if (!o->routing_trace_out.empty()) {
+            const std::string name = m.file->get_string_or("general.name", o->model.path);
+            models::write_routing_trace(o->routing_trace_out, m.model->recorded_routing(name));
+        }
         if (!o->ids_out.empty()) {
             std::ofstream out(o->ids_out);
             out << fmt::format("{}\n{}\n", fmt::join(ids, ","), fmt::join(out_ids, ","));

@@ -37,6 +37,10 @@ void add_model_options(CLI::App* cmd, ModelOptions& o, Command which, bool model
            "need; chat and serve, 8192; logits and perplexity, the tokens scored)")
         ->check(CLI::NonNegativeNumber);
     add_placement_options(cmd, o.placement);
+    cmd->add_option("--routing-trace", o.routing_trace,
+                    "Replay a routing trace (`mox run --routing-trace-out`, `mox trace-synth`): the router "
+                    "still runs, the experts that run are the trace's (token at position p: trace token p "
+                    "mod its length)");
     cmd->add_option(
            "--cache-type-k", o.cache_type_k,
            "KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0, or auto (on the GPU: the planner's "
@@ -61,6 +65,7 @@ quant::Isa ModelOptions::cpu_isa() const {
 models::Device ModelOptions::resolve_device(int64_t n_layer) const {
     (void)n_layer;  // -ngl counts past the layers mean all of them: the GPU either way
     if (!placement.vram_budget.empty()) placement.vram_budget_bytes();  // a bad size fails on any build
+    placement.expert_cache_bytes();                                        // likewise
     std::string dev = device;
     std::transform(dev.begin(), dev.end(), dev.begin(), [](unsigned char c) { return std::tolower(c); });
     models::Device d;
@@ -70,14 +75,16 @@ models::Device ModelOptions::resolve_device(int64_t n_layer) const {
         d = models::Device::cuda;
     else
         fail("--device {}: expected cpu or cuda (one GPU: CUDA0)", device);
-    const bool placed = placement.any_rule() || !placement.vram_budget.empty();
+    const bool placed =
+        placement.any_rule() || !placement.vram_budget.empty() || placement.expert_cache_bytes() > 0;
     // -ngl auto: the GPU with the planner's placement; not given: --device (cpu unless said).
     const bool ngl_count = !n_gpu_layers.empty() && n_gpu_layers != "auto";
     const int64_t ngl = ngl_count ? place::parse_n_gpu_layers(n_gpu_layers) : -1;
     if (ngl == 0) {
         if (d != models::Device::cpu) fail("-ngl 0 and --device {} disagree", device);
         if (placed)
-            fail("-ngl 0 runs on the CPU: placement flags (-ot, --n-cpu-moe, --vram-budget...) need the GPU");
+            fail("-ngl 0 runs on the CPU: placement flags (-ot, --n-cpu-moe, --vram-budget, --expert-cache...) "
+                 "need the GPU");
         return models::Device::cpu;
     }
     const bool gpu = d == models::Device::cuda || !n_gpu_layers.empty() || placed;
@@ -131,7 +138,16 @@ std::unique_ptr<models::Model> ModelOptions::load(const gguf::File& file) {
     }
     cache_type_k = kv_name(k.value_or(quant::TypeId::f16));
     cache_type_v = kv_name(v.value_or(quant::TypeId::f16));
-    return std::make_unique<models::Model>(file, threads, cpu_isa(), !no_pin, d, g);
+    std::shared_ptr<const models::RoutingTrace> trace;
+    if (!routing_trace.empty())
+        trace = std::make_shared<const models::RoutingTrace>(models::read_routing_trace(routing_trace));
+    auto model = std::make_unique<models::Model>(file, threads, cpu_isa(), !no_pin, d, g);
+    if (trace) {
+        model->set_routing_replay(trace);
+        fmt::print(stderr, "mox: routing replay: the experts that run are those of {} ({} tokens of {})\n",
+                   routing_trace, trace->n_tokens, trace->model);
+    }
+    return model;
 }
 
 models::StateOptions state_options(const ModelOptions& o, const models::Hparams& hp, int64_t n_needed) {

@@ -28,6 +28,7 @@ struct ModelOptions {
     std::string device = "cpu";  // cpu or cuda
     std::string n_gpu_layers;    // -ngl as llama.cpp: N, -1 or all, auto (= not given: the planner)
     PlacementOptions placement;  // -ot, --n-cpu-moe, ..., --vram-budget, -ub (the GPU only)
+    std::string routing_trace;   // replay: the experts that run are this trace's (models/routing_trace.h)
 
     quant::Isa cpu_isa() const;  // throws on an unknown or unsupported name
     // -c for this model: the tokens given, the trained context for 0, `fallback` (capped by the

@@ -1,16 +1,20 @@
 #include "placement_options.h"
 
 #include "flag_values.h"
+#include "llama_flags.h"
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "models/hparams.h"
+#include "place/cache_policies.h"
+#include "place/cache_sim.h"
 #include "place/execute.h"
 #include "plan/auto_plan.h"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <map>
 
 namespace mox::cli {
@@ -47,6 +51,24 @@ void add_placement_options(CLI::App* cmd, PlacementOptions& o) {
         "--stream-min-tokens", o.stream_min_tokens,
         "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU; "
         "smaller ones (and decode) compute them on the CPU (default: planned, 32 with --plan manual)");
+    cmd->add_option("--expert-cache", o.expert_cache,
+                    "SIZE|off: a pool of this much GPU memory (e.g. 4GiB) holds the hot experts of every "
+                    "layer whose experts live in host memory; decode computes those on the GPU, the rest "
+                    "on the CPU (docs/expert-cache.md). With --plan auto the plan keeps it free");
+    cmd->add_option("--cache-policy", o.cache_policy,
+                    "Which experts the cache keeps: lru, lfu, static, adaptive, with options such as "
+                    "lru:admit=2 (docs/expert-cache.md)")
+        ->capture_default_str();
+    cmd->add_option("--cache-profile", o.cache_profile,
+                    "A routing trace of this model whose expert counts choose the static policy's hot set");
+    cmd->add_option("--cache-admit-cap", o.cache_admit_cap,
+                    "At most this many experts enter the cache per token (their copies run beside decode)")
+        ->capture_default_str();
+}
+
+uint64_t PlacementOptions::expert_cache_bytes() const {
+    if (expert_cache.empty() || expert_cache == "off" || expert_cache == "0") return 0;
+    return parse_size_flag("--expert-cache", expert_cache);
 }
 
 uint64_t PlacementOptions::vram_budget_bytes() const {
@@ -73,6 +95,30 @@ std::vector<place::OverrideRule> PlacementOptions::rules(int64_t n_layer) const 
     return out;
 }
 
+namespace {
+
+// --expert-cache: the pool and its policy. A plan that left no experts in host memory has nothing
+// to cache: said in a note, and the pool is not made.
+void with_expert_cache(models::GpuOptions& g, const PlacementOptions& o) {
+    const uint64_t bytes = o.expert_cache_bytes();
+    if (bytes == 0) return;
+    const bool any_host = std::any_of(g.experts.begin(), g.experts.end(),
+                                      [](models::ExpertHome h) { return h != models::ExpertHome::gpu; });
+    if (!any_host) {
+        note(fmt::format("--expert-cache {}: every expert fits on the GPU, so there is nothing to cache",
+                         o.expert_cache));
+        return;
+    }
+    g.expert_cache_bytes = bytes;
+    place::CachePolicyOptions options;
+    if (!o.cache_profile.empty())
+        options.profile = place::trace_key_counts(models::read_routing_trace(o.cache_profile));
+    g.expert_cache_policy = place::make_cache_policy(o.cache_policy, options);
+    g.expert_cache_admit_cap = o.cache_admit_cap;
+}
+
+}  // namespace
+
 models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o, int64_t n_gpu_layers,
                                int64_t n_ctx, std::optional<quant::TypeId>& k_type,
                                std::optional<quant::TypeId>& v_type) {
@@ -94,12 +140,14 @@ models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o
         in.v_type = v_type;
         if (o.n_ubatch > 0) in.n_ubatch = o.n_ubatch;
         in.vram_budget = o.vram_budget_bytes();
+        in.reserve_bytes = o.expert_cache_bytes();
         in.profile_path = o.profile;
         plan::AutoPlan p = plan::auto_plan(file, in);
         if (o.stream_min_tokens > 0) p.gpu.stream_min_tokens = o.stream_min_tokens;
         log::info("{}", p.summary);
         k_type = p.result.cache.k_type;
         v_type = p.result.cache.v_type;
+        with_expert_cache(p.gpu, o);
         return p.gpu;
     }
     if (!k_type || !v_type)
@@ -109,6 +157,7 @@ models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o
     g.n_ubatch = o.n_ubatch > 0 ? o.n_ubatch : 512;
     g.stream_min_tokens = o.stream_min_tokens > 0 ? o.stream_min_tokens : 32;
     g.n_ctx_max = n_ctx;
+    with_expert_cache(g, o);
     return g;
 }
 

@@ -29,6 +29,10 @@ struct PlacementOptions {
     int64_t stream_min_tokens = 0;  // 0: the plan's (auto) or 32 (manual)
     std::string plan = "auto";      // auto: the planner (plan/auto_plan.h); manual: the flags alone
     std::string profile;            // hardware profile (default: the cached one)
+    std::string expert_cache;       // "" or "off": none; a size: the pool of expert slots (GPU)
+    std::string cache_policy = "lru";
+    int64_t cache_admit_cap = 32;
+    std::string cache_profile;      // a routing trace: the static policy's hot set
 
     // Set by add_placement_options: the command and its options, to read the command-line order.
     const CLI::App* cmd = nullptr;
@@ -36,6 +40,7 @@ struct PlacementOptions {
 
     bool any_rule() const { return !override_tensor.empty() || !n_cpu_moe.empty() || cpu_moe || !moe_cpu_layers.empty(); }
     uint64_t vram_budget_bytes() const;  // 0 = none
+    uint64_t expert_cache_bytes() const;  // 0 = none
     // The override rules in command-line order (first match wins).
     std::vector<place::OverrideRule> rules(int64_t n_layer) const;
 };
@@ -43,7 +48,8 @@ struct PlacementOptions {
 // The override rule flags alone (-ot, --n-cpu-moe, --cpu-moe, --moe-cpu-layers): mox plan has its
 // own budget and search flags.
 void add_rule_options(CLI::App* cmd, PlacementOptions& o);
-// The rule flags plus --vram-budget, --plan, --profile, -ub and --stream-min-tokens.
+// The rule flags plus --vram-budget, --plan, --profile, -ub, --stream-min-tokens and the expert
+// cache's --expert-cache, --cache-policy and --cache-admit-cap.
 void add_placement_options(CLI::App* cmd, PlacementOptions& o);
 
 // GpuOptions for a model on the GPU. --plan manual: the placement from -ngl (n_gpu_layers: -1 all)
