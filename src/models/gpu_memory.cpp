@@ -1,5 +1,6 @@
 #include "models/gpu_memory.h"
 
+#include "core/error.h"
 #include "quant/cuda_matmul.h"
 
 #include <algorithm>
@@ -78,6 +79,30 @@ uint64_t gpu_staging_bytes(uint64_t gate, uint64_t up, uint64_t down) {
     return down_at + down + 16;
 }
 
+ExpertSlotLayout expert_slot_layout(uint64_t max_gate_bytes, uint64_t max_up_bytes, uint64_t max_down_bytes) {
+    constexpr uint64_t kAlign = 256;  // every part starts here (the kernels' vector loads)
+    constexpr uint64_t kPad = 16;     // bytes a kernel may read past a part's end
+    ExpertSlotLayout l;
+    l.up_at = round_up(max_gate_bytes + kPad, kAlign);
+    l.down_at = l.up_at + round_up(max_up_bytes + kPad, kAlign);
+    l.bytes = l.down_at + round_up(max_down_bytes + kPad, kAlign);
+    return l;
+}
+
+int64_t expert_cache_slots(uint64_t pool_bytes, uint64_t slot_bytes) {
+    MOX_CHECK(slot_bytes > 0, "expert cache slot of 0 bytes");
+    return static_cast<int64_t>(pool_bytes / slot_bytes) - 1;
+}
+
+uint64_t expert_cache_pool_bytes(int64_t slots, uint64_t slot_bytes) {
+    return static_cast<uint64_t>(std::max<int64_t>(slots, 0) + 1) * slot_bytes;
+}
+
+uint64_t expert_cache_device_bytes(int64_t slots, uint64_t slot_bytes, int64_t n_layer, int64_t n_expert) {
+    return expert_cache_pool_bytes(slots, slot_bytes) +
+           static_cast<uint64_t>(n_layer * n_expert) * sizeof(int32_t);
+}
+
 GpuBufferBytes gpu_buffer_bytes(const Hparams& hp, const GpuBufferShape& s) {
     GpuBufferBytes b;
     const int64_t nb = s.n_ubatch, d = hp.n_embd;
@@ -115,6 +140,14 @@ GpuBufferBytes gpu_buffer_bytes(const Hparams& hp, const GpuBufferShape& s) {
         floats(8 * hp.n_vocab + kArgmaxSlotFloats) + u(nb + 1) * 4;  // logits, token ids, position
     if (!s.token_embd_on_gpu) b.pinned_host += floats(nb * d);
     if (s.any_host_experts) b.pinned_host += 2 * floats(nb * d) + 2 * u(nb * K) * 4;
+    if (s.expert_cache_slots > 0) {
+        // The pool and its tables, the lookup's slot ids and weights of one token (device), and the
+        // tables' pinned staging for their uploads.
+        b.expert_cache = expert_cache_device_bytes(s.expert_cache_slots, s.expert_cache_slot_bytes,
+                                                   hp.n_trunk(), hp.n_expert) +
+                         u(K) * 4 + floats(K);
+        b.pinned_host += static_cast<uint64_t>(hp.n_trunk() * hp.n_expert) * sizeof(int32_t);
+    }
     return b;
 }
 

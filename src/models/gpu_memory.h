@@ -23,9 +23,12 @@ struct GpuBufferBytes {
     uint64_t matmul_scratch = 0;  // the larger of the tensor-core matmul and batched-MoE workspaces
     uint64_t attention_scratch = 0;  // split-context partial results
     uint64_t staging = 0;      // two buffers of the largest streamed layer's expert stacks
+    uint64_t expert_cache = 0;  // the expert cache's pool, slot tables and lookup (0: no cache)
     uint64_t pinned_host = 0;  // page-locked host memory: hand-off, logits, token/embedding staging
 
-    uint64_t device_total() const { return activations + matmul_scratch + attention_scratch + staging; }
+    uint64_t device_total() const {
+        return activations + matmul_scratch + attention_scratch + staging + expert_cache;
+    }
 };
 
 struct GpuBufferShape {
@@ -34,6 +37,8 @@ struct GpuBufferShape {
     bool any_host_experts = false;      // hand-off buffers exist
     bool token_embd_on_gpu = true;      // false: embeddings staged in pinned memory
     uint64_t largest_streamed_layer = 0;  // bytes of the three stacks (0: nothing streams)
+    int64_t expert_cache_slots = 0;       // experts the expert cache's pool holds (0: no cache)
+    uint64_t expert_cache_slot_bytes = 0;  // expert_slot_layout(...).bytes of the layers it serves
 };
 
 // Scratch of one tensor-core matmul of n tokens through an [n_in -> n_out] weight (any type).
@@ -49,6 +54,23 @@ uint64_t gpu_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_d
 // A staging buffer for one layer's expert stacks of these byte sizes (16 zero bytes after each,
 // 256-aligned starts).
 uint64_t gpu_staging_bytes(uint64_t gate, uint64_t up, uint64_t down);
+
+// The expert cache's pool (models/gpu/gpu_expert_cache.h). A slot holds one expert of any layer the
+// pool serves: gate | up | down, each part at a 256-aligned offset with 16 bytes a kernel may read
+// past its end, sized for the largest slice of that part over those layers (a Q4_K_M file mixes
+// Q4_K and Q6_K down stacks). The runtime and the planner both size the pool with these.
+struct ExpertSlotLayout {
+    uint64_t up_at = 0, down_at = 0, bytes = 0;
+};
+ExpertSlotLayout expert_slot_layout(uint64_t max_gate_bytes, uint64_t max_up_bytes, uint64_t max_down_bytes);
+// The experts a pool of `pool_bytes` holds: whole slots, one of them the slot of zeros that takes
+// the selections the pool does not hold (below 1: the pool is too small to hold any).
+int64_t expert_cache_slots(uint64_t pool_bytes, uint64_t slot_bytes);
+// The pool bytes that hold exactly `slots` experts (the inverse of expert_cache_slots).
+uint64_t expert_cache_pool_bytes(int64_t slots, uint64_t slot_bytes);
+// Device bytes of a cache of `slots` experts: the pool (slots and the zero slot) and the int32
+// expert -> slot table of every trunk layer (GpuExpertCache::device_bytes).
+uint64_t expert_cache_device_bytes(int64_t slots, uint64_t slot_bytes, int64_t n_layer, int64_t n_expert);
 
 GpuBufferBytes gpu_buffer_bytes(const Hparams& hp, const GpuBufferShape& shape);
 

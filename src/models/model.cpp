@@ -611,23 +611,7 @@ void Model::replay_routing(int64_t il, ops::Routing& routing) const {
 }
 
 void Model::set_routing_replay(std::shared_ptr<const RoutingTrace> trace) {
-    if (trace) {
-        const RoutingTrace& r = *trace;
-        if (!hp_.has_moe()) fail("routing replay: {} is a dense model (no routed experts)", hp_.arch_name());
-        if (r.arch != hp_.arch_name() || r.n_expert != hp_.n_expert || r.k != hp_.n_expert_used ||
-            static_cast<int64_t>(r.layers.size()) != hp_.n_trunk())
-            fail(
-                "routing replay: the trace is of a {} model with {} layers of {} experts, top {} ('{}'); "
-                "this "
-                "model is {} with {} layers of {} experts, top {}",
-                r.arch, r.layers.size(), r.n_expert, r.k, r.model, hp_.arch_name(), hp_.n_trunk(),
-                hp_.n_expert, hp_.n_expert_used);
-        for (size_t i = 0; i < r.layers.size(); ++i)
-            if (r.layers[i] != static_cast<int32_t>(i))
-                fail("routing replay: the trace's layer {} is trunk layer {}; this model routes every layer",
-                     i, r.layers[i]);
-        if (r.n_tokens < 1) fail("routing replay: the trace holds no tokens");
-    }
+    if (trace) check_trace_fits(*trace, hp_, "routing replay");
     if (gpu_) gpu_->set_routing_replay(trace.get());
     replay_ = std::move(trace);
 }

@@ -19,6 +19,8 @@
 
 namespace mox::models {
 
+struct Hparams;
+
 struct RoutingTrace {
     std::string arch;   // general.architecture of the model that made it
     std::string model;  // its name (general.name, else the file name): informational
@@ -42,5 +44,10 @@ void write_routing_trace(const std::string& path, const RoutingTrace& trace);
 RoutingTrace read_routing_trace(const std::string& path);
 // The same from bytes in memory; `what` names them in errors (the fuzz target's entry).
 RoutingTrace parse_routing_trace(std::span<const uint8_t> bytes, std::string_view what);
+
+// Throws mox::Error, led by `what` (e.g. "routing replay"), when `trace` is not a routing of the model
+// `hp` describes: a dense model, another architecture, expert count or top-k, traced layers other
+// than every trunk layer, or no tokens.
+void check_trace_fits(const RoutingTrace& trace, const Hparams& hp, std::string_view what);
 
 }  // namespace mox::models

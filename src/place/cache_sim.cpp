@@ -88,6 +88,7 @@ CacheSimResult simulate_cache(const RoutingTrace& trace, models::ExpertCachePoli
     std::vector<ExpertKey> missed;  // this token's misses in access order
     for (int64_t t = 0; t < trace.n_tokens; ++t) {
         const bool warm = t >= options.warmup_tokens;
+        r.warm_tokens += warm;
         missed.clear();
         for (size_t li = 0; li < trace.layers.size(); ++li) {
             const uint16_t* ids = trace.at(t, li);
@@ -121,6 +122,7 @@ CacheSimResult simulate_cache(const RoutingTrace& trace, models::ExpertCachePoli
             ++n_resident;
             policy.admitted(key);
             ++r.admissions;
+            r.warm_admissions += warm;
             ++copies;
         }
     }

@@ -41,6 +41,7 @@ struct CacheSimResult {
     int64_t initial = 0;                              // keys loaded before the first token (policy.initial())
     std::vector<int64_t> layer_accesses, layer_hits;  // [traced layer]
     int64_t warm_accesses = 0, warm_hits = 0;         // from token warmup_tokens on
+    int64_t warm_tokens = 0, warm_admissions = 0;     // likewise (admissions after those tokens)
 
     int64_t misses() const { return accesses - hits; }
     double hit_rate() const {
@@ -48,6 +49,9 @@ struct CacheSimResult {
     }
     double warm_hit_rate() const {
         return warm_accesses ? static_cast<double>(warm_hits) / static_cast<double>(warm_accesses) : 0;
+    }
+    double warm_admissions_per_token() const {
+        return warm_tokens ? static_cast<double>(warm_admissions) / static_cast<double>(warm_tokens) : 0;
     }
     double layer_hit_rate(size_t li) const {
         return layer_accesses[li]

@@ -85,8 +85,25 @@ MemoryPrediction predict_memory(const Placement& p, const models::Hparams& hp,
                                       p.expert_slice_bytes(l, ExpertPart::up) * n,
                                       p.expert_slice_bytes(l, ExpertPart::down) * n));
     }
+    if (run.expert_cache_slots > 0 && shape.any_host_experts) {
+        shape.expert_cache_slots = run.expert_cache_slots;
+        shape.expert_cache_slot_bytes = expert_slot_layout(p, hp).bytes;
+    }
     m.buffers = models::gpu_buffer_bytes(hp, shape);
     return m;
+}
+
+models::ExpertSlotLayout expert_slot_layout(const Placement& p, const models::Hparams& hp) {
+    uint64_t gate = 0, up = 0, down = 0;
+    bool any = false;
+    for (int64_t l = 0; l < hp.n_trunk(); ++l) {
+        if (!p.has_experts(l) || p.expert_counts(l)[static_cast<size_t>(Tier::gpu)] == p.n_expert()) continue;
+        any = true;
+        gate = std::max(gate, p.expert_slice_bytes(l, ExpertPart::gate));
+        up = std::max(up, p.expert_slice_bytes(l, ExpertPart::up));
+        down = std::max(down, p.expert_slice_bytes(l, ExpertPart::down));
+    }
+    return any ? models::expert_slot_layout(gate, up, down) : models::ExpertSlotLayout{};
 }
 
 }  // namespace mox::place

@@ -8,7 +8,8 @@
 //       + DeltaNet state of the recurrent layers whose DeltaNet runs on the GPU (fp32: conv state
 //         (kernel - 1) * conv_channels, recurrent state v_heads * state * state, per sequence)
 //       + the GPU forward's buffers for the run shape (activations for n_ubatch tokens, kernel
-//         scratch, two staging buffers for streamed experts: models/gpu_memory.h, exact)
+//         scratch, two staging buffers for streamed experts, the expert cache's pool of
+//         RunShape::expert_cache_slots slots and its tables: models/gpu_memory.h, exact)
 //       + the CUDA context (measured by `mox calibrate`), counted once anything is on the GPU.
 //  host = weights in mmap_host (page cache: evictable, shared with the file) and in pinned_host
 //         (locked RAM) plus the pinned hand-off buffers, reported apart; plus KV/state of the
@@ -56,6 +57,9 @@ struct RunShape {
     int64_t n_ubatch = 512;
     int64_t stream_min_tokens = 32;  // micro-batches of this many tokens stream host experts
     bool stream_experts = true;      // staging buffers exist when some layer's experts live on the host
+    // Experts the expert cache's pool holds (GpuOptions::expert_cache_bytes made whole slots), shared
+    // by every layer whose experts live on the host; 0: no cache.
+    int64_t expert_cache_slots = 0;
 };
 
 struct MemoryPrediction {
@@ -85,6 +89,10 @@ struct MemoryPrediction {
 MemoryPrediction predict_memory(const Placement& p, const models::Hparams& hp,
                                 const CacheOptions& cache, const Allowance& allowance = {},
                                 const RunShape& run = {});
+
+// The expert cache's slot for the layers whose routed experts this placement keeps on the host
+// (their largest gate, up and down slices); all zero when every expert is on the GPU.
+models::ExpertSlotLayout expert_slot_layout(const Placement& p, const models::Hparams& hp);
 
 // Whether layer `layer`'s attention / DeltaNet runs on the GPU (the rule above).
 bool mixer_on_gpu(const Placement& p, int64_t layer);

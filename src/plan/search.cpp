@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "models/gpu_memory.h"
+#include "plan/cache_hits.h"
 #include "quant/types.h"
 
 #include <fmt/format.h>
@@ -9,6 +11,7 @@
 #include <algorithm>
 #include <numeric>
 #include <regex>
+#include <set>
 #include <utility>
 
 namespace mox::plan {
@@ -189,10 +192,11 @@ struct Search {
     place::CacheOptions cache(const KvOption& kv, int64_t n_ctx) const {
         return {.n_ctx = n_ctx, .k_type = kv.k, .v_type = kv.v, .n_seq = req.n_seq};
     }
-    place::MemoryPrediction memory(const place::Placement& p, const place::CacheOptions& c,
-                                   int64_t ub) const {
-        return place::predict_memory(p, hp, c, allowance,
-                                     place::RunShape{.n_ubatch = ub, .stream_experts = stream});
+    place::MemoryPrediction memory(const place::Placement& p, const place::CacheOptions& c, int64_t ub,
+                                   int64_t cache_slots = 0) const {
+        return place::predict_memory(
+            p, hp, c, allowance,
+            place::RunShape{.n_ubatch = ub, .stream_experts = stream, .expert_cache_slots = cache_slots});
     }
     // Empty when the prediction fits both budgets with their margins; else why not.
     std::string misfit(const place::MemoryPrediction& m) const {
@@ -412,11 +416,107 @@ size_t choose(Goal g, const std::vector<PlanCandidate>& rows) {
     return pick;
 }
 
+// The decode goal with a routing profile: an expert cache instead of some whole layers. From the
+// chosen plan's host layers up to every free layer on the host (same KV types, micro-batch and host
+// tier), each count's placement leaves part of the budget free; the pool takes it in whole slots, the
+// profile predicts its hit rate, the speed model prices the decode. Returns the fastest row, or
+// nullopt when no count leaves room for a slot. The counts are priced on a coarse grid first, then
+// every count between the best one's neighbours (a pool's simulation costs ~0.1-1 s).
+class CacheSearch {
+public:
+    CacheSearch(const Search& s, const PlanCandidate& base, CacheHitPredictor& hits)
+        : s_(s), base_(base), hits_(hits), first_(base.host_layers.size() - s.forced_host.size()) {}
+
+    std::optional<PlanCandidate> best() {
+        const size_t last = s_.order.size();
+        if (first_ > last) return std::nullopt;
+        const size_t span = last - first_;
+        const size_t coarse = static_cast<size_t>(kCacheCoarseCandidates);
+        const size_t step = span < coarse ? 1 : (span + coarse - 2) / (coarse - 1);
+        for (size_t m = first_; m < last; m += step) price(m);
+        price(last);
+        const std::optional<size_t> at = fastest();
+        if (!at) return std::nullopt;
+        for (size_t m = *at > first_ + step ? *at - step + 1 : first_; m < std::min(last, *at + step); ++m) price(m);
+        return rows_.at(*fastest());
+    }
+    std::vector<PlanCandidate> rows() const {
+        std::vector<PlanCandidate> out;
+        for (const auto& [m, row] : rows_) out.push_back(row);
+        return out;
+    }
+
+private:
+    // The row of `m` free layers on the host with the pool the rest of the budget buys, if one slot fits.
+    void price(size_t m) {
+        if (rows_.contains(m) || none_.contains(m)) return;
+        none_.insert(m);
+        const place::Placement p = s_.with_host(base_.host_tier, m);
+        const std::vector<int64_t> host = s_.host_layers(m);
+        const place::CacheOptions cache = s_.cache({base_.k_type, base_.v_type}, base_.n_ctx);
+        const place::MemoryPrediction without = s_.memory(p, cache, base_.n_ubatch);
+        if (host.empty() || !s_.misfit(without).empty()) return;
+        // The slots that fit beside the placement: the budget left, less the pool's fixed part (its
+        // tables and lookup: the cache's bytes at 0 slots beyond one slot), in whole slots.
+        const uint64_t slot = place::expert_slot_layout(p, s_.hp).bytes;
+        const uint64_t fixed = s_.memory(p, cache, base_.n_ubatch, 1).gpu_total() - without.gpu_total() - 2 * slot;
+        const uint64_t used = without.gpu_total() + s_.vram_margin + fixed;
+        if (slot == 0 || used >= s_.vram_budget) return;
+        const auto all_keys = static_cast<int64_t>(host.size()) * s_.work.n_expert();
+        const int64_t slots = std::min(models::expert_cache_slots(s_.vram_budget - used, slot), all_keys);
+        if (slots < 1) return;
+        const place::MemoryPrediction mem = s_.memory(p, cache, base_.n_ubatch, slots);
+        if (!s_.misfit(mem).empty()) return;
+        const ExpertCacheLoad load = hits_.predict(host, slots);
+        const SpeedPrediction sp = predict_speed(
+            p, s_.hp, cache,
+            {.run = {.n_ubatch = base_.n_ubatch, .stream_experts = s_.stream, .expert_cache_slots = slots},
+             .stream_min_tokens = 0,
+             .prompt_tokens = s_.req.prompt_tokens,
+             .expert_cache = load},
+            s_.req.profile);
+        PlanCandidate row = base_;
+        row.chosen = false;
+        row.host_layers = host;
+        row.vram_bytes = mem.gpu_total();
+        row.host_bytes = mem.host_locked() + mem.host_ram();
+        row.page_cache_bytes = mem.host_page_cache();
+        row.decode_tps = sp.decode.tokens_per_s;
+        row.decode_half_tps = sp.decode_half.tokens_per_s;
+        row.prefill_tps = sp.prefill.tokens_per_s;
+        row.stream_min_tokens = sp.prefill.stream_min_tokens;
+        row.cache_slots = slots;
+        row.cache_bytes = mem.buffers.expert_cache;
+        row.cache_hit_rate = load.hit_rate;
+        none_.erase(m);
+        rows_.emplace(m, std::move(row));
+    }
+    std::optional<size_t> fastest() const {
+        std::optional<size_t> at;
+        for (const auto& [m, row] : rows_)
+            if (!at || row.decode_tps > rows_.at(*at).decode_tps) at = m;
+        return at;
+    }
+
+    const Search& s_;
+    const PlanCandidate& base_;
+    CacheHitPredictor& hits_;
+    size_t first_;                             // free layers on the host in the base plan
+    std::map<size_t, PlanCandidate> rows_;     // by free layers on the host
+    std::set<size_t> none_;                    // counts priced without room for a pool
+};
+
 }  // namespace
 
 PlanResult plan_auto(const PlanRequest& req) {
     const models::Hparams& hp = req.hparams;
     if (req.n_seq < 1) fail("{} sequences: at least 1", req.n_seq);
+    // A profile of another model, or a policy that does not exist, fails before the search.
+    std::optional<CacheHitPredictor> hits;
+    if (req.routing_profile) {
+        models::check_trace_fits(*req.routing_profile, hp, "--routing-profile");
+        hits.emplace(req.routing_profile, req.cache_policy, req.cache_admit_cap);
+    }
     Search s(req);
     s.resolve_budgets();
     s.build_work();
@@ -517,7 +617,36 @@ PlanResult plan_auto(const PlanRequest& req) {
             "context {}, n_ubatch {}) fails: {}",
             smallest.host_layers.size(), hp.n_trunk(), quant::type_name(smallest.k_type),
             quant::type_name(smallest.v_type), smallest.n_ctx, smallest.n_ubatch, smallest.why_not);
-    const size_t pick = choose(req.goal, r.table);
+    size_t pick = choose(req.goal, r.table);
+    std::optional<ExpertCacheLoad> cache_load;
+    if (hits) {
+        r.expert_cache.policy = req.cache_policy;
+        if (req.goal != Goal::decode) {
+            r.expert_cache.why_none = fmt::format("the {} goal keeps whole layers", goal_name(req.goal));
+        } else if (!s.has_gpu) {
+            r.expert_cache.why_none = "no GPU";
+        } else if (r.table[pick].host_layers.empty()) {
+            r.expert_cache.why_none = "every expert fits on the GPU";
+        } else {
+            CacheSearch search(s, r.table[pick], *hits);
+            const std::optional<PlanCandidate> best = search.best();
+            const double whole = r.table[pick].decode_tps;
+            for (PlanCandidate& row : search.rows()) r.table.push_back(std::move(row));
+            if (!best) {
+                r.expert_cache.why_none = "no room for a pool of experts in the budget";
+            } else if (best->decode_tps <= whole * (1 + kCacheMinGain)) {
+                r.expert_cache.why_none = fmt::format(
+                    "the best pool ({} slots, {:.0f}% predicted hits) decodes {:.1f} t/s against {:.1f} with whole "
+                    "layers",
+                    best->cache_slots, 100 * best->cache_hit_rate, best->decode_tps, whole);
+            } else {
+                for (size_t i = 0; i < r.table.size(); ++i)
+                    if (r.table[i].cache_slots == best->cache_slots && r.table[i].host_layers == best->host_layers)
+                        pick = i;
+                cache_load = hits->predict(best->host_layers, best->cache_slots);
+            }
+        }
+    }
     PlanCandidate& chosen = r.table[pick];
     chosen.chosen = true;
 
@@ -527,13 +656,25 @@ PlanResult plan_auto(const PlanRequest& req) {
         if (std::find(s.forced_host.begin(), s.forced_host.end(), l) == s.forced_host.end())
             r.placement.set_layer_experts(l, chosen.host_tier);
     r.cache = s.cache({chosen.k_type, chosen.v_type}, chosen.n_ctx);
-    r.run = {.n_ubatch = chosen.n_ubatch, .stream_experts = chosen.stream_experts};
+    r.run = {.n_ubatch = chosen.n_ubatch,
+             .stream_experts = chosen.stream_experts,
+             .expert_cache_slots = chosen.cache_slots};
     r.allowance = s.allowance;
     r.memory = place::predict_memory(r.placement, hp, r.cache, r.allowance, r.run);
     MOX_CHECK(s.misfit(r.memory).empty(), "the chosen plan does not fit: {}", s.misfit(r.memory));
-    r.speed = predict_speed(r.placement, hp, r.cache,
-                            {.run = r.run, .stream_min_tokens = 0, .prompt_tokens = req.prompt_tokens},
-                            req.profile);
+    r.speed = predict_speed(
+        r.placement, hp, r.cache,
+        {.run = r.run, .stream_min_tokens = 0, .prompt_tokens = req.prompt_tokens, .expert_cache = cache_load},
+        req.profile);
+    if (chosen.cache_slots > 0) {
+        ExpertCachePlan& c = r.expert_cache;
+        c.slots = chosen.cache_slots;
+        c.slot_bytes = place::expert_slot_layout(r.placement, hp).bytes;
+        c.pool_bytes = models::expert_cache_pool_bytes(c.slots, c.slot_bytes);
+        c.device_bytes = r.memory.buffers.expert_cache;
+        c.hit_rate = cache_load->hit_rate;
+        c.admissions_per_token = cache_load->admissions_per_token;
+    }
     r.stream_min_tokens = r.speed.prefill.stream_min_tokens;
     // The runtime allocates staging buffers only when a micro-batch can reach the threshold: the
     // memory of the plan as it will run (never more than what was checked above).

@@ -9,6 +9,9 @@
 //    blocks (not run) stay in the mapped file;
 //  - per trunk layer, its routed experts all on the GPU or all on the host (pinned_host when the
 //    locked-memory and RAM budgets allow it: faster prefill streaming; else mmap_host);
+//  - with a routing profile and the decode goal, an expert cache: a pool of GPU slots shared by the
+//    host layers, sized by what moving more layers' experts to the host frees, its hit rate
+//    predicted from the profile (plan/cache_hits.h); chosen when it beats whole layers;
 //  - the KV cache types (searched over f16, q8_0, q4_0 unless fixed), the context (fixed, or the
 //    largest that fits), n_ubatch (512, 1024, 2048, 4096 unless fixed), and stream_min_tokens (the
 //    batch size from which a prefill streams host layers' experts instead of computing them on the
@@ -18,15 +21,18 @@
 #pragma once
 
 #include "gguf/reader.h"
+#include "models/routing_trace.h"
 #include "place/flags.h"
 #include "place/memory.h"
 #include "place/placement.h"
+#include "plan/cache_hits.h"
 #include "plan/hardware.h"
 #include "plan/speed.h"
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -52,6 +58,13 @@ inline constexpr int64_t kCtxStep = 256;
 // A less precise KV cache type is chosen only when it predicts a goal this much better than the
 // best plan with a more precise one (quantized KV costs accuracy the speed model cannot see).
 inline constexpr double kKvTolerance = 0.03;
+// An expert cache is chosen only when it predicts a decode this much faster than the best plan of
+// whole layers: its hit rate is simulated (within about a point of the runtime's, up to 7 points
+// high where many copies are in flight: docs/expert-cache.md), and the whole-layer plan prefills
+// faster (fewer host layers to stream).
+inline constexpr double kCacheMinGain = 0.02;
+// Host-layer counts the cache search prices at most before refining around the best of them.
+inline constexpr int64_t kCacheCoarseCandidates = 9;
 // The default VRAM safety margin: max(2% of the budget, 256 MiB).
 uint64_t default_margin(uint64_t budget);
 // The default RAM margin: max(10% of the budget, 2 GiB). Larger than the VRAM one: the OS, the page
@@ -92,6 +105,12 @@ struct PlanRequest {
     Goal goal = Goal::decode;
     int64_t prompt_tokens = 0;  // prefill is predicted for this prompt; 0: min(n_ctx, 4096)
     PlanConstraints constraints{};
+    // A routing profile of the model (a routing trace, models/routing_trace.h): with one, the decode
+    // goal also weighs an expert cache, a pool of GPU slots for the host layers' hot experts, against
+    // keeping whole layers' experts on the GPU (docs/plan.md "Expert cache"). Null: no cache.
+    std::shared_ptr<const models::RoutingTrace> routing_profile{};
+    std::string cache_policy = "lru";  // the cache's policy (place/cache_policies.h spec)
+    int64_t cache_admit_cap = kDefaultCacheAdmitCap;  // its admissions per token
 };
 
 // One evaluated configuration: a row of the table `mox plan` prints.
@@ -110,7 +129,24 @@ struct PlanCandidate {
     // Predictions (0 when the candidate does not fit: not evaluated).
     double decode_tps = 0, decode_half_tps = 0, prefill_tps = 0;
     int64_t stream_min_tokens = 0;
+    // The expert cache of the row (0 slots: none): its device bytes (part of vram_bytes) and the hit
+    // rate the routing profile predicts for it.
+    int64_t cache_slots = 0;
+    uint64_t cache_bytes = 0;
+    double cache_hit_rate = 0;
     bool chosen = false;
+};
+
+// The expert cache a plan runs with (GpuOptions::expert_cache_bytes, _policy): none when slots is 0.
+struct ExpertCachePlan {
+    int64_t slots = 0;
+    uint64_t slot_bytes = 0;    // one expert of the largest host layer's parts (models::expert_slot_layout)
+    uint64_t pool_bytes = 0;    // GpuOptions::expert_cache_bytes: the slots and the zero slot
+    uint64_t device_bytes = 0;  // the pool, its tables and lookup (in PlanResult::memory.gpu_total())
+    std::string policy;
+    double hit_rate = 0;              // predicted from the routing profile
+    double admissions_per_token = 0;  // likewise
+    std::string why_none;             // with a profile but no cache: why (for the summary)
 };
 
 struct PlanResult {
@@ -125,6 +161,7 @@ struct PlanResult {
     std::vector<int64_t> host_layers;
     place::Tier host_tier = place::Tier::mmap_host;
     uint64_t vram_budget = 0, vram_margin = 0, ram_budget = 0, ram_margin = 0;
+    ExpertCachePlan expert_cache;      // run.expert_cache_slots experts of the host layers
     std::vector<PlanCandidate> table;  // evaluated configurations; the chosen one has chosen = true
     std::vector<std::string> notes;    // budget clipping, unchecked RAM, approximations
 };

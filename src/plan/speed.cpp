@@ -421,8 +421,36 @@ std::optional<double> moe_decode_s(Rates& r, const Layer& L, const models::Hpara
     return s;
 }
 
+// The pool's share of a host layer's k selected experts, computed on the GPU at decode: `fraction`
+// of them at the measured rate of the fused MoE launches of their types, as a GPU expert layer's
+// (the matvec rate where the profile has none). The selections the pool misses go to its zero slot
+// with weight 0 and read the same few bytes each time (cached): not charged.
+double pool_experts_gpu_s(Rates& r, const Layer& L, const models::Hparams& hp, double fraction) {
+    const auto k = static_cast<double>(hp.n_ffn_experts_used());
+    double s = 0;
+    for (const Matrix& x : L.expert) {
+        const auto moe = r.gpu_moe_decode(x.type);
+        s += fraction * k * x.bytes / (moe ? *moe : r.gpu_matvec(x.type));
+    }
+    return s;
+}
+
+double expert_bytes(const Layer& L) {
+    double b = 0;
+    for (const Matrix& x : L.expert) b += x.bytes;
+    return b;
+}
+
+void validate_cache_load(const ExpertCacheLoad& c, const models::Hparams& hp) {
+    if (!hp.has_moe()) fail("an expert cache needs routed experts; {} is a dense model", hp.arch_name());
+    if (!(c.hit_rate >= 0 && c.hit_rate <= 1)) fail("expert cache hit rate {}: expected 0..1", c.hit_rate);
+    if (!(c.admissions_per_token >= 0))
+        fail("expert cache admissions per token {}: expected 0 or more", c.admissions_per_token);
+}
+
 DecodePrediction decode_at(Rates& r, const Model& m, const models::Hparams& hp,
-                           const place::CacheOptions& cache, int64_t depth) {
+                           const place::CacheOptions& cache, int64_t depth,
+                           const ExpertCacheLoad* pool = nullptr) {
     DecodePrediction d;
     d.depth = depth;
     const auto k = static_cast<double>(hp.n_ffn_experts_used());
@@ -491,13 +519,42 @@ DecodePrediction decode_at(Rates& r, const Model& m, const models::Hparams& hp,
                     d.gpu_s += experts_gpu_s(r, L, hp, 1);
                 }
             } else {
+                // With a pool the CPU computes only the selections it misses; the GPU computes the
+                // hits on the side stream with the shared expert, while the hand-off runs (the
+                // runtime hands every host layer off, hits or not: models/gpu/gpu_forward_experts.cpp).
+                const double miss = pool ? 1 - pool->hit_rate : 1;
                 const CpuExperts c = experts_cpu(r, L, hp, 1);
-                d.cpu_bytes += c.bytes;
-                d.cpu_s += c.s;
+                d.cpu_bytes += miss * c.bytes;
+                d.cpu_s += miss * c.s;
+                double side_s = shexp_gpu_s(r, L);
+                if (pool) {
+                    const double hits_s = pool_experts_gpu_s(r, L, hp, pool->hit_rate);
+                    d.gpu_weight_bytes += pool->hit_rate * k * expert_bytes(L);
+                    d.gpu_s += hits_s;
+                    side_s += hits_s;
+                    d.kernels += kDecodeKernelsCacheLookup;
+                }
                 d.handoff_s += rt;
                 d.handoffs++;
                 if (r.handoff_probed()) d.probed_kernels += 2;  // publish, collect
-                d.overlap_s += std::min(shexp_gpu_s(r, L), rt + c.s);
+                d.overlap_s += std::min(side_s, rt + miss * c.s);
+            }
+        }
+        if (pool && d.handoffs > 0) {
+            // Admissions copy whole experts of the host layers (their mean size) from page-locked host
+            // memory while the CPU reads its experts from the same DRAM. Modelled as shared DRAM
+            // bandwidth: the copies' bytes take their time at cpu.dram_gbps from the CPU's reads (the
+            // profile measures the PCIe and CPU rates apart, never together; the copies' own PCIe
+            // time runs on the copy engine, beside the step, and is not charged).
+            double host_expert_bytes = 0;
+            for (const Layer& L : m.layers)
+                if (L.has_experts && L.tier != place::Tier::gpu) host_expert_bytes += expert_bytes(L);
+            d.cache_hit_rate = pool->hit_rate;
+            d.cache_copy_bytes =
+                pool->admissions_per_token * host_expert_bytes / static_cast<double>(d.handoffs);
+            if (d.cache_copy_bytes > 0) {
+                d.cache_copy_s = d.cache_copy_bytes / r.dram();
+                d.cpu_s += d.cache_copy_s;
             }
         }
         for (const Matrix& x : m.head) {
@@ -644,8 +701,10 @@ SpeedPrediction predict_speed(const place::Placement& p, const models::Hparams& 
              profile.machine.empty() ? "" : fmt::format(" of {}", profile.machine));
     s.cpu_only = m.cpu_only;
     for (const Layer& L : m.layers) s.host_layers += L.has_experts && L.tier != place::Tier::gpu;
-    s.decode = decode_at(r, m, hp, cache, 0);
-    s.decode_half = decode_at(r, m, hp, cache, cache.n_ctx / 2);
+    const ExpertCacheLoad* pool = options.expert_cache ? &*options.expert_cache : nullptr;
+    if (pool) validate_cache_load(*pool, hp);
+    s.decode = decode_at(r, m, hp, cache, 0, pool);
+    s.decode_half = decode_at(r, m, hp, cache, cache.n_ctx / 2, pool);
     const int64_t prompt =
         options.prompt_tokens > 0 ? options.prompt_tokens : std::min<int64_t>(cache.n_ctx, 4096);
     const bool streaming = options.run.stream_experts && !m.cpu_only && any_host_layer(m);
@@ -658,15 +717,17 @@ SpeedPrediction predict_speed(const place::Placement& p, const models::Hparams& 
 
 DecodePrediction predict_decode(const place::Placement& p, const models::Hparams& hp,
                                 const place::CacheOptions& cache, int64_t depth,
-                                const HardwareProfile& profile) {
+                                const HardwareProfile& profile,
+                                const std::optional<ExpertCacheLoad>& expert_cache) {
     if (depth < 0) fail("decode depth {}: at least 0", depth);
+    if (expert_cache) validate_cache_load(*expert_cache, hp);
     std::vector<std::string> notes;
     Rates r(profile, notes);
     const Model m = analyse(p, hp);
     if (!m.cpu_only && !profile.gpu)
         fail("the placement puts weights on the GPU but the hardware profile{} has no GPU",
              profile.machine.empty() ? "" : fmt::format(" of {}", profile.machine));
-    DecodePrediction d = decode_at(r, m, hp, cache, depth);
+    DecodePrediction d = decode_at(r, m, hp, cache, depth, expert_cache ? &*expert_cache : nullptr);
     r.throw_if_missing();
     return d;
 }

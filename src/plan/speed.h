@@ -14,6 +14,9 @@
 //    streams its whole expert stacks to the GPU (double-buffered: the copy of one host layer
 //    overlaps the GPU's work until its buffer is needed) when the batch has >= stream_min_tokens
 //    tokens, or has the CPU compute its selected experts.
+// With an expert cache (ExpertCacheLoad) decode charges each host layer the CPU for its misses only,
+// the GPU for the pool's hits (beside the hand-off, which every host layer still makes), and the
+// admissions' copies as DRAM traffic the CPU's expert reads share.
 // Without any weight on the GPU the placement is the CPU forward: weights stream from DRAM, the
 // experts at their measured CPU rates.
 //
@@ -26,6 +29,7 @@
 #include "plan/hardware.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,12 +63,26 @@ inline constexpr int64_t kExtraLaunchesPerHandoff = 4;
 // on typical machines, copying a layer's experts beats computing them on the CPU).
 inline constexpr int64_t kDefaultStreamMinTokens = 32;
 
+// The kernel a host layer adds at decode when an expert cache serves it: the lookup that maps the
+// token's k experts to the pool's slots (cuda::expert_cache_lookup). The pool's MoE launches replace
+// the shared expert's (they compute it in the same launches).
+inline constexpr int64_t kDecodeKernelsCacheLookup = 1;
+
+// An expert cache at decode (models/gpu/gpu_expert_cache.h): one pool of GPU slots shared by every
+// host layer, as a routing profile predicts it (plan/cache_hits.h). Prefill is not affected (it
+// streams the host layers' stacks as without a cache).
+struct ExpertCacheLoad {
+    double hit_rate = 0;              // of the host layers' selections, the fraction the pool holds
+    double admissions_per_token = 0;  // experts copied into the pool per token
+};
+
 struct SpeedOptions {
     place::RunShape run;  // n_ubatch, and whether host layers' experts may be streamed for prefill
     // Micro-batches with at least this many tokens stream host layers' experts to the GPU; fewer
     // tokens: the CPU computes them. 0: choose the crossover of the two costs (best_stream_min).
     int64_t stream_min_tokens = 0;
     int64_t prompt_tokens = 0;  // prefill prediction for this prompt; 0: min(n_ctx, 4096)
+    std::optional<ExpertCacheLoad> expert_cache{};  // decode with an expert cache over the host layers
 };
 
 // One generated token at a given depth (tokens already in the context).
@@ -76,6 +94,12 @@ struct DecodePrediction {
     int64_t handoffs = 0;         // GPU -> CPU -> GPU round trips (one per host layer)
     int64_t kernels = 0;          // launches on the GPU
     int64_t probed_kernels = 0;   // of which a calibrated probe timed (MoE, DeltaNet): no launch gap
+    // With an expert cache: the hit rate charged (gpu_weight_bytes and gpu_s include the pool's
+    // experts, cpu_bytes only the misses), and the admissions' host -> device bytes per token with
+    // the CPU time they take from its expert reads (part of cpu_s).
+    double cache_hit_rate = 0;
+    double cache_copy_bytes = 0;
+    double cache_copy_s = 0;
     // Seconds: total = gpu + cpu + handoff + launch - overlap (overlap: the shared experts that run
     // on the GPU while the CPU computes).
     double gpu_s = 0, cpu_s = 0, handoff_s = 0, launch_s = 0, overlap_s = 0;
@@ -121,7 +145,8 @@ SpeedPrediction predict_speed(const place::Placement& p, const models::Hparams& 
 // 0 and n_ctx / 2): what `mox bench` compares a tgN row at depth d with, at d + N / 2, the mean
 // context of its tokens. Throws as predict_speed does.
 DecodePrediction predict_decode(const place::Placement& p, const models::Hparams& hp,
-                                const place::CacheOptions& cache, int64_t depth, const HardwareProfile& profile);
+                                const place::CacheOptions& cache, int64_t depth, const HardwareProfile& profile,
+                                const std::optional<ExpertCacheLoad>& expert_cache = std::nullopt);
 
 // The smallest micro-batch (1..n_ubatch) from which streaming the host layers' experts costs no
 // more than computing them on the CPU; n_ubatch + 1 when streaming never pays within a

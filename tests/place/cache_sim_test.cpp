@@ -55,6 +55,21 @@ TEST(CacheSim, CountsPerLayerAndAfterTheWarmUp) {
     EXPECT_DOUBLE_EQ(r.warm_hit_rate(), 0.5);
 }
 
+TEST(CacheSim, AdmissionsAfterTheWarmUp) {
+    // As above: t0 admits both misses, each later token layer 1's new expert.
+    models::RoutingTrace t;
+    t.n_expert = 8;
+    t.k = 1;
+    t.layers = {0, 1};
+    t.n_tokens = 4;
+    t.ids = {1, 0, 1, 1, 1, 2, 1, 3};
+    const CacheSimResult r = run_lru(t, 16, {.warmup_tokens = 2});
+    EXPECT_EQ(r.admissions, 5);
+    EXPECT_EQ(r.warm_tokens, 2);
+    EXPECT_EQ(r.warm_admissions, 2);
+    EXPECT_DOUBLE_EQ(r.warm_admissions_per_token(), 1.0);
+}
+
 TEST(CacheSim, AnAdmittedExpertServesFromTheNextToken) {
     // k = 2: 0 and 1 miss at t0 and are both in for t1.
     const CacheSimResult r = run_lru(one_layer_trace(4, {{0, 1}, {1, 0}}), 2);

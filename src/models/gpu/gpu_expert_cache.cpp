@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "models/gpu_memory.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,33 +11,20 @@ namespace mox::models {
 
 namespace {
 
-constexpr uint64_t kAlign = 256;  // every part of a slot starts here (the kernels' vector loads)
-constexpr uint64_t kPad = 16;     // bytes a kernel may read past a part's end
-
-uint64_t align_up(uint64_t v) {
-    return (v + kAlign - 1) / kAlign * kAlign;
-}
-
 uint64_t slice_bytes(const ops::Weight& w) {
     return static_cast<uint64_t>(w.n_out) * w.row_bytes;
 }
 
-struct SlotLayout {
-    uint64_t up_at = 0, down_at = 0, bytes = 0;
-};
-
-SlotLayout slot_layout(const std::vector<ops::ExpertStack>& stacks) {
+// The slot of the largest gate, up and down slices of these stacks (models/gpu_memory.h: the planner
+// sizes the pool with the same arithmetic).
+ExpertSlotLayout slot_layout(const std::vector<ops::ExpertStack>& stacks) {
     uint64_t g = 0, u = 0, d = 0;
     for (const ops::ExpertStack& s : stacks) {
         g = std::max(g, slice_bytes(s.gate));
         u = std::max(u, slice_bytes(s.up));
         d = std::max(d, slice_bytes(s.down));
     }
-    SlotLayout l;
-    l.up_at = align_up(g + kPad);
-    l.down_at = l.up_at + align_up(u + kPad);
-    l.bytes = l.down_at + align_up(d + kPad);
-    return l;
+    return expert_slot_layout(g, u, d);
 }
 
 }  // namespace
@@ -58,10 +46,9 @@ GpuExpertCache::GpuExpertCache(std::vector<Layer> layers, int64_t n_layer, int64
     if (admit_cap_ < 0) fail("--cache-admit-cap {}: expected 0 or more admissions per token", admit_cap_);
     std::vector<ops::ExpertStack> stacks;
     for (const Layer& l : layers_) stacks.push_back(l.host);
-    const SlotLayout layout = slot_layout(stacks);
+    const ExpertSlotLayout layout = slot_layout(stacks);
     slot_bytes_ = layout.bytes, up_at_ = layout.up_at, down_at_ = layout.down_at;
-    // The zero slot is one more slot: the pool holds bytes / slot_bytes - 1 experts.
-    slots_ = static_cast<int64_t>(bytes / slot_bytes_) - 1;
+    slots_ = expert_cache_slots(bytes, slot_bytes_);  // the zero slot is one more
     if (slots_ < 1)
         fail("--expert-cache {}: smaller than two expert slots of {} each (one expert and the zero slot)",
              format_bytes(bytes), format_bytes(slot_bytes_));
@@ -69,7 +56,7 @@ GpuExpertCache::GpuExpertCache(std::vector<Layer> layers, int64_t n_layer, int64
     const int64_t n_keys = n_layer_ * n_expert_;
     policy_->reset(slots_, n_keys);
 
-    pool_ = cuda::DeviceBuffer(static_cast<size_t>(slots_ + 1) * slot_bytes_);
+    pool_ = cuda::DeviceBuffer(expert_cache_pool_bytes(slots_, slot_bytes_));
     pool_.zero(stream);
     cuda::device_synchronize();  // the zeros land before any copy of the copy stream
     table_ = cuda::DeviceBuffer(static_cast<size_t>(n_keys) * sizeof(int32_t));
