@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "place/cache_policies.h"
+#include "place/cache_sim.h"
 #include "place/execute.h"
 #include "place/flags.h"
 #include "plan/calibrate.h"
@@ -64,6 +66,11 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
     req.constraints.k_type = in.k_type;
     req.constraints.v_type = in.v_type;
     if (in.n_ubatch) req.constraints.n_ubatch = *in.n_ubatch;
+    req.routing_profile = in.routing_profile;
+    req.cache_policy = in.cache_policy;
+    req.cache_admit_cap = in.cache_admit_cap;
+    if (in.routing_profile && in.reserve_bytes > 0)
+        fail("--expert-cache: either a size or auto (the planner sizes the pool from --routing-profile), not both");
     uint64_t budget = in.vram_budget;
 #ifdef MOX_HAVE_CUDA
     if (budget == 0) {
@@ -88,6 +95,19 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
     out.gpu.n_ubatch = r.run.n_ubatch;
     out.gpu.stream_min_tokens = r.run.stream_experts ? std::max<int64_t>(2, r.stream_min_tokens) : (r.run.n_ubatch + 1);
     out.gpu.n_ctx_max = r.cache.n_ctx;
+    const ExpertCachePlan& c = r.expert_cache;
+    std::string cache;
+    if (c.slots > 0) {
+        out.gpu.expert_cache_bytes = c.pool_bytes;
+        place::CachePolicyOptions options;
+        if (c.policy.starts_with("static")) options.profile = place::trace_key_counts(*in.routing_profile);
+        out.gpu.expert_cache_policy = place::make_cache_policy(c.policy, options);
+        out.gpu.expert_cache_admit_cap = in.cache_admit_cap;
+        cache = fmt::format("; expert cache {} ({} slots, {}, {:.0f}% hits predicted)", format_bytes(c.device_bytes),
+                            c.slots, c.policy, 100 * c.hit_rate);
+    } else if (in.routing_profile) {
+        cache = fmt::format("; expert cache none ({})", c.why_none);
+    }
     const std::string where = r.host_layers.empty()
                                   ? std::string("every expert on the GPU")
                                   : fmt::format("experts of layers {} in {} memory", place::format_layer_list(r.host_layers),
@@ -100,9 +120,9 @@ AutoPlan auto_plan(const gguf::File& file, const AutoPlanInputs& in) {
         in.reserve_bytes > 0 ? fmt::format(" plus {} kept for the expert cache", format_bytes(in.reserve_bytes))
                              : std::string();
     out.summary = fmt::format(
-        "plan: {}; -ub {}{}; VRAM {} of {}{} (predicted); decode ~{:.0f} t/s, prefill ~{:.0f} t/s "
+        "plan: {}{}; -ub {}{}; VRAM {} of {}{} (predicted); decode ~{:.0f} t/s, prefill ~{:.0f} t/s "
         "(predicted{}; {})",
-        where, r.run.n_ubatch, kv, format_bytes(r.memory.gpu_total()), format_bytes(r.vram_budget), reserved,
+        where, cache, r.run.n_ubatch, kv, format_bytes(r.memory.gpu_total()), format_bytes(r.vram_budget), reserved,
         r.speed.decode.tokens_per_s, r.speed.prefill.tokens_per_s, in.reserve_bytes > 0 ? " without the cache" : "",
         note);
     return out;

@@ -9,10 +9,12 @@
 #include "gguf/reader.h"
 #include "models/model.h"
 #include "place/flags.h"
+#include "plan/cache_hits.h"
 #include "plan/search.h"
 #include "quant/types.h"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +33,12 @@ struct AutoPlanInputs {
     // is searched for budget - reserve, the forward's budget stays the whole.
     uint64_t reserve_bytes = 0;
     std::string profile_path;             // "": default_profile_path()
+    // `--expert-cache auto`: a routing profile of the model, from which the planner chooses the
+    // expert cache's pool (none is a valid choice) with this policy and admission cap; the result's
+    // GpuOptions carry the pool and the policy. Null: the plan has no cache (reserve_bytes aside).
+    std::shared_ptr<const models::RoutingTrace> routing_profile;
+    std::string cache_policy = "lru";
+    int64_t cache_admit_cap = kDefaultCacheAdmitCap;
 };
 
 struct AutoPlan {

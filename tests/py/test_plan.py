@@ -428,3 +428,47 @@ def test_manual_flags_predict_the_speed_of_their_placement(mox_bin, full, tmp_pa
     env = dict(os.environ, MOX_CACHE_DIR=str(tmp_path))
     j = json.loads(run_plan(mox_bin, model, "-ngl", "99", "--json", env=env).stdout)
     assert "decode_tps" not in j["speed"] and "mox calibrate" in j["speed"]["missing"]
+
+
+def trace_synth(mox_bin, model, path, *extra):
+    out = subprocess.run([str(mox_bin), "trace-synth", "-o", str(path), "--like", str(model), "-n", "600",
+                          "--seed", "3", *map(str, extra)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return path
+
+
+def test_search_weighs_an_expert_cache_from_a_routing_profile(mox_bin, full, tmp_path):
+    # Uniform routing keeps the plan of whole layers (a pool is priced, none chosen); skewed, local
+    # routing buys a pool, which the plan's memory counts and its manual flags name.
+    model = full[0]
+    args = ["--vram-budget", "8GiB", "-c", "32768", "-ctk", "f16", "-ctv", "f16"]
+    plain = search_json(mox_bin, full, "h200", *args)
+    uniform = search_json(mox_bin, full, "h200", *args,
+                          "--routing-profile", trace_synth(mox_bin, model, tmp_path / "uniform.trace"))
+    cache = uniform["plan"]["expert_cache"]
+    assert cache["slots"] == 0 and cache["why_none"] and cache["policy"] == "lru"
+    assert uniform["plan"]["host_layers"] == plain["plan"]["host_layers"]
+    assert any(row["cache_slots"] > 0 for row in uniform["table"])
+    local = search_json(mox_bin, full, "h200", *args, "--cache-policy", "lfu", "--routing-profile",
+                        trace_synth(mox_bin, model, tmp_path / "local.trace", "--skew", 1.2, "--reuse", 0.4))
+    cache = local["plan"]["expert_cache"]
+    assert cache["slots"] > 0 and cache["policy"] == "lfu" and 0 < cache["hit_rate"] <= 1
+    assert cache["pool_bytes"] == (cache["slots"] + 1) * cache["slot_bytes"]
+    assert local["plan"]["decode"]["tokens_per_s"] > plain["plan"]["decode"]["tokens_per_s"]
+    assert local["plan"]["memory"]["gpu_total_bytes"] + local["budgets"]["vram_margin_bytes"] <= 8 * GIB
+    text = run_plan(mox_bin, model, "--profile", str(full[1]["h200"]), *args, "--routing-profile",
+                    tmp_path / "local.trace")
+    assert text.returncode == 0, text.stderr
+    assert "pool" in text.stdout and "expert cache:" in text.stdout and "--expert-cache " in text.stdout
+
+
+def test_a_routing_profile_of_another_model_is_a_one_line_error(mox_bin, full, tmp_path):
+    model, profiles, _, _ = full
+    other = tmp_path / "other.trace"
+    out = subprocess.run([str(mox_bin), "trace-synth", "-o", str(other), "--shape", "40,128,8", "-n", "20"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    out = run_plan(mox_bin, model, "--profile", str(profiles["h200"]), "--routing-profile", str(other))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode != 0 and len(lines) == 1, out.stderr
+    assert lines[0].startswith("mox: error: --routing-profile: the trace is of a") and "128 experts" in lines[0]

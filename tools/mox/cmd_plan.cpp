@@ -11,6 +11,7 @@
 #include "gguf/reader.h"
 #include "llama_flags.h"
 #include "models/hparams.h"
+#include "models/routing_trace.h"
 #include "place/flags.h"
 #include "place/memory.h"
 #include "placement_options.h"
@@ -52,6 +53,8 @@ struct PlanOptions {
     int64_t n_ubatch = 0;  // 0: searched (auto) or 512 (manual)
     int64_t stream_min_tokens = 32;
     int64_t prompt_tokens = 0;
+    std::string routing_profile;  // a routing trace: the search weighs an expert cache
+    std::string cache_policy = "lru";
 };
 
 quant::TypeId cache_type(const char* flag, const std::string& name) {
@@ -291,6 +294,14 @@ void register_plan(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--prompt-tokens", o->prompt_tokens,
                     "Predict prefill for a prompt of N tokens (default 4096 or -c)");
+    cmd->add_option("--routing-profile", o->routing_profile,
+                    "A routing trace of this model (`mox run --routing-trace-out`): the search also weighs an "
+                    "expert cache, a pool of GPU slots for every host layer's hot experts, whose hit rate it "
+                    "predicts from the trace (implies the search)");
+    cmd->add_option("--cache-policy", o->cache_policy,
+                    "The expert cache's policy with --routing-profile: lru, lfu, static, adaptive, with options "
+                    "(docs/expert-cache.md)")
+        ->capture_default_str();
     add_llama_flags(cmd, Command::plan);
     cmd->callback([o, cmd] {
         // Sizes are checked before a quick calibration or the file make them wait.
@@ -299,6 +310,13 @@ void register_plan(CLI::App& app) {
         if (!o->vram_margin.empty()) parse_size_flag("--vram-margin", o->vram_margin);
         const gguf::File file = gguf::File::open(o->model);
         const models::Hparams hp = models::read_hparams(file);
+        // A routing profile of another model fails before a quick calibration would run.
+        std::shared_ptr<const models::RoutingTrace> routing_profile;
+        if (!o->routing_profile.empty()) {
+            routing_profile =
+                std::make_shared<const models::RoutingTrace>(models::read_routing_trace(o->routing_profile));
+            models::check_trace_fits(*routing_profile, hp, "--routing-profile");
+        }
         place::PlacementFlags flags;
         // -ngl auto is llama.cpp's fit: here, the planner's search over every layer.
         const bool ngl_auto = o->n_gpu_layers == "auto";
@@ -307,12 +325,12 @@ void register_plan(CLI::App& app) {
         const bool ctx_given = cmd->count("--ctx-size") > 0;
         const bool ctx_max = ctx_given && o->n_ctx == "max";
         const bool wants_search = cmd->count("--vram-budget") > 0 || cmd->count("--ram-budget") > 0 ||
-                                  cmd->count("--goal") > 0 || ctx_max || ngl_auto;
+                                  cmd->count("--goal") > 0 || ctx_max || ngl_auto || !o->routing_profile.empty();
         if (o->plan != "manual" && o->plan != "auto") fail("--plan {}: expected manual or auto", o->plan);
         if (o->plan == "manual" && cmd->count("--plan") > 0 && wants_search)
             fail(
-                "--plan manual: --vram-budget, --ram-budget, --goal, -c max and -ngl auto need the search "
-                "(--plan auto)");
+                "--plan manual: --vram-budget, --ram-budget, --goal, -c max, -ngl auto and --routing-profile need "
+                "the search (--plan auto)");
         const bool search = o->plan == "auto" || wants_search;
         // Not given: chat's and serve's 8192 capped by the trained context; 0: the trained context
         // (llama.cpp's -c 0).
@@ -400,6 +418,8 @@ void register_plan(CLI::App& app) {
             req.constraints.v_type = cache_type("-ctv", o->cache_type_v);
         if (cmd->count("--ubatch-size") > 0) req.constraints.n_ubatch = o->n_ubatch;
         if (o->prompt_tokens < 0) fail("--prompt-tokens {}: at least 1", o->prompt_tokens);
+        req.routing_profile = routing_profile;
+        req.cache_policy = o->cache_policy;
         const plan::PlanResult result = plan::plan_auto(req);
         if (o->json) {
             nlohmann::json j = plan_result_json(o->model, profile_path, *profile, result);

@@ -75,8 +75,8 @@ models::Device ModelOptions::resolve_device(int64_t n_layer) const {
         d = models::Device::cuda;
     else
         fail("--device {}: expected cpu or cuda (one GPU: CUDA0)", device);
-    const bool placed =
-        placement.any_rule() || !placement.vram_budget.empty() || placement.expert_cache_bytes() > 0;
+    const bool placed = placement.any_rule() || !placement.vram_budget.empty() ||
+                        placement.expert_cache_bytes() > 0 || placement.expert_cache_auto();
     // -ngl auto: the GPU with the planner's placement; not given: --device (cpu unless said).
     const bool ngl_count = !n_gpu_layers.empty() && n_gpu_layers != "auto";
     const int64_t ngl = ngl_count ? place::parse_n_gpu_layers(n_gpu_layers) : -1;

@@ -52,9 +52,13 @@ void add_placement_options(CLI::App* cmd, PlacementOptions& o) {
         "Prefill micro-batches of at least this many tokens stream CPU-resident experts to the GPU; "
         "smaller ones (and decode) compute them on the CPU (default: planned, 32 with --plan manual)");
     cmd->add_option("--expert-cache", o.expert_cache,
-                    "SIZE|off: a pool of this much GPU memory (e.g. 4GiB) holds the hot experts of every "
+                    "SIZE|auto|off: a pool of this much GPU memory (e.g. 4GiB) holds the hot experts of every "
                     "layer whose experts live in host memory; decode computes those on the GPU, the rest "
-                    "on the CPU (docs/expert-cache.md). With --plan auto the plan keeps it free");
+                    "on the CPU (docs/expert-cache.md). With --plan auto the plan keeps it free; auto: the "
+                    "planner chooses the pool (none a valid choice) from --routing-profile");
+    cmd->add_option("--routing-profile", o.routing_profile,
+                    "A routing trace of this model (`mox run --routing-trace-out`): --expert-cache auto "
+                    "predicts the pool's hit rate from it");
     cmd->add_option("--cache-policy", o.cache_policy,
                     "Which experts the cache keeps: lru, lfu, static, adaptive, with options such as "
                     "lru:admit=2 (docs/expert-cache.md)")
@@ -67,7 +71,7 @@ void add_placement_options(CLI::App* cmd, PlacementOptions& o) {
 }
 
 uint64_t PlacementOptions::expert_cache_bytes() const {
-    if (expert_cache.empty() || expert_cache == "off" || expert_cache == "0") return 0;
+    if (expert_cache.empty() || expert_cache == "off" || expert_cache == "0" || expert_cache_auto()) return 0;
     return parse_size_flag("--expert-cache", expert_cache);
 }
 
@@ -132,6 +136,11 @@ models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o
     flags.overrides = o.rules(hp.n_layer);
     if (o.plan != "auto" && o.plan != "manual") fail("--plan {}: expected auto or manual", o.plan);
     if (o.n_ubatch < 0 || o.stream_min_tokens < 0) fail("-ub and --stream-min-tokens must be positive");
+    if (o.expert_cache_auto() && o.plan != "auto") fail("--expert-cache auto: the planner sizes the pool (--plan auto)");
+    if (o.expert_cache_auto() && o.routing_profile.empty())
+        fail("--expert-cache auto: needs --routing-profile TRACE, a routing trace of this model to predict hits from");
+    if (!o.routing_profile.empty() && !o.expert_cache_auto())
+        fail("--routing-profile {}: it sizes the expert cache, which needs --expert-cache auto", o.routing_profile);
     if (o.plan == "auto") {
         plan::AutoPlanInputs in;
         in.flags = flags;
@@ -142,6 +151,12 @@ models::GpuOptions gpu_options(const gguf::File& file, const PlacementOptions& o
         in.vram_budget = o.vram_budget_bytes();
         in.reserve_bytes = o.expert_cache_bytes();
         in.profile_path = o.profile;
+        if (o.expert_cache_auto()) {
+            in.routing_profile =
+                std::make_shared<const models::RoutingTrace>(models::read_routing_trace(o.routing_profile));
+            in.cache_policy = o.cache_policy;
+            in.cache_admit_cap = o.cache_admit_cap;
+        }
         plan::AutoPlan p = plan::auto_plan(file, in);
         if (o.stream_min_tokens > 0) p.gpu.stream_min_tokens = o.stream_min_tokens;
         log::info("{}", p.summary);

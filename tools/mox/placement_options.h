@@ -33,6 +33,7 @@ struct PlacementOptions {
     std::string cache_policy = "lru";
     int64_t cache_admit_cap = 32;
     std::string cache_profile;      // a routing trace: the static policy's hot set
+    std::string routing_profile;    // a routing trace: --expert-cache auto sizes the pool from it
 
     // Set by add_placement_options: the command and its options, to read the command-line order.
     const CLI::App* cmd = nullptr;
@@ -40,7 +41,8 @@ struct PlacementOptions {
 
     bool any_rule() const { return !override_tensor.empty() || !n_cpu_moe.empty() || cpu_moe || !moe_cpu_layers.empty(); }
     uint64_t vram_budget_bytes() const;  // 0 = none
-    uint64_t expert_cache_bytes() const;  // 0 = none
+    uint64_t expert_cache_bytes() const;  // 0 = none (or auto)
+    bool expert_cache_auto() const { return expert_cache == "auto"; }
     // The override rules in command-line order (first match wins).
     std::vector<place::OverrideRule> rules(int64_t n_layer) const;
 };

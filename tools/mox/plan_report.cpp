@@ -54,6 +54,9 @@ nlohmann::json decode_json(const plan::DecodePrediction& d) {
             {"handoff_s", d.handoff_s},
             {"launch_s", d.launch_s},
             {"overlap_s", d.overlap_s},
+            {"cache_hit_rate", d.cache_hit_rate},
+            {"cache_copy_bytes", d.cache_copy_bytes},
+            {"cache_copy_s", d.cache_copy_s},
             {"total_s", d.total_s}};
 }
 
@@ -100,8 +103,11 @@ void print_plan_result(const std::string& model, const std::string& profile_path
     // The configurations of the chosen host tier (and those without host layers), by KV type and
     // micro-batch: for each, the fewest host layers that fit and, before it, the count that did not.
     const int64_t half = r.cache.n_ctx / 2;
-    fmt::print("\n  {:<10} {:>7} {:>5} {:>4} {:<6} {:>11} {:>11} {:>8} {:>9} {:>9}\n", "KV k/v", "ctx", "ub",
-               "cpu", "host", "VRAM", "host RAM", "tg t/s", fmt::format("tg@{}", half),
+    // With a routing profile: the expert cache's pool and its predicted hit rate per row.
+    const bool pools = !r.expert_cache.policy.empty();
+    const std::string pool_head = pools ? fmt::format(" {:>10} {:>5}", "pool", "hit") : std::string();
+    fmt::print("\n  {:<10} {:>7} {:>5} {:>4} {:<6}{} {:>11} {:>11} {:>8} {:>9} {:>9}\n", "KV k/v", "ctx", "ub",
+               "cpu", "host", pool_head, "VRAM", "host RAM", "tg t/s", fmt::format("tg@{}", half),
                fmt::format("pp{}", r.speed.prefill.prompt_tokens));
     std::vector<const plan::PlanCandidate*> rows;
     for (const plan::PlanCandidate& c : r.table)
@@ -118,9 +124,14 @@ void print_plan_result(const std::string& model, const std::string& profile_path
                          return a->n_ubatch < b->n_ubatch;
                      });
     for (const plan::PlanCandidate* c : rows) {
+        std::string pool;
+        if (pools)
+            pool = c->cache_slots > 0 ? fmt::format(" {:>10} {:>4.0f}%", format_bytes(c->cache_bytes),
+                                                    100 * c->cache_hit_rate)
+                                      : fmt::format(" {:>10} {:>5}", "-", "-");
         const std::string head = fmt::format(
-            "  {:<10} {:>7} {:>5} {:>4} {:<6} {:>11} {:>11}", kv_text(c->k_type, c->v_type), c->n_ctx,
-            c->n_ubatch, c->host_layers.size(), c->host_layers.empty() ? "-" : short_tier(c->host_tier),
+            "  {:<10} {:>7} {:>5} {:>4} {:<6}{} {:>11} {:>11}", kv_text(c->k_type, c->v_type), c->n_ctx,
+            c->n_ubatch, c->host_layers.size(), c->host_layers.empty() ? "-" : short_tier(c->host_tier), pool,
             format_bytes(c->vram_bytes), format_bytes(c->host_bytes));
         if (c->fits)
             fmt::print("{} {:>8.1f} {:>9.1f} {:>9.0f}{}\n", head, c->decode_tps, c->decode_half_tps,
@@ -129,7 +140,11 @@ void print_plan_result(const std::string& model, const std::string& profile_path
             fmt::print("{}   does not fit: {}\n", head, c->why_not);
     }
     fmt::print(
-        "  (cpu = layers whose routed experts live on the host; all {} rows evaluated are in --json)\n",
+        "  (cpu = layers whose routed experts live on the host{}; all {} rows evaluated are in --json)\n",
+        pools ? fmt::format("; pool = the expert cache on the GPU ({}), hit = its hit rate predicted from the "
+                            "routing profile",
+                            r.expert_cache.policy)
+              : std::string(),
         r.table.size());
 
     const place::MemoryPrediction& m = r.memory;
@@ -150,6 +165,15 @@ void print_plan_result(const std::string& model, const std::string& profile_path
                 "computes them)\n",
                 r.stream_min_tokens);
     }
+    const plan::ExpertCachePlan& cache = r.expert_cache;
+    if (cache.slots > 0)
+        fmt::print(
+            "    expert cache: {} on the GPU, {} slots of {} ({}) for the host layers' hot experts: {:.1f}% hits "
+            "predicted, {:.1f} admissions per token\n",
+            format_bytes(cache.device_bytes), cache.slots, format_bytes(cache.slot_bytes), cache.policy,
+            100 * cache.hit_rate, cache.admissions_per_token);
+    else if (pools)
+        fmt::print("    expert cache: none ({})\n", cache.why_none);
     fmt::print(
         "    GPU memory {} of the {} budget (margin {}): weights {}, KV {}, DeltaNet state {}, CUDA context "
         "{} + buffers {}\n",
@@ -166,6 +190,9 @@ void print_plan_result(const std::string& model, const std::string& profile_path
         gb(d.gpu_weight_bytes), gb(d.gpu_cache_bytes), gb(d.cpu_bytes), d.handoffs, d.kernels);
     fmt::print("      time: GPU {} + CPU {} + hand-offs {} + launches {} - overlap {} = {}\n", ms(d.gpu_s),
                ms(d.cpu_s), ms(d.handoff_s), ms(d.launch_s), ms(d.overlap_s), ms(d.total_s));
+    if (cache.slots > 0)
+        fmt::print("      the cache copies {} per token (CPU {} of its time: the copies share its DRAM)\n",
+                   gb(d.cache_copy_bytes), ms(d.cache_copy_s));
     const plan::PrefillPrediction& p = s.prefill;
     fmt::print("    prefill {:.0f} t/s for a {}-token prompt ({} micro-batches of {})\n", p.tokens_per_s,
                p.prompt_tokens, p.micro_batches, p.n_ubatch);
@@ -183,6 +210,7 @@ void print_plan_result(const std::string& model, const std::string& profile_path
                     lower(quant::type_name(r.cache.v_type)), r.run.n_ubatch);
     if (!r.host_layers.empty())
         flags = fmt::format("--moe-cpu-layers {} {}", layer_list(r.host_layers), flags);
+    if (cache.slots > 0) flags += fmt::format(" --expert-cache {}B --cache-policy {}", cache.pool_bytes, cache.policy);
     fmt::print("    as manual flags: {}\n", flags);
     if (!r.speed.cpu_only) {
         const NCpuMoe n = nearest_n_cpu_moe(r.host_layers);
@@ -250,6 +278,15 @@ nlohmann::json plan_result_json(const std::string& model, const std::string& pro
     plan["decode_half"] = decode_json(r.speed.decode_half);
     plan["prefill"] = prefill_json(r.speed.prefill);
     plan["cpu_only"] = r.speed.cpu_only;
+    const plan::ExpertCachePlan& pool = r.expert_cache;
+    plan["expert_cache"] = {{"slots", pool.slots},
+                            {"slot_bytes", pool.slot_bytes},
+                            {"pool_bytes", pool.pool_bytes},
+                            {"device_bytes", pool.device_bytes},
+                            {"policy", pool.policy.empty() ? nlohmann::json(nullptr) : nlohmann::json(pool.policy)},
+                            {"hit_rate", pool.hit_rate},
+                            {"admissions_per_token", pool.admissions_per_token},
+                            {"why_none", pool.why_none}};
     const NCpuMoe n = nearest_n_cpu_moe(r.host_layers);
     plan["n_cpu_moe"] = n.n;  // llama.cpp's nearest --n-cpu-moe
     plan["n_cpu_moe_exact"] = n.exact;
@@ -272,6 +309,9 @@ nlohmann::json plan_result_json(const std::string& model, const std::string& pro
                               {"decode_half_tps", c.decode_half_tps},
                               {"prefill_tps", c.prefill_tps},
                               {"stream_min_tokens", c.stream_min_tokens},
+                              {"cache_slots", c.cache_slots},
+                              {"cache_bytes", c.cache_bytes},
+                              {"cache_hit_rate", c.cache_hit_rate},
                               {"chosen", c.chosen}});
     j["notes"] = r.notes;
     return j;
