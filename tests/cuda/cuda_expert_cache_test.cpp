@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <string>
 
@@ -188,7 +189,7 @@ TEST(CudaExpertCache, HybridDecodeWithTheCacheMatchesWithout) {
         const gguf::File file = gguf::File::open(path);
         models::GpuOptions host;
         host.experts.assign(4, models::ExpertHome::mmap);
-        std::vector<int32_t> want_tokens, got_tokens;
+        std::vector<int32_t> want_tokens;
         std::vector<std::vector<float>> want;
         {
             models::Model plain(file, 2, quant::host_isa(), false, models::Device::cuda, host);
@@ -204,12 +205,24 @@ TEST(CudaExpertCache, HybridDecodeWithTheCacheMatchesWithout) {
         const uint64_t expert_bytes = 3 * t->n_bytes / static_cast<uint64_t>(hp.n_expert);
         cached.expert_cache_bytes = expert_bytes * static_cast<uint64_t>(4 * hp.n_expert / 3);
         models::Model model(file, 2, quant::host_isa(), false, models::Device::cuda, cached);
-        const std::vector<std::vector<float>> got = decode(model, 40, &got_tokens);
-        EXPECT_EQ(got_tokens, want_tokens);
+        // The same tokens in (which experts the GPU computes depends on when copies land, so a
+        // near-tie of this random model's logits could otherwise pick another token and diverge).
+        const std::vector<std::vector<float>> got = decode(model, 40, nullptr, &want_tokens);
         float worst = 0, scale = 0;
         for (size_t i = 0; i < got.size(); ++i) {
             worst = std::max(worst, max_abs_diff(got[i], want[i]));
             for (float v : want[i]) scale = std::max(scale, std::abs(v));
+        }
+        // Greedy agrees wherever the reference's best token leads its runner-up by more than twice the
+        // difference the two paths showed.
+        for (size_t i = 0; i < got.size(); ++i) {
+            std::vector<float> sorted = want[i];
+            std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+            if (sorted[0] - sorted[1] <= 2 * worst) continue;
+            const auto best = [](const std::vector<float>& v) {
+                return std::max_element(v.begin(), v.end()) - v.begin();
+            };
+            EXPECT_EQ(best(got[i]), best(want[i])) << "step " << i;
         }
         // The GPU's and the CPU's expert kernels round differently (the CPU quantizes activations to
         // Q8), and 40 steps of recurrent state carry it: the bound tests/py/test_hybrid.py holds the
