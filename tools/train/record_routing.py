@@ -10,7 +10,7 @@ token in the router's order (torch.topk of the softmax, most probable first).
 Output (--out): NAME.moxroute for each text, in the format of src/models/routing_trace.h
 (architecture "qwen35moe", model name = the --model folder's name, as `mox convert` names the
 GGUF), and routing_summary.json: per text its tokens, mean NLL / perplexity, and locality
-figures of the trace (what issue 28 compares with Qwen3's): the share of a token's experts that
+figures of the trace (what is compared with the published Qwen3 numbers): the share of a token's experts that
 the previous token chose too, the share chosen within the previous 8 tokens, per-layer
 popularity (the share of selections the 10% most used experts get), and the hit rate of a
 per-layer LRU cache of N experts (accesses in router order, each token's k one after another).
